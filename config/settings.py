@@ -1,0 +1,127 @@
+"""Django settings. Everything that differs between machines comes from the environment.
+
+Variables: DATABASE_URL, REDIS_URL, SECRET_KEY, DEBUG, ALLOWED_HOSTS, SAGAS_MODULES,
+SAGAS_LEASE_TTL, SAGAS_SWEEP_INTERVAL, SAGAS_QUEUE, SAGAS_CRASH_AT.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from django.core.exceptions import ImproperlyConfigured
+
+from config.env import env_bool, env_float, env_list, env_str, parse_database_url, validate_redis_url
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+DEBUG = env_bool("DEBUG", True)
+_DEV_SECRET = "dev-only-insecure-secret-key-change-me"
+SECRET_KEY = env_str("SECRET_KEY", _DEV_SECRET if DEBUG else "")
+if not DEBUG and (not SECRET_KEY or SECRET_KEY == _DEV_SECRET):
+    raise ImproperlyConfigured("SECRET_KEY must be set when DEBUG is off")
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "127.0.0.1,localhost" if not DEBUG else "*")
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "whitenoise.runserver_nostatic",
+    "django.contrib.staticfiles",
+    "channels",
+    "django_rq",
+    "django_htmx",
+    "ledger",
+    "sagas",
+    "demo",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "config.urls"
+WSGI_APPLICATION = "config.wsgi.application"
+ASGI_APPLICATION = "config.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DATABASE_URL = env_str("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/saga_console")
+_db = parse_database_url(DATABASE_URL)
+# pytest-django creates this database; worker processes started by tests are
+# pointed at it explicitly, so its name must be known in advance.
+_db["TEST"] = {"NAME": env_str("TEST_DATABASE_NAME", f"test_{_db['NAME']}")}
+_db["CONN_MAX_AGE"] = 0
+DATABASES = {"default": _db}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+REDIS_URL = validate_redis_url(env_str("REDIS_URL", "redis://127.0.0.1:6379/0"))
+
+RQ_QUEUES = {
+    "sagas": {"URL": REDIS_URL, "DEFAULT_TIMEOUT": -1},
+}
+
+CHANNEL_LAYERS = {
+    "default": {
+        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        "CONFIG": {"hosts": [REDIS_URL], "prefix": "sagas-console:"},
+    }
+}
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / "staticfiles"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "loggers": {
+        "sagas": {"handlers": ["console"], "level": env_str("SAGAS_LOG_LEVEL", "INFO"), "propagate": False},
+        "rq.worker": {"handlers": ["console"], "level": "WARNING", "propagate": False},
+    },
+}
+
+# --- engine -----------------------------------------------------------------
+# Extra modules holding @workflow / @connector definitions (comma-separated).
+SAGAS_MODULES = env_list("SAGAS_MODULES")
+SAGAS_QUEUE = env_str("SAGAS_QUEUE", "sagas")
+# A worker's claim on a run lasts this long unless its heartbeat renews it.
+SAGAS_LEASE_TTL = env_float("SAGAS_LEASE_TTL", 15.0, minimum=1.0)
+# How often the sweeper (standalone or inside workers) looks for lost work.
+SAGAS_SWEEP_INTERVAL = env_float("SAGAS_SWEEP_INTERVAL", 2.0, minimum=0.1)
+# Crash points for tests, e.g. "after_step:charge" (see sagas/crashpoints.py).
+SAGAS_CRASH_AT = env_list("SAGAS_CRASH_AT")

@@ -1,0 +1,223 @@
+"""``Context``: the object a workflow function receives, and the replay cursor.
+
+Contract: every ``ctx`` call takes the next position in the run's journal.
+
+* Within the recorded journal, the recorded value is returned and nothing runs.
+  If the recorded entry's kind or name differs from what the code asks for, the
+  run halts with ``NonDeterminismError`` naming both.
+* Past the end of the journal, the call runs for real and its outcome is
+  appended under the worker's fence before the value is returned. A value is
+  returned only once it is durable, and it is returned as JSON round-trips it,
+  so first execution and replay see identical values.
+"""
+
+from __future__ import annotations
+
+import json
+import random as _random
+import threading
+import uuid as _uuid
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from django.utils import timezone
+
+from sagas import systemdb
+from sagas.crashpoints import crash_point
+from sagas.errors import BudgetExceeded, NonDeterminismError, NotSerializable, StepFailed, Yield
+from sagas.models import CALL_KINDS, JournalKind
+from sagas.systemdb import ClaimedRun, Entry, dumps
+
+K = JournalKind
+
+# Set by the worker on SIGTERM: running workflows hand their run back at the
+# next step boundary instead of holding a warm shutdown hostage.
+shutdown_requested = threading.Event()
+
+
+class Context:
+    def __init__(self, *, run: ClaimedRun, journal: list[Entry], worker_id: str) -> None:
+        self.run_id = run.id
+        self.workflow_name = run.workflow_name
+        self.version = run.version
+        self.tenant = run.tenant
+        self.business_key = run.business_key
+        self.attempt = run.attempts
+        self.input = run.input
+        self._run = run
+        self._worker = worker_id
+        self._calls = [e for e in journal if e.kind in CALL_KINDS]
+        self._events = {(e.kind, e.name): e for e in journal if e.kind not in CALL_KINDS}
+        self._pos = 0
+        self._names: dict[str, int] = {}
+        self._steps_used = run.steps_used
+        self._cost_used = float(run.cost_used)
+        self._pending_cost = 0.0
+        self._started_monotonic = timezone.now()
+
+    # --- public API --------------------------------------------------------
+
+    @property
+    def replaying(self) -> bool:
+        """True while the code is still inside the recorded journal."""
+        return self._pos < len(self._calls)
+
+    @property
+    def steps_used(self) -> int:
+        return self._steps_used
+
+    @property
+    def cost_used(self) -> float:
+        return self._cost_used
+
+    def step(self, name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Run ``fn(*args, **kwargs)`` once; journal and return its JSON value.
+
+        If ``fn`` raises, the error's type and message are journaled and
+        ``StepFailed`` is raised, on this execution and on every replay.
+        """
+        name = self._unique(name)
+        entry = self._replay(K.STEP, name)
+        if entry is not None:
+            return self._step_outcome(entry)
+        self._before_live()
+        crash_point("before_step", name)
+        self._pending_cost = 0.0
+        error: Exception | None = None
+        try:
+            value = fn(*args, **kwargs)
+        except Exception as exc:  # EngineSignal is a BaseException and passes through
+            error = exc
+        if error is None:
+            try:
+                encoded = dumps({"value": value})
+            except (TypeError, ValueError) as exc:
+                error = NotSerializable(f"step {name!r} returned a value that is not JSON: {exc}")
+        if error is not None:
+            encoded = dumps({"error": {"type": type(error).__name__, "message": str(error)[:4000]}})
+        cost, self._pending_cost = self._pending_cost, 0.0
+        if cost:
+            encoded = encoded[:-1] + f',"cost":{cost!r}}}'
+        crash_point("after_step", name)
+        self._append(K.STEP, name, encoded, steps=1, cost=cost)
+        crash_point("after_step_record", name)
+        entry = Entry(0, K.STEP, name, json.loads(encoded))
+        if error is not None:
+            raise StepFailed(name, type(error).__name__, str(error)[:4000]) from error
+        return entry.payload["value"]
+
+    def now(self) -> datetime:
+        """The current time, recorded on first execution and replayed afterwards."""
+        return datetime.fromisoformat(self._recorded(K.NOW, lambda: timezone.now().isoformat()))
+
+    def random(self) -> float:
+        """A float in [0, 1), recorded on first execution and replayed afterwards."""
+        return self._recorded(K.RANDOM, _random.random)
+
+    def uuid(self) -> _uuid.UUID:
+        """A random UUID4, recorded on first execution and replayed afterwards."""
+        return _uuid.UUID(self._recorded(K.UUID, lambda: str(_uuid.uuid4())))
+
+    def add_cost(self, amount: float, unit: str = "usd") -> None:
+        """Charge ``amount`` to the run's budget. Call it inside a step: the cost is
+        recorded with that step's journal entry (and not charged again on replay)."""
+        if unit != "usd":
+            raise ValueError("only unit='usd' is supported")
+        if amount < 0:
+            raise ValueError("cost cannot be negative")
+        if not self.replaying:
+            self._pending_cost += float(amount)
+
+    # --- engine internals --------------------------------------------------
+
+    def _unique(self, name: str) -> str:
+        if not name or "#" in name:
+            raise ValueError(f"step name {name!r} must be non-empty and must not contain '#'")
+        count = self._names.get(name, 0) + 1
+        self._names[name] = count
+        return name if count == 1 else f"{name}#{count}"
+
+    def _replay(self, kind: str, name: str) -> Entry | None:
+        if self._pos >= len(self._calls):
+            return None
+        entry = self._calls[self._pos]
+        if entry.kind != kind or entry.name != name:
+            raise NonDeterminismError(
+                f"the journal has {entry.kind} {entry.name!r} at seq {entry.seq}, "
+                f"but the code asked for {kind} {name!r}",
+                journal={"seq": entry.seq, "kind": entry.kind, "name": entry.name},
+                code_asked={"kind": kind, "name": name},
+            )
+        self._pos += 1
+        return entry
+
+    def _check_finished(self) -> None:
+        """The function returned: any recorded call it did not reach is non-determinism."""
+        if self._pos < len(self._calls):
+            entry = self._calls[self._pos]
+            raise NonDeterminismError(
+                f"the workflow returned, but the journal has {entry.kind} {entry.name!r} at seq {entry.seq}",
+                journal={"seq": entry.seq, "kind": entry.kind, "name": entry.name},
+                code_asked={"kind": "return", "name": ""},
+            )
+
+    def _before_live(self) -> None:
+        if shutdown_requested.is_set():
+            raise Yield("worker shutting down")
+        run = self._run
+        if run.max_steps is not None and self._steps_used >= run.max_steps:
+            raise BudgetExceeded(
+                f"step budget exhausted: {self._steps_used} of {run.max_steps} steps used",
+                budget="steps",
+                used=self._steps_used,
+                limit=run.max_steps,
+            )
+        if run.max_cost is not None and self._cost_used >= float(run.max_cost):
+            raise BudgetExceeded(
+                f"cost budget exhausted: {self._cost_used:.4f} of {float(run.max_cost):.4f} usd used",
+                budget="cost",
+                used=self._cost_used,
+                limit=float(run.max_cost),
+            )
+        if run.max_duration_seconds is not None:
+            elapsed = (timezone.now() - run.started_at).total_seconds()
+            if elapsed >= run.max_duration_seconds:
+                raise BudgetExceeded(
+                    f"duration budget exhausted: {elapsed:.1f}s of {run.max_duration_seconds:.1f}s",
+                    budget="duration",
+                    used=round(elapsed, 3),
+                    limit=run.max_duration_seconds,
+                )
+
+    def _append(self, kind: str, name: str, payload: str, *, steps: int = 0, cost: float = 0.0) -> int:
+        seq = systemdb.append(
+            self.run_id,
+            fence=self._run.fence,
+            kind=kind,
+            name=name,
+            payload=payload,
+            worker=self._worker,
+            steps=steps,
+            cost=cost,
+        )
+        self._steps_used += steps
+        self._cost_used += cost
+        return seq
+
+    def _recorded(self, kind: str, make: Callable[[], Any]) -> Any:
+        name = self._unique(str(kind))
+        entry = self._replay(kind, name)
+        if entry is not None:
+            return entry.payload["value"]
+        self._before_live()
+        value = make()
+        self._append(kind, name, dumps({"value": value}))
+        return value
+
+    def _step_outcome(self, entry: Entry) -> Any:
+        payload = entry.payload
+        if "error" in payload:
+            err = payload["error"]
+            raise StepFailed(entry.name, err.get("type", "Exception"), err.get("message", ""))
+        return payload["value"]

@@ -1,0 +1,219 @@
+"""Advancing a run: claim, replay, continue, record the outcome.
+
+``advance(run_id)`` is what a worker's job calls. It claims the run with one
+conditional UPDATE (a worker that loses the race returns quietly), checks the
+definition hash, loads the journal in one query, runs the workflow function from
+the top with a replaying ``Context``, and records how it ended, all under the
+claim's fence. A heartbeat thread extends the lease while the function runs.
+
+What is guaranteed: a journaled step is never executed again by any worker; a
+worker that lost its lease records nothing more. What is not: a step whose
+function ran but whose result was not journaled before a crash runs again
+(at-least-once for steps; effects go through the ledger for more).
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import os
+import socket
+import threading
+
+from django.conf import settings
+from django.db import connection
+
+from sagas import queue, registry, systemdb
+from sagas.context import Context
+from sagas.crashpoints import crash_point
+from sagas.errors import LeaseLost, NotSerializable, RunHalted, StepFailed, VersionMismatch, Yield
+from sagas.models import JournalKind, RunStatus
+from sagas.systemdb import ClaimedRun, dumps
+
+log = logging.getLogger("sagas.engine")
+K = JournalKind
+
+
+class Outcome(str, enum.Enum):
+    NOT_CLAIMED = "not_claimed"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    NEEDS_ATTENTION = "needs_attention"
+    YIELDED = "yielded"
+    LEASE_LOST = "lease_lost"
+
+
+_worker_id: str | None = None
+
+
+def worker_id() -> str:
+    """``host:pid``, fixed for the life of the process."""
+    global _worker_id
+    if _worker_id is None or not _worker_id.endswith(f":{os.getpid()}"):
+        _worker_id = f"{socket.gethostname()}:{os.getpid()}"
+    return _worker_id
+
+
+class Heartbeat:
+    """Extends the lease every ttl/3 on its own connection until stopped.
+
+    If a renewal matches no row the lease is gone; the main thread will find out
+    at its next write (which the fence refuses), so the heartbeat just stops.
+    """
+
+    def __init__(self, run_id: str, fence: int, ttl: float) -> None:
+        self.run_id, self.fence, self.ttl = run_id, fence, ttl
+        self.lost = False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name=f"heartbeat-{run_id[:8]}", daemon=True)
+
+    def __enter__(self) -> Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=self.ttl)
+
+    def _loop(self) -> None:
+        try:
+            while not self._stop.wait(self.ttl / 3):
+                try:
+                    if not systemdb.renew_lease(self.run_id, fence=self.fence, ttl=self.ttl):
+                        self.lost = True
+                        log.warning("run %s: heartbeat found the lease taken over", self.run_id)
+                        return
+                except Exception:  # a transient DB error: try again next beat
+                    log.exception("run %s: heartbeat failed", self.run_id)
+                    connection.close()
+        finally:
+            connection.close()
+
+
+def advance(run_id: str, *, owner: str | None = None) -> Outcome:
+    owner = owner or worker_id()
+    ttl = settings.SAGAS_LEASE_TTL
+    run = systemdb.claim(str(run_id), owner=owner, ttl=ttl)
+    if run is None:
+        log.debug("run %s: not claimable, skipping", run_id)
+        return Outcome.NOT_CLAIMED
+    log.info("run %s: claimed by %s (attempt %d, fence %d)", run.id, owner, run.attempts, run.fence)
+    with Heartbeat(run.id, run.fence, ttl):
+        return _execute(run, owner)
+
+
+def _execute(run: ClaimedRun, owner: str) -> Outcome:
+    try:
+        definition = _definition_for(run)
+        journal = systemdb.load_journal(run.id)
+        ctx = Context(run=run, journal=journal, worker_id=owner)
+        try:
+            value = definition.fn(ctx, run.input)
+            ctx._check_finished()
+            try:
+                dumps(value)
+            except (TypeError, ValueError) as exc:
+                raise NotSerializable(f"the workflow returned a value that is not JSON: {exc}") from exc
+        except (RunHalted, Yield, LeaseLost):
+            raise
+        except Exception as exc:
+            return _fail(run, owner, exc)
+        crash_point("before_complete", run.workflow_name)
+        systemdb.finish(
+            run.id,
+            fence=run.fence,
+            status=RunStatus.COMPLETED,
+            kind=K.COMPLETED,
+            worker=owner,
+            payload={"result": value},
+            result=value,
+            terminal=True,
+        )
+        log.info("run %s: completed", run.id)
+        return Outcome.COMPLETED
+    except RunHalted as halt:
+        return _halt(run, owner, halt)
+    except Yield:
+        return _yield(run, owner)
+    except LeaseLost as lost:
+        log.warning("run %s: lease lost, stopping without recording: %s", run.id, lost)
+        return Outcome.LEASE_LOST
+
+
+def _definition_for(run: ClaimedRun) -> registry.WorkflowDefinition:
+    definition = registry.find(run.workflow_name, run.version)
+    if definition is None:
+        raise VersionMismatch(
+            f"{run.workflow_name} version {run.version} is not registered on worker {worker_id()}",
+            run_hash=run.definition_hash,
+            worker_hash=None,
+            worker=worker_id(),
+        )
+    if definition.definition_hash != run.definition_hash:
+        raise VersionMismatch(
+            f"{run.workflow_name} version {run.version} changed since this run started: "
+            f"run has {run.definition_hash[:12]}, worker {worker_id()} has {definition.definition_hash[:12]}",
+            run_hash=run.definition_hash,
+            worker_hash=definition.definition_hash,
+            worker=worker_id(),
+        )
+    return definition
+
+
+def _halt(run: ClaimedRun, owner: str, halt: RunHalted) -> Outcome:
+    details = halt.as_dict()
+    try:
+        systemdb.finish(
+            run.id,
+            fence=run.fence,
+            status=RunStatus.NEEDS_ATTENTION,
+            kind=K.HALTED,
+            worker=owner,
+            payload=details,
+            reason=halt.reason,
+            error=details,
+        )
+    except LeaseLost:
+        return Outcome.LEASE_LOST
+    log.warning("run %s: needs attention (%s): %s", run.id, halt.reason, halt.message)
+    return Outcome.NEEDS_ATTENTION
+
+
+def _fail(run: ClaimedRun, owner: str, exc: Exception) -> Outcome:
+    reason = "step_failed" if isinstance(exc, StepFailed) else "workflow_error"
+    error = {"code": reason, "type": type(exc).__name__, "message": str(exc)[:4000]}
+    if isinstance(exc, StepFailed):
+        error["step"] = exc.step
+    try:
+        systemdb.finish(
+            run.id,
+            fence=run.fence,
+            status=RunStatus.FAILED,
+            kind=K.FAILED,
+            worker=owner,
+            payload=error,
+            reason=reason,
+            error=error,
+            terminal=True,
+        )
+    except LeaseLost:
+        return Outcome.LEASE_LOST
+    log.warning("run %s: failed: %s", run.id, error["message"])
+    return Outcome.FAILED
+
+
+def _yield(run: ClaimedRun, owner: str) -> Outcome:
+    try:
+        systemdb.finish(
+            run.id,
+            fence=run.fence,
+            status=RunStatus.PENDING,
+            kind=K.YIELDED,
+            worker=owner,
+            payload={"reason": "worker shutting down"},
+        )
+    except LeaseLost:
+        return Outcome.LEASE_LOST
+    queue.enqueue_advance(run.id)
+    log.info("run %s: handed back on shutdown", run.id)
+    return Outcome.YIELDED

@@ -1,0 +1,118 @@
+"""One exception hierarchy for the engine, each with a stable ``code``.
+
+Two families:
+
+* ``SagaError`` (an ``Exception``): errors callers are expected to handle, such as
+  a workflow that is not registered or a start that conflicts with an existing run.
+* ``EngineSignal`` (a ``BaseException``): control flow inside a running workflow
+  (suspend, halt, lease lost). They subclass ``BaseException`` so that a
+  workflow's own ``except Exception`` cannot swallow them, as in DBOS.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class SagaError(Exception):
+    code = "saga_error"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"code": self.code, "message": str(self)}
+
+
+class WorkflowNotRegistered(SagaError):
+    code = "workflow_not_registered"
+
+
+class DuplicateWorkflow(SagaError):
+    code = "duplicate_workflow"
+
+
+class StartConflict(SagaError):
+    """A run with this tenant, workflow and business key exists with a different input."""
+
+    code = "start_conflict"
+
+
+class IllegalTransition(SagaError):
+    code = "illegal_transition"
+
+
+class NotSerializable(SagaError):
+    """A step returned, or a workflow was given, a value that is not JSON."""
+
+    code = "not_serializable"
+
+
+class StepFailed(SagaError):
+    """A step's function raised. Raised identically on first execution and on replay.
+
+    ``error_type`` and ``message`` are what the original exception said; on the
+    first execution the original exception is also chained as ``__cause__``.
+    """
+
+    code = "step_failed"
+
+    def __init__(self, step: str, error_type: str, message: str) -> None:
+        super().__init__(f"step {step!r} raised {error_type}: {message}")
+        self.step = step
+        self.error_type = error_type
+        self.message = message
+
+
+# --- control flow inside a run ------------------------------------------------
+
+
+class EngineSignal(BaseException):
+    """Base of every signal the engine uses to unwind a workflow function."""
+
+    code = "engine_signal"
+
+
+class LeaseLost(EngineSignal):
+    """Another worker claimed the run (its fence moved on): stop and record nothing."""
+
+    code = "lease_lost"
+
+
+class Yield(EngineSignal):
+    """The worker is shutting down: hand the run back (PENDING) at a step boundary."""
+
+    code = "yield"
+
+
+class RunHalted(EngineSignal):
+    """The run cannot continue without a person: it goes to NEEDS_ATTENTION.
+
+    ``reason`` is the stable machine-readable reason stored on the run
+    (``non_determinism``, ``version_mismatch``, ``budget_exceeded`` ...), and
+    ``details`` is a JSON object shown in the console.
+    """
+
+    code = "run_halted"
+    reason = "halted"
+
+    def __init__(self, message: str, **details: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details = details
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"code": self.reason, "message": self.message, **self.details}
+
+
+class NonDeterminismError(RunHalted):
+    """The code asked for a different step than the journal recorded at this position."""
+
+    code = reason = "non_determinism"
+
+
+class VersionMismatch(RunHalted):
+    """The run's definition hash is not the one this worker has for its version."""
+
+    code = reason = "version_mismatch"
+
+
+class BudgetExceeded(RunHalted):
+    code = reason = "budget_exceeded"

@@ -1,0 +1,187 @@
+"""System tables of the engine: runs, their append-only journal, and registered versions."""
+
+from __future__ import annotations
+
+import uuid
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+from sagas.errors import IllegalTransition
+
+
+class RunStatus(models.TextChoices):
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    WAITING = "WAITING"
+    NEEDS_ATTENTION = "NEEDS_ATTENTION"
+    COMPENSATING = "COMPENSATING"
+    COMPENSATED = "COMPENSATED"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+
+
+S = RunStatus
+# The one table of legal run transitions. SQL in sagas/systemdb.py derives its
+# ``status = ANY(...)`` guards from it through ``sources()``.
+RUN_TRANSITIONS: dict[str, frozenset[str]] = {
+    S.PENDING: frozenset({S.RUNNING, S.CANCELLED}),
+    # RUNNING -> RUNNING is a new claim after the previous lease expired.
+    S.RUNNING: frozenset(
+        {S.RUNNING, S.PENDING, S.WAITING, S.NEEDS_ATTENTION, S.COMPENSATING, S.COMPLETED, S.FAILED, S.CANCELLED}
+    ),
+    S.WAITING: frozenset({S.PENDING, S.NEEDS_ATTENTION, S.COMPENSATING, S.CANCELLED}),
+    S.NEEDS_ATTENTION: frozenset({S.PENDING, S.COMPENSATING, S.FAILED, S.CANCELLED}),
+    S.COMPENSATING: frozenset({S.COMPENSATING, S.NEEDS_ATTENTION, S.COMPENSATED}),
+    S.COMPENSATED: frozenset(),
+    S.COMPLETED: frozenset(),
+    S.FAILED: frozenset({S.COMPENSATING}),
+    S.CANCELLED: frozenset(),
+}
+TERMINAL_STATUSES = frozenset({S.COMPLETED, S.FAILED, S.CANCELLED, S.COMPENSATED})
+# Statuses in which a worker holds (or held, if the lease expired) the run.
+LEASED_STATUSES = frozenset({S.RUNNING, S.COMPENSATING})
+
+
+def check_transition(old: str, new: str) -> None:
+    if new not in RUN_TRANSITIONS[old]:
+        raise IllegalTransition(f"a run cannot go from {old} to {new}")
+
+
+def sources(new: str) -> list[str]:
+    """Every status from which ``new`` may be reached, for SQL guards."""
+    return sorted(old for old, targets in RUN_TRANSITIONS.items() if new in targets)
+
+
+class WorkflowRun(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    workflow_name = models.CharField(max_length=200)
+    version = models.PositiveIntegerField()
+    definition_hash = models.CharField(max_length=64)
+    input = models.JSONField(null=True, blank=True)
+    business_key = models.CharField(max_length=200, blank=True, default="")
+    tenant = models.CharField(max_length=100, default="default")
+
+    status = models.CharField(max_length=20, choices=RunStatus.choices, default=RunStatus.PENDING)
+    # Why the run needs attention or failed: version_mismatch, non_determinism,
+    # budget_exceeded, workflow_error ... (machine-readable, stable).
+    status_reason = models.CharField(max_length=50, blank=True, default="")
+    result = models.JSONField(null=True, blank=True)
+    error = models.JSONField(null=True, blank=True)
+
+    lease_owner = models.CharField(max_length=200, blank=True, default="")
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    fence = models.BigIntegerField(default=0, help_text="+1 on every claim; every write checks it")
+    attempts = models.PositiveIntegerField(default=0, help_text="number of claims")
+    last_seq = models.PositiveIntegerField(default=0, help_text="seq of the newest journal entry")
+
+    steps_used = models.PositiveIntegerField(default=0)
+    cost_used = models.DecimalField(max_digits=14, decimal_places=6, default=0)
+    max_steps = models.PositiveIntegerField(null=True, blank=True)
+    max_cost = models.DecimalField(max_digits=14, decimal_places=6, null=True, blank=True)
+    max_duration = models.DurationField(null=True, blank=True)
+    wake_at = models.DateTimeField(null=True, blank=True, help_text="when a waiting run's timer is due")
+
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    started_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    started_via = models.CharField(max_length=20, default="api")
+
+    class Meta:
+        constraints = [
+            # start() is idempotent per business key: see sagas.services.run_start.
+            models.UniqueConstraint(
+                fields=["tenant", "workflow_name", "business_key"],
+                condition=~Q(business_key=""),
+                name="run_unique_business_key",
+            ),
+            models.CheckConstraint(condition=Q(status__in=RunStatus.values), name="run_status_valid"),
+        ]
+        indexes = [
+            models.Index(fields=["status", "updated_at"], name="run_status_updated"),
+            models.Index(fields=["workflow_name", "version"], name="run_workflow_version"),
+            models.Index(fields=["business_key"], name="run_business_key"),
+            models.Index(fields=["updated_at"], name="run_updated"),
+            models.Index(fields=["-created_at", "-id"], name="run_created_keyset"),
+            models.Index(
+                fields=["lease_expires_at"],
+                condition=Q(status__in=["RUNNING", "COMPENSATING"]),
+                name="run_live_lease",
+            ),
+            models.Index(fields=["wake_at"], condition=Q(status="WAITING"), name="run_wake_due"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.workflow_name} v{self.version} {self.id} [{self.status}]"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status in TERMINAL_STATUSES
+
+
+class JournalKind(models.TextChoices):
+    STARTED = "started"
+    CLAIMED = "claimed"
+    STEP = "step"
+    NOW = "now"
+    RANDOM = "random"
+    UUID = "uuid"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    HALTED = "halted"
+    YIELDED = "yielded"
+    RESUMED = "resumed"
+    OPERATOR_ACTION = "operator_action"
+
+
+# Kinds written by ``ctx`` calls in the workflow's own order. Replay matches them
+# position by position; every other kind is an event around the run (claims,
+# outcomes, operator actions) that replay skips.
+CALL_KINDS = frozenset({JournalKind.STEP, JournalKind.NOW, JournalKind.RANDOM, JournalKind.UUID})
+
+
+class JournalEntry(models.Model):
+    """One entry of a run's history. Append-only: a database trigger refuses UPDATE and DELETE."""
+
+    run = models.ForeignKey(WorkflowRun, on_delete=models.PROTECT, related_name="journal", db_index=False)
+    seq = models.PositiveIntegerField()
+    kind = models.CharField(max_length=40)
+    name = models.CharField(max_length=200, blank=True, default="")
+    payload = models.JSONField(null=True, blank=True)
+    worker_id = models.CharField(max_length=200, blank=True, default="")
+    created_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run", "seq"], name="journal_unique_run_seq")]
+        ordering = ["run", "seq"]
+        verbose_name_plural = "journal entries"
+
+    def __str__(self) -> str:
+        return f"{self.run_id}#{self.seq} {self.kind} {self.name}"
+
+
+class WorkflowVersion(models.Model):
+    """Every (name, version, hash) a process has registered, with its source for diffs."""
+
+    name = models.CharField(max_length=200)
+    version = models.PositiveIntegerField()
+    definition_hash = models.CharField(max_length=64)
+    source = models.TextField()
+    module = models.CharField(max_length=300)
+    first_registered_at = models.DateTimeField(auto_now_add=True)
+    last_registered_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["name", "version", "definition_hash"], name="version_unique_hash")
+        ]
+        ordering = ["name", "-version"]
+
+    def __str__(self) -> str:
+        return f"{self.name} v{self.version} ({self.definition_hash[:12]})"

@@ -1,0 +1,85 @@
+"""Redis is a wake-up transport, never the truth.
+
+``enqueue_advance(run_id)`` puts an ``advance`` job on the engine's RQ queue and
+sets a short-lived marker ``sagas:queued:<run_id>``. The job deletes the marker
+when it starts. The sweeper treats "runnable in PostgreSQL, no marker in Redis"
+as a lost wake-up and enqueues again, so a ``FLUSHALL`` loses nothing.
+Duplicate jobs are harmless: claiming a run is atomic and a job that cannot
+claim returns quietly.
+"""
+
+from __future__ import annotations
+
+import logging
+from functools import lru_cache
+
+import redis
+from django.conf import settings
+from django.db import transaction
+from rq import Queue
+
+log = logging.getLogger("sagas.queue")
+
+MARKER_PREFIX = "sagas:queued:"
+# Long enough to cover a normal backlog; when it lapses the sweeper may add a
+# duplicate job, which is harmless.
+MARKER_TTL_SECONDS = 300
+ADVANCE_JOB = "sagas.jobs.advance"
+
+
+@lru_cache(maxsize=1)
+def redis_connection() -> redis.Redis:
+    return redis.Redis.from_url(settings.REDIS_URL, socket_timeout=5, socket_connect_timeout=5)
+
+
+@lru_cache(maxsize=1)
+def get_queue() -> Queue:
+    return Queue(settings.SAGAS_QUEUE, connection=redis_connection(), default_timeout=-1)
+
+
+def marker_key(run_id: str) -> str:
+    return f"{MARKER_PREFIX}{run_id}"
+
+
+def enqueue_advance(run_id: str) -> bool:
+    """Wake a worker for ``run_id``. Returns False (and logs) when Redis is unreachable:
+    the run is still safe in PostgreSQL and the sweeper will enqueue it later."""
+    run_id = str(run_id)
+    try:
+        redis_connection().set(marker_key(run_id), "1", ex=MARKER_TTL_SECONDS)
+        get_queue().enqueue(
+            ADVANCE_JOB,
+            run_id,
+            job_timeout=-1,
+            result_ttl=0,
+            failure_ttl=24 * 3600,
+            description=f"advance {run_id}",
+        )
+    except redis.RedisError as exc:
+        log.warning("could not enqueue run %s (%s); the sweeper will pick it up", run_id, exc)
+        return False
+    return True
+
+
+def enqueue_after_commit(run_id: str) -> None:
+    """Enqueue once the surrounding transaction commits (immediately in autocommit)."""
+    run_id = str(run_id)
+    transaction.on_commit(lambda: enqueue_advance(run_id))
+
+
+def clear_marker(run_id: str) -> None:
+    try:
+        redis_connection().delete(marker_key(run_id))
+    except redis.RedisError as exc:  # the job still runs; the marker just lapses
+        log.warning("could not clear queue marker for %s: %s", run_id, exc)
+
+
+def queued_markers(run_ids: list[str]) -> set[str]:
+    """The subset of ``run_ids`` that a queue still holds a wake-up for."""
+    if not run_ids:
+        return set()
+    conn = redis_connection()
+    pipe = conn.pipeline(transaction=False)
+    for run_id in run_ids:
+        pipe.exists(marker_key(run_id))
+    return {run_id for run_id, present in zip(run_ids, pipe.execute()) if present}

@@ -1,0 +1,258 @@
+"""The engine's hot-path SQL on its system tables (runs and journal).
+
+Every write a worker makes is one statement that checks the run's ``fence`` in
+its WHERE clause and bumps ``last_seq`` to number the journal entry it inserts,
+so that:
+
+* a pure step costs exactly one commit (autocommit, one statement);
+* a worker whose lease was taken over (fence moved on) writes nothing: the
+  UPDATE matches no row, the INSERT selects from nothing, and the caller gets
+  ``LeaseLost``;
+* the UPDATE takes the run's row lock, so a concurrent claim either commits
+  first (and the stale write matches nothing) or waits for the write to commit
+  (and then loads the journal including it). Journal ``seq`` values are
+  therefore gap-free and never contested.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from django.db import connection
+
+from sagas.errors import LeaseLost
+from sagas.models import LEASED_STATUSES, RunStatus, sources
+
+
+@dataclass(frozen=True)
+class Entry:
+    seq: int
+    kind: str
+    name: str
+    payload: Any
+
+
+@dataclass(frozen=True)
+class ClaimedRun:
+    id: str
+    workflow_name: str
+    version: int
+    definition_hash: str
+    input: Any
+    tenant: str
+    business_key: str
+    fence: int
+    attempts: int
+    steps_used: int
+    cost_used: Decimal
+    max_steps: int | None
+    max_cost: Decimal | None
+    max_duration_seconds: float | None
+    started_at: datetime
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), allow_nan=False)
+
+
+_CLAIMABLE = sorted({RunStatus.PENDING, *LEASED_STATUSES})
+
+_CLAIM_SQL = """
+WITH claimed AS (
+    UPDATE sagas_workflowrun
+       SET status = CASE WHEN status = 'COMPENSATING' THEN 'COMPENSATING' ELSE 'RUNNING' END,
+           lease_owner = %(owner)s,
+           lease_expires_at = now() + make_interval(secs => %(ttl)s::float8),
+           fence = fence + 1,
+           attempts = attempts + 1,
+           last_seq = last_seq + 1,
+           started_at = coalesce(started_at, now()),
+           updated_at = now()
+     WHERE id = %(run)s
+       AND status = ANY(%(claimable)s)
+       AND (lease_expires_at IS NULL OR lease_expires_at < now())
+ RETURNING id, workflow_name, version, definition_hash, input, tenant, business_key, fence,
+           attempts, steps_used, cost_used, max_steps, max_cost,
+           extract(epoch FROM max_duration)::float8, started_at, last_seq
+), entry AS (
+    INSERT INTO sagas_journalentry (run_id, seq, kind, name, payload, worker_id, created_at)
+    SELECT id, last_seq, 'claimed', '',
+           jsonb_build_object('attempt', attempts, 'fence', fence, 'lease_ttl', %(ttl)s::float8),
+           %(owner)s, now()
+      FROM claimed
+)
+SELECT * FROM claimed
+"""
+
+
+def claim(run_id: str, *, owner: str, ttl: float) -> ClaimedRun | None:
+    """Atomically take the run if it is claimable and no live lease holds it.
+
+    Returns None when another worker holds it, or it is waiting or finished:
+    the caller returns quietly.
+    """
+    with connection.cursor() as cur:
+        cur.execute(_CLAIM_SQL, {"run": run_id, "owner": owner, "ttl": ttl, "claimable": _CLAIMABLE})
+        row = cur.fetchone()
+    if row is None:
+        return None
+    raw_input = row[4]
+    return ClaimedRun(
+        id=str(row[0]),
+        workflow_name=row[1],
+        version=row[2],
+        definition_hash=row[3],
+        input=json.loads(raw_input) if isinstance(raw_input, str) else raw_input,
+        tenant=row[5],
+        business_key=row[6],
+        fence=row[7],
+        attempts=row[8],
+        steps_used=row[9],
+        cost_used=row[10],
+        max_steps=row[11],
+        max_cost=row[12],
+        max_duration_seconds=row[13],
+        started_at=row[14],
+    )
+
+
+def load_journal(run_id: str) -> list[Entry]:
+    """The whole journal of a run, in one query, oldest first."""
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT seq, kind, name, payload FROM sagas_journalentry WHERE run_id = %s ORDER BY seq",
+            [run_id],
+        )
+        rows = cur.fetchall()
+    loads = json.loads
+    return [Entry(seq, kind, name, loads(p) if isinstance(p, str) else p) for seq, kind, name, p in rows]
+
+
+_APPEND_SQL = """
+WITH r AS (
+    UPDATE sagas_workflowrun
+       SET last_seq = last_seq + 1,
+           steps_used = steps_used + %(steps)s,
+           cost_used = cost_used + %(cost)s::numeric
+     WHERE id = %(run)s AND fence = %(fence)s
+ RETURNING id, last_seq
+)
+INSERT INTO sagas_journalentry (run_id, seq, kind, name, payload, worker_id, created_at)
+SELECT id, last_seq, %(kind)s, %(name)s, %(payload)s::jsonb, %(worker)s, now() FROM r
+RETURNING seq
+"""
+
+
+def append(
+    run_id: str,
+    *,
+    fence: int,
+    kind: str,
+    name: str,
+    payload: str,
+    worker: str,
+    steps: int = 0,
+    cost: float = 0.0,
+) -> int:
+    """Append one journal entry under the caller's fence; one statement, one commit.
+
+    ``payload`` is JSON text. Raises ``LeaseLost`` when the fence moved on.
+    """
+    with connection.cursor() as cur:
+        cur.execute(
+            _APPEND_SQL,
+            {
+                "run": run_id,
+                "fence": fence,
+                "kind": kind,
+                "name": name,
+                "payload": payload,
+                "worker": worker,
+                "steps": steps,
+                "cost": repr(float(cost)),
+            },
+        )
+        row = cur.fetchone()
+    if row is None:
+        raise LeaseLost(f"run {run_id}: fence {fence} is stale, {kind} {name!r} not recorded")
+    return row[0]
+
+
+def renew_lease(run_id: str, *, fence: int, ttl: float) -> bool:
+    with connection.cursor() as cur:
+        cur.execute(
+            """UPDATE sagas_workflowrun
+                  SET lease_expires_at = now() + make_interval(secs => %s::float8)
+                WHERE id = %s AND fence = %s""",
+            [ttl, run_id, fence],
+        )
+        return cur.rowcount == 1
+
+
+_FINISH_SQL = """
+WITH r AS (
+    UPDATE sagas_workflowrun
+       SET status = %(status)s,
+           status_reason = %(reason)s,
+           result = %(result)s::jsonb,
+           error = %(error)s::jsonb,
+           wake_at = %(wake_at)s,
+           lease_owner = '',
+           lease_expires_at = NULL,
+           finished_at = CASE WHEN %(terminal)s THEN now() ELSE NULL END,
+           updated_at = now(),
+           last_seq = last_seq + 1
+     WHERE id = %(run)s AND fence = %(fence)s AND status = ANY(%(from)s)
+ RETURNING id, last_seq
+)
+INSERT INTO sagas_journalentry (run_id, seq, kind, name, payload, worker_id, created_at)
+SELECT id, last_seq, %(kind)s, '', %(payload)s::jsonb, %(worker)s, now() FROM r
+RETURNING seq
+"""
+
+
+def finish(
+    run_id: str,
+    *,
+    fence: int,
+    status: str,
+    kind: str,
+    worker: str,
+    payload: dict[str, Any],
+    reason: str = "",
+    result: Any = None,
+    error: dict[str, Any] | None = None,
+    wake_at: datetime | None = None,
+    terminal: bool = False,
+) -> int:
+    """Release the lease and move the run to ``status``, journaling ``kind``; one commit.
+
+    The status guard comes from the transition table. Raises ``LeaseLost`` when
+    the fence moved on (another worker or an operator took the run).
+    """
+    with connection.cursor() as cur:
+        cur.execute(
+            _FINISH_SQL,
+            {
+                "run": run_id,
+                "fence": fence,
+                "status": status,
+                "reason": reason,
+                "result": dumps(result) if result is not None else None,
+                "error": dumps(error) if error is not None else None,
+                "wake_at": wake_at,
+                "terminal": terminal,
+                "from": sources(status),
+                "kind": kind,
+                "payload": dumps(payload),
+                "worker": worker,
+            },
+        )
+        row = cur.fetchone()
+    if row is None:
+        raise LeaseLost(f"run {run_id}: fence {fence} is stale, could not move it to {status}")
+    return row[0]
