@@ -74,7 +74,9 @@ _db = parse_database_url(DATABASE_URL)
 # pytest-django creates this database; worker processes started by tests are
 # pointed at it explicitly, so its name must be known in advance.
 _db["TEST"] = {"NAME": env_str("TEST_DATABASE_NAME", f"test_{_db['NAME']}")}
-_db["CONN_MAX_AGE"] = 0
+# Workers and web processes keep their connection (checked before reuse).
+_db["CONN_MAX_AGE"] = env_float("DB_CONN_MAX_AGE", 300.0)
+_db["CONN_HEALTH_CHECKS"] = True
 DATABASES = {"default": _db}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

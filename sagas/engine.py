@@ -43,15 +43,20 @@ class Outcome(str, enum.Enum):
     LEASE_LOST = "lease_lost"
 
 
-_worker_id: str | None = None
+_worker_id: tuple[int, str] | None = None
 
 
 def worker_id() -> str:
-    """``host:pid``, fixed for the life of the process."""
+    """This process's identity in leases and the journal: ``host:pid`` unless named."""
     global _worker_id
-    if _worker_id is None or not _worker_id.endswith(f":{os.getpid()}"):
-        _worker_id = f"{socket.gethostname()}:{os.getpid()}"
-    return _worker_id
+    if _worker_id is None or _worker_id[0] != os.getpid():
+        _worker_id = (os.getpid(), f"{socket.gethostname()}:{os.getpid()}")
+    return _worker_id[1]
+
+
+def set_worker_id(name: str) -> None:
+    global _worker_id
+    _worker_id = (os.getpid(), name)
 
 
 class Heartbeat:

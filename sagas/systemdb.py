@@ -22,6 +22,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
+import psycopg
 from django.db import connection
 
 from sagas.errors import LeaseLost
@@ -53,6 +54,17 @@ class ClaimedRun:
     max_cost: Decimal | None
     max_duration_seconds: float | None
     started_at: datetime
+
+
+def _cursor() -> psycopg.Cursor:
+    """A server-side-binding cursor on Django's connection (same transaction state).
+
+    Django's default psycopg cursor binds parameters client-side and never
+    prepares; the hot-path statements here run thousands of times per second,
+    so they use server-side binding, which psycopg prepares after a few uses.
+    """
+    connection.ensure_connection()
+    return psycopg.Cursor(connection.connection)
 
 
 def dumps(value: Any) -> str:
@@ -95,7 +107,7 @@ def claim(run_id: str, *, owner: str, ttl: float) -> ClaimedRun | None:
     Returns None when another worker holds it, or it is waiting or finished:
     the caller returns quietly.
     """
-    with connection.cursor() as cur:
+    with _cursor() as cur:
         cur.execute(_CLAIM_SQL, {"run": run_id, "owner": owner, "ttl": ttl, "claimable": _CLAIMABLE})
         row = cur.fetchone()
     if row is None:
@@ -122,7 +134,7 @@ def claim(run_id: str, *, owner: str, ttl: float) -> ClaimedRun | None:
 
 def load_journal(run_id: str) -> list[Entry]:
     """The whole journal of a run, in one query, oldest first."""
-    with connection.cursor() as cur:
+    with _cursor() as cur:
         cur.execute(
             "SELECT seq, kind, name, payload FROM sagas_journalentry WHERE run_id = %s ORDER BY seq",
             [run_id],
@@ -162,7 +174,7 @@ def append(
 
     ``payload`` is JSON text. Raises ``LeaseLost`` when the fence moved on.
     """
-    with connection.cursor() as cur:
+    with _cursor() as cur:
         cur.execute(
             _APPEND_SQL,
             {
@@ -183,7 +195,7 @@ def append(
 
 
 def renew_lease(run_id: str, *, fence: int, ttl: float) -> bool:
-    with connection.cursor() as cur:
+    with _cursor() as cur:
         cur.execute(
             """UPDATE sagas_workflowrun
                   SET lease_expires_at = now() + make_interval(secs => %s::float8)
@@ -234,7 +246,7 @@ def finish(
     The status guard comes from the transition table. Raises ``LeaseLost`` when
     the fence moved on (another worker or an operator took the run).
     """
-    with connection.cursor() as cur:
+    with _cursor() as cur:
         cur.execute(
             _FINISH_SQL,
             {

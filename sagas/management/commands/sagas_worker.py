@@ -6,7 +6,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand
 
 from sagas import queue, recovery, services
-from sagas.engine import worker_id
+from sagas.engine import set_worker_id, worker_id
 from sagas.worker import SagaWorker, start_sweeper
 
 log = logging.getLogger("sagas.worker")
@@ -23,7 +23,9 @@ class Command(BaseCommand):
     def handle(self, *args, **options):  # type: ignore[no-untyped-def]
         count = services.versions_sync_all()
         resumed = services.runs_resume_stranded()
-        name = options["name"] or worker_id()
+        if options["name"]:
+            set_worker_id(options["name"])
+        name = worker_id()
         self.stdout.write(
             f"sagas worker {name}: {count} workflow version(s), queue {settings.SAGAS_QUEUE!r}, "
             f"lease {settings.SAGAS_LEASE_TTL:g}s, sweep every {settings.SAGAS_SWEEP_INTERVAL:g}s"

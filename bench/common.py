@@ -1,0 +1,105 @@
+"""Shared set-up for the benchmark scripts: their own database and Redis db, real workers."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH_DB = os.environ.get("BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/saga_bench")
+BENCH_REDIS = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/14")
+
+
+def bench_env(**extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        DJANGO_SETTINGS_MODULE="config.settings",
+        DATABASE_URL=BENCH_DB,
+        REDIS_URL=BENCH_REDIS,
+        SAGAS_MODULES="bench.workflows",
+        SAGAS_LOG_LEVEL="WARNING",
+    )
+    env.update(extra)
+    return env
+
+
+def setup_django(**extra: str) -> None:
+    os.environ.update(bench_env(**extra))
+    sys.path.insert(0, str(ROOT))
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    _ensure_database()
+    call_command("migrate", verbosity=0)
+
+
+def _ensure_database() -> None:
+    import psycopg
+    from django.db import connection
+
+    params = connection.get_connection_params()
+    name = connection.settings_dict["NAME"]
+    params = {k: v for k, v in params.items() if k in {"host", "port", "user", "password"}}
+    with psycopg.connect(dbname="postgres", autocommit=True, **params) as conn:
+        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone()
+        if not exists:
+            conn.execute(f'CREATE DATABASE "{name}"')
+
+
+def reset_state() -> None:
+    """Empty the bench database's engine tables and the bench Redis db."""
+    from django.db import connection
+
+    from sagas.queue import redis_connection
+
+    with connection.cursor() as cur:
+        cur.execute("TRUNCATE sagas_journalentry, sagas_workflowrun CASCADE")
+    redis_connection().flushdb()
+
+
+def spawn_worker(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "manage.py", "sagas_worker", *args],
+        cwd=ROOT,
+        env=env or bench_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+
+
+def median(values: list[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def percentile(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    k = min(len(ordered) - 1, max(0, round(p / 100 * (len(ordered) - 1))))
+    return ordered[k]
+
+
+def print_table(title: str, rows: list[tuple[str, str, str]]) -> None:
+    width = [max(len(r[i]) for r in rows) for i in range(3)]
+    print(f"\n{title}")
+    for i, row in enumerate(rows):
+        print("| " + " | ".join(cell.ljust(width[j]) for j, cell in enumerate(row)) + " |")
+        if i == 0:
+            print("| " + " | ".join("-" * width[j] for j in range(3)) + " |")
+
+
+def wait_for(predicate, timeout: float, interval: float = 0.05) -> bool:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return False

@@ -1,0 +1,117 @@
+"""Real worker processes for tests: spawn, SIGKILL, SIGSTOP, and always clean up.
+
+Each worker runs in its own session (process group), so a kill takes every
+process it started. Output goes to a log file per worker, printed when a test
+fails.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from django.conf import settings
+from django.db import connection
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_database_url() -> str:
+    """The URL of the database pytest-django created, for worker processes."""
+    s = connection.settings_dict
+    auth = s["USER"] + (f":{s['PASSWORD']}" if s["PASSWORD"] else "")
+    host = s["HOST"] or "127.0.0.1"
+    port = f":{s['PORT']}" if s["PORT"] else ""
+    return f"postgres://{auth}@{host}{port}/{s['NAME']}"
+
+
+def worker_env(modules: str, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SAGAS_")}
+    env.update(
+        DJANGO_SETTINGS_MODULE="config.settings",
+        DATABASE_URL=test_database_url(),
+        REDIS_URL=settings.REDIS_URL,
+        SAGAS_MODULES=modules,
+        SAGAS_LEASE_TTL=str(settings.SAGAS_LEASE_TTL),
+        SAGAS_SWEEP_INTERVAL=str(settings.SAGAS_SWEEP_INTERVAL),
+        SAGAS_LOG_LEVEL="INFO",
+        PYTHONUNBUFFERED="1",
+    )
+    env.update(extra)
+    return env
+
+
+class Proc:
+    def __init__(self, name: str, popen: subprocess.Popen, log_path: Path) -> None:
+        self.name, self.popen, self.log_path = name, popen, log_path
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def signal(self, sig: int) -> None:
+        try:
+            os.killpg(self.popen.pid, sig)
+        except ProcessLookupError:
+            pass
+
+    def kill(self) -> None:
+        """SIGKILL the whole process group: the process running workflow code dies."""
+        self.signal(signal.SIGKILL)
+        self.popen.wait(timeout=10)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+
+class Procs:
+    def __init__(self, log_dir: Path) -> None:
+        self.log_dir = log_dir
+        self.procs: list[Proc] = []
+
+    def start(self, name: str, args: list[str], env: dict[str, str]) -> Proc:
+        log_path = self.log_dir / f"{name}.log"
+        handle = open(log_path, "ab")
+        popen = subprocess.Popen(
+            [sys.executable, *args], cwd=ROOT, env=env, stdout=handle, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        handle.close()
+        proc = Proc(name, popen, log_path)
+        self.procs.append(proc)
+        return proc
+
+    def worker(self, name: str, modules: str, *args: str, **extra_env: str) -> Proc:
+        return self.start(name, ["manage.py", "sagas_worker", "--name", name, *args], worker_env(modules, **extra_env))
+
+    def stop_all(self) -> None:
+        for proc in self.procs:
+            proc.signal(signal.SIGCONT)
+            proc.signal(signal.SIGKILL)
+        for proc in self.procs:
+            try:
+                proc.popen.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+
+    def logs(self) -> str:
+        return "\n".join(f"----- {p.name} (pid {p.pid}) -----\n{p.log()[-6000:]}" for p in self.procs)
+
+
+def wait_until(predicate: Callable[[], object], timeout: float, interval: float = 0.05, what: str = "") -> object:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
+        time.sleep(interval)
