@@ -219,6 +219,6 @@ def _yield(run: ClaimedRun, owner: str) -> Outcome:
         )
     except LeaseLost:
         return Outcome.LEASE_LOST
-    queue.enqueue_advance(run.id)
+    queue.enqueue_advance(run.id, run.definition_hash)
     log.info("run %s: handed back on shutdown", run.id)
     return Outcome.YIELDED

@@ -27,7 +27,8 @@ S = RunStatus
 # The one table of legal run transitions. SQL in sagas/systemdb.py derives its
 # ``status = ANY(...)`` guards from it through ``sources()``.
 RUN_TRANSITIONS: dict[str, frozenset[str]] = {
-    S.PENDING: frozenset({S.RUNNING, S.CANCELLED}),
+    # PENDING -> NEEDS_ATTENTION: no live worker has the run's code (version_mismatch).
+    S.PENDING: frozenset({S.RUNNING, S.NEEDS_ATTENTION, S.CANCELLED}),
     # RUNNING -> RUNNING is a new claim after the previous lease expired.
     S.RUNNING: frozenset(
         {S.RUNNING, S.PENDING, S.WAITING, S.NEEDS_ATTENTION, S.COMPENSATING, S.COMPLETED, S.FAILED, S.CANCELLED}
@@ -185,3 +186,25 @@ class WorkflowVersion(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} v{self.version} ({self.definition_hash[:12]})"
+
+
+class WorkerProcess(models.Model):
+    """A live (or recently live) worker and the code versions it can run.
+
+    Workers upsert their row at start and on every background beat. The sweeper
+    uses it to tell "waiting for a worker" from "no worker has this code".
+    """
+
+    name = models.CharField(max_length=200, unique=True)
+    hostname = models.CharField(max_length=200)
+    pid = models.PositiveIntegerField()
+    definitions = models.JSONField(default=list, help_text="[{name, version, hash}] this worker runs")
+    started_at = models.DateTimeField()
+    last_seen_at = models.DateTimeField()
+    stopped_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name

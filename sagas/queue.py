@@ -1,6 +1,11 @@
 """Redis is a wake-up transport, never the truth.
 
-``enqueue_advance(run_id)`` puts an ``advance`` job on the engine's RQ queue and
+Runs are routed by code version: each definition hash has its own RQ queue
+(``<SAGAS_QUEUE>:<hash prefix>``) and a worker listens only on the queues of the
+definitions it has registered. During a rolling deploy, old runs therefore go
+to workers that still have their code, never to one that would refuse them.
+
+``enqueue_advance(run_id, definition_hash)`` puts an ``advance`` job on that queue and
 sets a short-lived marker ``sagas:queued:<run_id>``. The job deletes the marker
 when it starts. The sweeper treats "runnable in PostgreSQL, no marker in Redis"
 as a lost wake-up and enqueues again, so a ``FLUSHALL`` loses nothing.
@@ -32,22 +37,27 @@ def redis_connection() -> redis.Redis:
     return redis.Redis.from_url(settings.REDIS_URL, socket_timeout=5, socket_connect_timeout=5)
 
 
-@lru_cache(maxsize=1)
-def get_queue() -> Queue:
-    return Queue(settings.SAGAS_QUEUE, connection=redis_connection(), default_timeout=-1)
+def queue_name_for(definition_hash: str) -> str:
+    return f"{settings.SAGAS_QUEUE}:{definition_hash[:16]}"
+
+
+@lru_cache(maxsize=256)
+def get_queue(name: str) -> Queue:
+    return Queue(name, connection=redis_connection(), default_timeout=-1)
 
 
 def marker_key(run_id: str) -> str:
     return f"{MARKER_PREFIX}{run_id}"
 
 
-def enqueue_advance(run_id: str) -> bool:
-    """Wake a worker for ``run_id``. Returns False (and logs) when Redis is unreachable:
-    the run is still safe in PostgreSQL and the sweeper will enqueue it later."""
+def enqueue_advance(run_id: str, definition_hash: str) -> bool:
+    """Wake a worker that has this code version for ``run_id``. Returns False (and logs)
+    when Redis is unreachable: the run is still safe in PostgreSQL and the sweeper
+    will enqueue it later."""
     run_id = str(run_id)
     try:
         redis_connection().set(marker_key(run_id), "1", ex=MARKER_TTL_SECONDS)
-        get_queue().enqueue(
+        get_queue(queue_name_for(definition_hash)).enqueue(
             ADVANCE_JOB,
             run_id,
             job_timeout=-1,
@@ -61,10 +71,10 @@ def enqueue_advance(run_id: str) -> bool:
     return True
 
 
-def enqueue_after_commit(run_id: str) -> None:
+def enqueue_after_commit(run_id: str, definition_hash: str) -> None:
     """Enqueue once the surrounding transaction commits (immediately in autocommit)."""
     run_id = str(run_id)
-    transaction.on_commit(lambda: enqueue_advance(run_id))
+    transaction.on_commit(lambda: enqueue_advance(run_id, definition_hash))
 
 
 def clear_marker(run_id: str) -> None:

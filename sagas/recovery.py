@@ -1,10 +1,15 @@
 """The sweeper: finds work that no worker will otherwise pick up, from PostgreSQL.
 
-PostgreSQL is the truth; Redis only carries wake-ups. One pass enqueues:
+PostgreSQL is the truth; Redis only carries wake-ups. One pass:
 
-* runs whose lease expired (their worker died or hung): ``expired``;
-* PENDING runs with no queued wake-up (lost to a Redis flush or restart, or a
-  crash between commit and enqueue): ``orphaned``.
+* enqueues runs whose lease expired (their worker died or hung): ``expired``;
+* enqueues PENDING runs with no queued wake-up (lost to a Redis flush or
+  restart, or a crash between commit and enqueue): ``orphaned``;
+* parks runs that no live worker has the code for, so they are never silently
+  stuck in a queue nobody reads (NEEDS_ATTENTION, ``version_mismatch``):
+  ``parked``;
+* resumes runs parked that way once a live worker has their code again:
+  ``resumed``.
 
 Enqueueing twice is harmless (claims are atomic), so the sweeper needs no lock
 for correctness; workers take a PostgreSQL advisory lock only to avoid sweeping
@@ -19,7 +24,7 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.db import connection
 
-from sagas import queue
+from sagas import queue, selectors, services
 from sagas.models import LEASED_STATUSES, RunStatus
 
 log = logging.getLogger("sagas.recovery")
@@ -32,50 +37,58 @@ BATCH = 1000
 class SweepReport:
     expired: int = 0
     orphaned: int = 0
+    parked: int = 0
+    resumed: int = 0
 
     def __str__(self) -> str:
-        return f"expired={self.expired} orphaned={self.orphaned}"
+        return f"expired={self.expired} orphaned={self.orphaned} parked={self.parked} resumed={self.resumed}"
 
     @property
     def total(self) -> int:
-        return self.expired + self.orphaned
+        return self.expired + self.orphaned + self.parked + self.resumed
 
 
-def _ids(sql: str, params: list) -> list[str]:
+def _rows(sql: str, params: list) -> list[tuple[str, str]]:
     with connection.cursor() as cur:
         cur.execute(sql, params)
-        return [str(row[0]) for row in cur.fetchall()]
+        return [(str(run_id), definition_hash) for run_id, definition_hash in cur.fetchall()]
 
 
-def _enqueue_unqueued(run_ids: list[str]) -> int:
-    """Enqueue each run that has no wake-up marker in Redis."""
-    if not run_ids:
+def _route(rows: list[tuple[str, str]], live: set[str] | None, report: SweepReport) -> int:
+    """Enqueue each run that has no wake-up marker; park those no live worker can run."""
+    if not rows:
         return 0
-    held = queue.queued_markers(run_ids)
+    held = queue.queued_markers([run_id for run_id, _ in rows])
     count = 0
-    for run_id in run_ids:
-        if run_id not in held and queue.enqueue_advance(run_id):
+    for run_id, definition_hash in rows:
+        if live is not None and definition_hash not in live:
+            if services.run_park_unroutable(run_id=run_id, live_hashes=live):
+                report.parked += 1
+        elif run_id not in held and queue.enqueue_advance(run_id, definition_hash):
             count += 1
     return count
 
 
 def sweep() -> SweepReport:
     report = SweepReport()
+    live = selectors.live_definition_hashes()
     grace = max(1.0, 2 * settings.SAGAS_SWEEP_INTERVAL)
-    expired = _ids(
-        """SELECT id FROM sagas_workflowrun
+    expired = _rows(
+        """SELECT id, definition_hash FROM sagas_workflowrun
             WHERE status = ANY(%s) AND lease_expires_at < now()
             ORDER BY lease_expires_at LIMIT %s""",
         [sorted(LEASED_STATUSES), BATCH],
     )
-    report.expired = _enqueue_unqueued(expired)
-    orphaned = _ids(
-        """SELECT id FROM sagas_workflowrun
+    report.expired = _route(expired, live, report)
+    orphaned = _rows(
+        """SELECT id, definition_hash FROM sagas_workflowrun
             WHERE status = %s AND updated_at < now() - make_interval(secs => %s::float8)
             ORDER BY updated_at LIMIT %s""",
         [RunStatus.PENDING, grace, BATCH],
     )
-    report.orphaned = _enqueue_unqueued(orphaned)
+    report.orphaned = _route(orphaned, live, report)
+    if live:
+        report.resumed = len(services.runs_resume_stranded(hashes=live))
     return report
 
 

@@ -1,10 +1,10 @@
-"""Writes on runs outside a worker's claim: starting runs, registering versions."""
+"""Writes on runs outside a worker's claim: starting, parking and resuming runs; versions; workers."""
 
 from __future__ import annotations
 
 import json
 import logging
-from datetime import timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -14,7 +14,16 @@ from django.utils import timezone
 
 from sagas import queue, registry
 from sagas.errors import NotSerializable, StartConflict
-from sagas.models import JournalEntry, JournalKind, RunStatus, WorkflowRun, WorkflowVersion, check_transition
+from sagas.models import (
+    LEASED_STATUSES,
+    JournalEntry,
+    JournalKind,
+    RunStatus,
+    WorkerProcess,
+    WorkflowRun,
+    WorkflowVersion,
+    check_transition,
+)
 from sagas.systemdb import dumps
 
 log = logging.getLogger("sagas.services")
@@ -112,7 +121,7 @@ def run_start(
                 },
                 created_at=timezone.now(),
             )
-            queue.enqueue_after_commit(run.id)
+            queue.enqueue_after_commit(run.id, run.definition_hash)
     except IntegrityError:
         if not business_key:
             raise
@@ -126,36 +135,96 @@ def run_start(
     return run
 
 
-def runs_resume_stranded() -> list[str]:
-    """Runs parked for ``version_mismatch`` whose exact (name, version, hash) this process
-    now has registered go back to PENDING and are enqueued. Returns their ids."""
+def runs_resume_stranded(*, hashes: set[str]) -> list[str]:
+    """Runs parked for ``version_mismatch`` whose definition hash is in ``hashes`` (some
+    live worker has their exact code again) go back to PENDING, routed to that code."""
+    if not hashes:
+        return []
     resumed: list[str] = []
-    for definition in registry.all_definitions():
-        candidates = WorkflowRun.objects.filter(
-            status=RunStatus.NEEDS_ATTENTION,
-            status_reason="version_mismatch",
-            workflow_name=definition.name,
-            version=definition.version,
-            definition_hash=definition.definition_hash,
-        ).values_list("id", flat=True)
-        for run_id in candidates:
-            with transaction.atomic():
-                run = WorkflowRun.objects.select_for_update().get(id=run_id)
-                if run.status != RunStatus.NEEDS_ATTENTION or run.status_reason != "version_mismatch":
-                    continue
-                check_transition(run.status, RunStatus.PENDING)
-                run.last_seq += 1
-                JournalEntry.objects.create(
-                    run=run,
-                    seq=run.last_seq,
-                    kind=JournalKind.RESUMED,
-                    payload={"reason": "version re-registered", "definition_hash": definition.definition_hash},
-                    created_at=timezone.now(),
-                )
-                run.status, run.status_reason, run.error = RunStatus.PENDING, "", None
-                run.save(update_fields=["status", "status_reason", "error", "last_seq", "updated_at"])
-                queue.enqueue_after_commit(run.id)
-            resumed.append(str(run_id))
+    candidates = WorkflowRun.objects.filter(
+        status=RunStatus.NEEDS_ATTENTION, status_reason="version_mismatch", definition_hash__in=hashes
+    ).values_list("id", flat=True)
+    for run_id in candidates:
+        with transaction.atomic():
+            run = WorkflowRun.objects.select_for_update().get(id=run_id)
+            if run.status != RunStatus.NEEDS_ATTENTION or run.status_reason != "version_mismatch":
+                continue
+            check_transition(run.status, RunStatus.PENDING)
+            run.last_seq += 1
+            JournalEntry.objects.create(
+                run=run,
+                seq=run.last_seq,
+                kind=JournalKind.RESUMED,
+                payload={"reason": "a worker has this code version again", "definition_hash": run.definition_hash},
+                created_at=timezone.now(),
+            )
+            run.status, run.status_reason, run.error = RunStatus.PENDING, "", None
+            run.save(update_fields=["status", "status_reason", "error", "last_seq", "updated_at"])
+            queue.enqueue_after_commit(run.id, run.definition_hash)
+        resumed.append(str(run_id))
     if resumed:
         log.info("resumed %d run(s) stranded by a version mismatch", len(resumed))
     return resumed
+
+
+def run_park_unroutable(*, run_id: str, live_hashes: set[str]) -> bool:
+    """Park a run that no live worker has the code for (NEEDS_ATTENTION, version_mismatch).
+
+    Applies to PENDING runs and to runs whose lease expired; bumps the fence so a
+    worker that comes back from the dead cannot write. Returns False when the run
+    moved on meanwhile (claimed, finished) and nothing was changed.
+    """
+    with transaction.atomic():
+        run = WorkflowRun.objects.select_for_update().get(id=run_id)
+        leased_out = run.status in LEASED_STATUSES and run.lease_expires_at and run.lease_expires_at < timezone.now()
+        if not (run.status == RunStatus.PENDING or leased_out) or run.definition_hash in live_hashes:
+            return False
+        check_transition(run.status, RunStatus.NEEDS_ATTENTION)
+        known = sorted(
+            WorkflowVersion.objects.filter(name=run.workflow_name, version=run.version, definition_hash__in=live_hashes)
+            .values_list("definition_hash", flat=True)
+        )
+        error = {
+            "code": "version_mismatch",
+            "message": (
+                f"no live worker has the code this run started with ({run.workflow_name} v{run.version}, "
+                f"hash {run.definition_hash[:12]})"
+                + (f"; live workers have {', '.join(h[:12] for h in known)} for this version" if known else "")
+                + ". Deploy a worker with that code to resume it, or cancel or compensate it."
+            ),
+            "run_hash": run.definition_hash,
+            "live_hashes_for_version": known,
+        }
+        run.last_seq += 1
+        JournalEntry.objects.create(
+            run=run, seq=run.last_seq, kind=JournalKind.HALTED, payload=error, worker_id="sweeper",
+            created_at=timezone.now(),
+        )
+        run.status, run.status_reason, run.error = RunStatus.NEEDS_ATTENTION, "version_mismatch", error
+        run.fence += 1
+        run.lease_owner, run.lease_expires_at = "", None
+        run.save(
+            update_fields=["status", "status_reason", "error", "last_seq", "fence", "lease_owner",
+                           "lease_expires_at", "updated_at"]
+        )
+    log.warning("run %s: parked, %s", run_id, error["message"])
+    return True
+
+
+def worker_beat(*, name: str, hostname: str, pid: int, started_at: datetime) -> None:
+    """Upsert this worker's registry row with the definitions it runs."""
+    definitions = [
+        {"name": d.name, "version": d.version, "hash": d.definition_hash} for d in registry.all_definitions()
+    ]
+    now = timezone.now()
+    WorkerProcess.objects.update_or_create(
+        name=name,
+        defaults={
+            "hostname": hostname, "pid": pid, "definitions": definitions, "started_at": started_at,
+            "last_seen_at": now, "stopped_at": None,
+        },
+    )
+
+
+def worker_stopped(*, name: str) -> None:
+    WorkerProcess.objects.filter(name=name).update(stopped_at=timezone.now(), last_seen_at=timezone.now())

@@ -14,13 +14,16 @@ back (PENDING, re-enqueued) at its next step boundary instead of finishing.
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import threading
+from datetime import datetime
 
 from django.conf import settings
 from django.db import connection
 from rq import SimpleWorker
 
-from sagas import recovery
+from sagas import recovery, services
 from sagas.context import shutdown_requested
 
 log = logging.getLogger("sagas.worker")
@@ -32,29 +35,31 @@ class SagaWorker(SimpleWorker):
         return super().request_stop(signum, frame)
 
 
-class SweeperThread(threading.Thread):
-    """Runs a sweep every ``SAGAS_SWEEP_INTERVAL`` seconds (one process at a time, by advisory lock)."""
+class BackgroundThread(threading.Thread):
+    """Every ``SAGAS_SWEEP_INTERVAL`` seconds: beat in the worker registry, then (unless
+    disabled) sweep, one process at a time by advisory lock."""
 
-    def __init__(self, interval: float) -> None:
-        super().__init__(name="sagas-sweeper", daemon=True)
-        self.interval = interval
+    def __init__(self, *, name: str, started_at: datetime, sweep: bool) -> None:
+        super().__init__(name="sagas-background", daemon=True)
+        self.worker_name, self.started_at, self.sweep = name, started_at, sweep
+        self.interval = settings.SAGAS_SWEEP_INTERVAL
         self.stop_event = threading.Event()
+
+    def beat(self) -> None:
+        services.worker_beat(name=self.worker_name, hostname=socket.gethostname(), pid=os.getpid(),
+                             started_at=self.started_at)
 
     def run(self) -> None:
         try:
             while not self.stop_event.wait(self.interval):
                 try:
-                    report = recovery.try_sweep_locked()
-                    if report is not None and report.total:
-                        log.info("sweep: %s", report)
+                    self.beat()
+                    if self.sweep:
+                        report = recovery.try_sweep_locked()
+                        if report is not None and report.total:
+                            log.info("sweep: %s", report)
                 except Exception:
-                    log.exception("sweep failed; retrying next interval")
+                    log.exception("background pass failed; retrying next interval")
                     connection.close()
         finally:
             connection.close()
-
-
-def start_sweeper() -> SweeperThread:
-    thread = SweeperThread(settings.SAGAS_SWEEP_INTERVAL)
-    thread.start()
-    return thread

@@ -4,43 +4,52 @@ import logging
 
 from django.conf import settings
 from django.core.management.base import BaseCommand
+from django.utils import timezone
 
-from sagas import queue, recovery, services
+from sagas import queue, recovery, registry, services
 from sagas.engine import set_worker_id, worker_id
-from sagas.worker import SagaWorker, start_sweeper
+from sagas.worker import BackgroundThread, SagaWorker
 
 log = logging.getLogger("sagas.worker")
 
 
 class Command(BaseCommand):
-    help = "Run a worker that advances workflow runs from the engine's queue."
+    help = "Run a worker that advances workflow runs of the versions it has registered."
 
     def add_arguments(self, parser):  # type: ignore[no-untyped-def]
-        parser.add_argument("--burst", action="store_true", help="exit when the queue is empty")
+        parser.add_argument("--burst", action="store_true", help="exit when the queues are empty")
         parser.add_argument("--no-sweep", action="store_true", help="do not run the sweeper in this worker")
-        parser.add_argument("--name", default=None, help="worker name (default host:pid)")
+        parser.add_argument("--name", default=None, help="worker name, unique per process (default host:pid)")
 
     def handle(self, *args, **options):  # type: ignore[no-untyped-def]
-        count = services.versions_sync_all()
-        resumed = services.runs_resume_stranded()
         if options["name"]:
             set_worker_id(options["name"])
         name = worker_id()
+        definitions = registry.all_definitions()
+        services.versions_sync_all()
+        background = BackgroundThread(name=name, started_at=timezone.now(), sweep=not options["no_sweep"])
+        background.beat()
+        resumed = services.runs_resume_stranded(hashes={d.definition_hash for d in definitions})
+        queue_names = sorted({queue.queue_name_for(d.definition_hash) for d in definitions})
         self.stdout.write(
-            f"sagas worker {name}: {count} workflow version(s), queue {settings.SAGAS_QUEUE!r}, "
+            f"sagas worker {name}: {len(definitions)} workflow version(s) on {len(queue_names)} queue(s), "
             f"lease {settings.SAGAS_LEASE_TTL:g}s, sweep every {settings.SAGAS_SWEEP_INTERVAL:g}s"
             + (f", resumed {len(resumed)} stranded run(s)" if resumed else "")
         )
         self.stdout.flush()
-        sweeper = None
-        if not options["no_sweep"]:
-            if options["burst"]:
+        if not queue_names:
+            self.stderr.write("no workflows are registered: set SAGAS_MODULES or add workflows.py to an app")
+            return
+        if options["burst"]:
+            if not options["no_sweep"]:
                 recovery.try_sweep_locked()
-            else:
-                sweeper = start_sweeper()
-        worker = SagaWorker([queue.get_queue()], connection=queue.redis_connection(), name=name)
+        else:
+            background.start()
+        worker = SagaWorker(
+            [queue.get_queue(n) for n in queue_names], connection=queue.redis_connection(), name=name
+        )
         try:
             worker.work(burst=options["burst"], with_scheduler=False, logging_level="WARNING")
         finally:
-            if sweeper is not None:
-                sweeper.stop_event.set()
+            background.stop_event.set()
+            services.worker_stopped(name=name)
