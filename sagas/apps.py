@@ -14,3 +14,4 @@ class SagasConfig(AppConfig):
         from sagas import registry
 
         registry.autodiscover(list(settings.SAGAS_MODULES))
+        from sagas import receivers  # noqa: F401  (connects ledger signals)

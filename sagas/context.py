@@ -54,7 +54,6 @@ class Context:
         self._steps_used = run.steps_used
         self._cost_used = float(run.cost_used)
         self._pending_cost = 0.0
-        self._started_monotonic = timezone.now()
 
     # --- public API --------------------------------------------------------
 
@@ -119,6 +118,12 @@ class Context:
         """A random UUID4, recorded on first execution and replayed afterwards."""
         return _uuid.UUID(self._recorded(K.UUID, lambda: str(_uuid.uuid4())))
 
+    def effect(self, name: str, connector_name: str, payload: dict, key: str | None = None) -> Any:
+        """A ledgered external effect; see ``sagas.effects.run_effect`` for the contract."""
+        from sagas.effects import run_effect
+
+        return run_effect(self, name, connector_name, payload, key)
+
     def add_cost(self, amount: float, unit: str = "usd") -> None:
         """Charge ``amount`` to the run's budget. Call it inside a step: the cost is
         recorded with that step's journal entry (and not charged again on replay)."""
@@ -138,11 +143,13 @@ class Context:
         self._names[name] = count
         return name if count == 1 else f"{name}#{count}"
 
-    def _replay(self, kind: str, name: str) -> Entry | None:
+    def _replay(self, kind: str, name: str, also: frozenset[str] = frozenset()) -> Entry | None:
+        """The recorded entry at the cursor, if any; it must be ``kind`` (or one of ``also``)
+        and ``name``, or the run halts with NonDeterminismError."""
         if self._pos >= len(self._calls):
             return None
         entry = self._calls[self._pos]
-        if entry.kind != kind or entry.name != name:
+        if (entry.kind != kind and entry.kind not in also) or entry.name != name:
             raise NonDeterminismError(
                 f"the journal has {entry.kind} {entry.name!r} at seq {entry.seq}, "
                 f"but the code asked for {kind} {name!r}",
@@ -204,6 +211,10 @@ class Context:
         self._steps_used += steps
         self._cost_used += cost
         return seq
+
+    def _check_fence(self) -> None:
+        """Inside a transaction: hold the run's row (FOR SHARE) if our fence is current, else LeaseLost."""
+        systemdb.check_fence(self.run_id, fence=self._run.fence)
 
     def _recorded(self, kind: str, make: Callable[[], Any]) -> Any:
         name = self._unique(str(kind))

@@ -116,3 +116,9 @@ class VersionMismatch(RunHalted):
 
 class BudgetExceeded(RunHalted):
     code = reason = "budget_exceeded"
+
+
+class EffectUnknown(RunHalted):
+    """An effect's outcome is not known: the run waits for reconciliation or a person."""
+
+    code = reason = "effect_unknown"

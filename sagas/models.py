@@ -139,12 +139,25 @@ class JournalKind(models.TextChoices):
     YIELDED = "yielded"
     RESUMED = "resumed"
     OPERATOR_ACTION = "operator_action"
+    EFFECT_INTENT = "effect_intent"
+    EFFECT_REFUSED = "effect_refused"
+    EFFECT_RESULT = "effect_result"
+    EFFECT_RESOLVED = "effect_resolved"
 
 
 # Kinds written by ``ctx`` calls in the workflow's own order. Replay matches them
 # position by position; every other kind is an event around the run (claims,
 # outcomes, operator actions) that replay skips.
-CALL_KINDS = frozenset({JournalKind.STEP, JournalKind.NOW, JournalKind.RANDOM, JournalKind.UUID})
+CALL_KINDS = frozenset(
+    {
+        JournalKind.STEP,
+        JournalKind.NOW,
+        JournalKind.RANDOM,
+        JournalKind.UUID,
+        JournalKind.EFFECT_INTENT,
+        JournalKind.EFFECT_REFUSED,
+    }
+)
 
 
 class JournalEntry(models.Model):

@@ -9,7 +9,9 @@ PostgreSQL is the truth; Redis only carries wake-ups. One pass:
   stuck in a queue nobody reads (NEEDS_ATTENTION, ``version_mismatch``):
   ``parked``;
 * resumes runs parked that way once a live worker has their code again:
-  ``resumed``.
+  ``resumed``;
+* re-queries UNKNOWN effects that have a lookup (the ledger's reconciler) and
+  wakes their runs when the answer is conclusive: ``reconciled``.
 
 Enqueueing twice is harmless (claims are atomic), so the sweeper needs no lock
 for correctness; workers take a PostgreSQL advisory lock only to avoid sweeping
@@ -24,6 +26,7 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.db import connection
 
+from ledger.reconcile import reconcile_due
 from sagas import queue, selectors, services
 from sagas.models import LEASED_STATUSES, RunStatus
 
@@ -39,13 +42,17 @@ class SweepReport:
     orphaned: int = 0
     parked: int = 0
     resumed: int = 0
+    reconciled: int = 0
 
     def __str__(self) -> str:
-        return f"expired={self.expired} orphaned={self.orphaned} parked={self.parked} resumed={self.resumed}"
+        return (
+            f"expired={self.expired} orphaned={self.orphaned} parked={self.parked} resumed={self.resumed} "
+            f"reconciled={self.reconciled}"
+        )
 
     @property
     def total(self) -> int:
-        return self.expired + self.orphaned + self.parked + self.resumed
+        return self.expired + self.orphaned + self.parked + self.resumed + self.reconciled
 
 
 def _rows(sql: str, params: list) -> list[tuple[str, str]]:
@@ -89,6 +96,8 @@ def sweep() -> SweepReport:
     report.orphaned = _route(orphaned, live, report)
     if live:
         report.resumed = len(services.runs_resume_stranded(hashes=live))
+    reconciled = reconcile_due()
+    report.reconciled = reconciled.succeeded + reconciled.not_executed
     return report
 
 

@@ -12,7 +12,9 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
-from sagas import queue, registry
+from ledger.errors import InvalidResolution
+from ledger.models import EffectRecord, EffectStatus
+from sagas import queue, registry, systemdb
 from sagas.errors import NotSerializable, StartConflict
 from sagas.models import (
     LEASED_STATUSES,
@@ -228,3 +230,51 @@ def worker_beat(*, name: str, hostname: str, pid: int, started_at: datetime) -> 
 
 def worker_stopped(*, name: str) -> None:
     WorkerProcess.objects.filter(name=name).update(stopped_at=timezone.now(), last_seen_at=timezone.now())
+
+
+def run_effect_resolved(*, effect: EffectRecord, outcome: str, actor: str) -> None:
+    """Journal an effect's resolution on its run and wake the run if nothing else holds it.
+
+    Called inside the resolving transaction (``ledger.services.effect_resolved``).
+    Refuses (rolling the resolution back) when a worker is advancing the run right
+    now: its own recovery will settle the effect.
+    """
+    from sagas.effects import result_payload
+
+    run = WorkflowRun.objects.select_for_update().filter(id=effect.run_id).first()
+    if run is None:
+        return
+    if run.status in LEASED_STATUSES and run.lease_expires_at and run.lease_expires_at > timezone.now():
+        raise InvalidResolution(
+            f"run {run.id} is being advanced by {run.lease_owner} right now; its recovery settles this effect"
+        )
+    systemdb.append_event(
+        str(run.id), kind=JournalKind.EFFECT_RESOLVED, name=effect.step_name, worker=actor,
+        payload=dumps({
+            "effect_id": effect.id, "key": effect.idempotency_key, "outcome": outcome, "by": actor,
+            "resolution": effect.resolution, "note": effect.resolution_note, "downstream_ref": effect.downstream_ref,
+        }),
+    )
+    if outcome in ("succeeded", "failed"):
+        systemdb.append_event(
+            str(run.id), kind=JournalKind.EFFECT_RESULT, name=effect.step_name, worker=actor,
+            payload=dumps(result_payload(effect)),
+        )
+    run_wake_if_unblocked(run_id=str(run.id), reason=f"effect {effect.step_name} resolved ({outcome}) by {actor}")
+
+
+def run_wake_if_unblocked(*, run_id: str, reason: str) -> bool:
+    """NEEDS_ATTENTION (effect_unknown) -> PENDING once no UNKNOWN effect of the run remains."""
+    run = WorkflowRun.objects.select_for_update().get(id=run_id)
+    if run.status != RunStatus.NEEDS_ATTENTION or run.status_reason != "effect_unknown":
+        return False
+    if EffectRecord.objects.filter(run_id=run.id, status=EffectStatus.UNKNOWN).exists():
+        return False
+    check_transition(run.status, RunStatus.PENDING)
+    WorkflowRun.objects.filter(id=run.id).update(
+        status=RunStatus.PENDING, status_reason="", error=None, updated_at=timezone.now()
+    )
+    systemdb.append_event(str(run.id), kind=JournalKind.RESUMED, name="", worker="system",
+                          payload=dumps({"reason": reason}))
+    queue.enqueue_after_commit(run.id, run.definition_hash)
+    return True

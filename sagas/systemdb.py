@@ -194,6 +194,41 @@ def append(
     return row[0]
 
 
+_APPEND_EVENT_SQL = """
+WITH r AS (
+    UPDATE sagas_workflowrun SET last_seq = last_seq + 1, updated_at = now()
+     WHERE id = %(run)s
+ RETURNING id, last_seq
+)
+INSERT INTO sagas_journalentry (run_id, seq, kind, name, payload, worker_id, created_at)
+SELECT id, last_seq, %(kind)s, %(name)s, %(payload)s::jsonb, %(worker)s, now() FROM r
+RETURNING seq
+"""
+
+
+def append_event(run_id: str, *, kind: str, name: str, payload: str, worker: str) -> int:
+    """Append an event written outside a worker's claim (operators, reconciler, sweeper).
+
+    Not fenced: these writers do not hold the run. The UPDATE takes the run's row
+    lock, so it serializes with claims and fenced appends; ``seq`` stays gap-free.
+    """
+    with _cursor() as cur:
+        cur.execute(_APPEND_EVENT_SQL, {"run": run_id, "kind": kind, "name": name, "payload": payload, "worker": worker})
+        row = cur.fetchone()
+    if row is None:
+        raise LookupError(f"run {run_id} does not exist")
+    return row[0]
+
+
+def check_fence(run_id: str, *, fence: int) -> None:
+    """Lock the run row FOR SHARE if ``fence`` is current (a concurrent claim waits for our
+    commit); raise ``LeaseLost`` otherwise. Meant to be called inside a transaction."""
+    with _cursor() as cur:
+        cur.execute("SELECT 1 FROM sagas_workflowrun WHERE id = %s AND fence = %s FOR SHARE", [run_id, fence])
+        if cur.fetchone() is None:
+            raise LeaseLost(f"run {run_id}: fence {fence} is stale")
+
+
 def renew_lease(run_id: str, *, fence: int, ttl: float) -> bool:
     with _cursor() as cur:
         cur.execute(

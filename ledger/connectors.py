@@ -1,0 +1,109 @@
+"""Connectors: the only way an effect reaches the outside world.
+
+A connector is a class registered with ``@connector(name)``. Its capabilities
+decide what recovery may do when the outcome of a dispatch is not known:
+
+=================  ===========================================================
+capability         what recovery does with an IN_PROGRESS or UNKNOWN effect
+=================  ===========================================================
+``lookup(key)``    asks the downstream system; records success, retries on a
+                   confirmed "not executed", stays UNKNOWN otherwise
+``idempotent``     the downstream system dedupes by key: retry with the same key
+neither            UNKNOWN: a person decides, with evidence, in the console
+=================  ===========================================================
+
+``compensate(payload, result, *, key)`` undoes a succeeded effect (sagas);
+``irreversible = True`` marks effects that cannot be undone (they get an
+approval gate unless the workflow opts out).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, ClassVar
+
+from ledger.errors import ConnectorNotRegistered
+from ledger.outcomes import Outcome
+
+
+class Connector:
+    name: ClassVar[str] = ""
+    idempotent: ClassVar[bool] = False
+    irreversible: ClassVar[bool] = False
+    # Retry policy for ``Retryable`` errors: attempts in all, first back-off,
+    # exponential factor, back-off cap, and a deadline from the first dispatch.
+    max_attempts: ClassVar[int] = 3
+    backoff_seconds: ClassVar[float] = 0.2
+    backoff_factor: ClassVar[float] = 2.0
+    backoff_max_seconds: ClassVar[float] = 5.0
+    deadline_seconds: ClassVar[float] = 30.0
+
+    def execute(self, payload: dict[str, Any], *, key: str) -> dict[str, Any]:
+        raise NotImplementedError
+
+    # Optional capabilities: a subclass that does not override them lacks them.
+    def lookup(self, key: str) -> Outcome:
+        raise NotImplementedError
+
+    def compensate(self, payload: dict[str, Any], result: dict[str, Any], *, key: str) -> dict[str, Any]:
+        raise NotImplementedError
+
+    @classmethod
+    def can_lookup(cls) -> bool:
+        return cls.lookup is not Connector.lookup
+
+    @classmethod
+    def can_compensate(cls) -> bool:
+        return cls.compensate is not Connector.compensate
+
+    @classmethod
+    def needs_dispatch_mark(cls) -> bool:
+        """Whether PENDING -> IN_PROGRESS needs its own commit before the call.
+
+        Only when recovery has no other way to know the call was never made: for a
+        connector with neither lookup nor idempotency, a crash between intent and
+        dispatch must read as "not dispatched" (safe), not as UNKNOWN.
+        """
+        return not (cls.idempotent or cls.can_lookup())
+
+    def downstream_ref(self, result: dict[str, Any]) -> str:
+        """The downstream system's id for the operation, shown to operators."""
+        for field in ("id", "reference", "transaction_id", "message_id", "reservation_id", "shipment_id"):
+            if isinstance(result, dict) and result.get(field):
+                return str(result[field])
+        return ""
+
+
+_connectors: dict[str, Connector] = {}
+
+
+def connector(name: str):  # type: ignore[no-untyped-def]
+    """Class decorator: ``@connector("payments.capture") class Capture(Connector): ...``"""
+
+    def decorate(cls: type) -> type:
+        if not issubclass(cls, Connector):
+            cls = type(cls.__name__, (cls, Connector), {})
+        cls.name = name
+        _connectors[name] = cls()
+        return cls
+
+    return decorate
+
+
+def get_connector(name: str) -> Connector:
+    try:
+        return _connectors[name]
+    except KeyError:
+        raise ConnectorNotRegistered(f"no connector named {name!r} is registered") from None
+
+
+def all_connectors() -> dict[str, Connector]:
+    return dict(_connectors)
+
+
+def autodiscover(extra_modules: list[str]) -> None:
+    from django.utils.module_loading import autodiscover_modules
+
+    autodiscover_modules("connectors")
+    for module in extra_modules:
+        importlib.import_module(module)

@@ -1,0 +1,64 @@
+"""Errors of the side-effect ledger, each with a stable ``code``.
+
+Connectors raise the first three to say what happened downstream:
+
+* ``Retryable``: known NOT executed (connection refused, 503 before work, rate
+  limit). Safe to retry with the same key, within the connector's policy.
+* ``Final``: a definite, permanent refusal (validation, authorization). Never retried.
+* ``Timeout``: no answer in time. The downstream system may have acted. So does
+  any other exception raised after dispatch: the outcome is UNKNOWN.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class LedgerError(Exception):
+    code = "ledger_error"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"code": self.code, "message": str(self)}
+
+
+class Retryable(LedgerError):
+    code = "retryable"
+
+
+class Final(LedgerError):
+    code = "final"
+
+
+class Timeout(LedgerError):
+    code = "timeout"
+
+
+class ConnectorNotRegistered(LedgerError):
+    code = "connector_not_registered"
+
+
+class KeyConflict(LedgerError):
+    """The idempotency key was already used with a different payload. Nothing was executed."""
+
+    code = "key_conflict"
+
+
+class EffectFailed(LedgerError):
+    """The effect failed permanently (FAILED_FINAL). Raised to the workflow, on replay too."""
+
+    code = "effect_failed"
+
+    def __init__(self, message: str, *, key: str = "", error_class: str = "") -> None:
+        super().__init__(message)
+        self.key = key
+        self.error_class = error_class
+
+
+class AlreadyResolved(LedgerError):
+    """A resolution was attempted on an effect whose outcome is already known."""
+
+    code = "already_resolved"
+
+
+class InvalidResolution(LedgerError):
+    code = "invalid_resolution"

@@ -1,0 +1,125 @@
+"""Writes on the ledger. Each runs inside the caller's transaction where it has one.
+
+Resolution (automatic by lookup, or manual by a person with evidence) sends
+``effect_resolved`` inside its transaction, so whoever owns the run (the sagas
+engine) journals it and wakes the run in the same commit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
+from django.dispatch import Signal
+from django.utils import timezone
+
+from ledger.errors import AlreadyResolved, InvalidResolution
+from ledger.models import EffectRecord, EffectStatus, check_effect_transition
+
+# Sent inside the resolving transaction: effect (EffectRecord, already saved),
+# outcome ("succeeded" | "not_executed" | "failed"), actor (a label).
+effect_resolved = Signal()
+
+RESOLUTION_OUTCOMES = ("succeeded", "not_executed", "failed")
+
+
+def canonical_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
+def payload_hash(payload: Any) -> str:
+    return hashlib.sha256(canonical_json(payload).encode("utf-8")).hexdigest()
+
+
+def effect_transition(
+    effect: EffectRecord,
+    status: str,
+    *,
+    result: Any = None,
+    downstream_ref: str = "",
+    error: BaseException | None = None,
+    dispatched: bool = False,
+    next_check_in: float | None = None,
+) -> EffectRecord:
+    """Move ``effect`` to ``status`` (checked against the transition table) and save it."""
+    check_effect_transition(effect.status, status)
+    now = timezone.now()
+    fields = ["status", "updated_at"]
+    effect.status = status
+    if dispatched:
+        effect.attempts += 1
+        effect.dispatched_at = now
+        fields += ["attempts", "dispatched_at"]
+    if status == EffectStatus.SUCCEEDED:
+        effect.result, effect.downstream_ref, effect.completed_at = result, downstream_ref, now
+        effect.next_check_at = None
+        fields += ["result", "downstream_ref", "completed_at", "next_check_at"]
+    if status == EffectStatus.FAILED_FINAL:
+        effect.completed_at = now
+        effect.next_check_at = None
+        fields += ["completed_at", "next_check_at"]
+    if error is not None:
+        effect.error_class = type(error).__name__
+        effect.error_message = str(error)[:4000]
+        fields += ["error_class", "error_message"]
+    if status == EffectStatus.UNKNOWN:
+        effect.next_check_at = now + timezone.timedelta(seconds=next_check_in) if next_check_in is not None else None
+        fields += ["next_check_at"]
+    effect.save(update_fields=fields)
+    return effect
+
+
+def effect_resolve(
+    *,
+    effect_id: int,
+    outcome: str,
+    note: str,
+    user: AbstractBaseUser | None,
+    actor: str = "",
+    downstream_ref: str = "",
+    result: dict[str, Any] | None = None,
+    resolution: str = "manual",
+) -> EffectRecord:
+    """Record what happened to an UNKNOWN (or stuck IN_PROGRESS) effect, with evidence.
+
+    ``outcome`` is ``succeeded`` (with the downstream reference), ``not_executed``
+    (confirmed: it will be retried with the same key) or ``failed``. A second
+    resolution is refused with who resolved it and when.
+    """
+    if outcome not in RESOLUTION_OUTCOMES:
+        raise InvalidResolution(f"outcome must be one of {', '.join(RESOLUTION_OUTCOMES)}, not {outcome!r}")
+    note = (note or "").strip()
+    if resolution == "manual" and not note:
+        raise InvalidResolution("a note with the evidence is required")
+    if outcome == "succeeded" and resolution == "manual" and not downstream_ref.strip():
+        raise InvalidResolution("a succeeded resolution needs the downstream reference as evidence")
+    label = actor or (user.get_username() if user is not None else "system")
+    with transaction.atomic():
+        effect = EffectRecord.objects.select_for_update().get(id=effect_id)
+        if effect.status not in (EffectStatus.UNKNOWN, EffectStatus.IN_PROGRESS):
+            if effect.resolved_at:
+                raise AlreadyResolved(
+                    f"already resolved by {effect.resolved_by_label} at {effect.resolved_at:%Y-%m-%d %H:%M:%S} UTC "
+                    f"({effect.resolution}: {effect.status})"
+                )
+            raise AlreadyResolved(f"its outcome is already known: {effect.status}")
+        if outcome == "succeeded":
+            effect_transition(
+                effect, EffectStatus.SUCCEEDED, result=result or {"downstream_ref": downstream_ref.strip()},
+                downstream_ref=downstream_ref.strip(),
+            )
+        elif outcome == "failed":
+            effect_transition(effect, EffectStatus.FAILED_FINAL, error=InvalidResolution(note or "marked failed"))
+        else:
+            effect_transition(effect, EffectStatus.PENDING)
+        effect.resolved_by = user
+        effect.resolved_by_label = label
+        effect.resolution = resolution
+        effect.resolution_note = note
+        effect.resolved_at = timezone.now()
+        effect.save(update_fields=["resolved_by", "resolved_by_label", "resolution", "resolution_note", "resolved_at"])
+        effect_resolved.send(sender=EffectRecord, effect=effect, outcome=outcome, actor=label)
+    return effect

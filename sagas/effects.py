@@ -1,0 +1,273 @@
+"""``ctx.effect``: external side effects through the ledger (DESIGN §6).
+
+Order is always check, then run, then record:
+
+1. No record for (tenant, key): record the intent with the journal's
+   ``effect_intent`` in one commit, then dispatch with the key. Success ->
+   SUCCEEDED with the ``effect_result`` journal entry in one commit. ``Final`` ->
+   FAILED_FINAL (never retried). ``Retryable`` -> retried with back-off within the
+   connector's attempts and deadline. ``Timeout`` or any other error after
+   dispatch -> UNKNOWN, and the run halts (NEEDS_ATTENTION, ``effect_unknown``).
+2. A record without an outcome (IN_PROGRESS or UNKNOWN, found on recovery) is
+   never called blindly: ``lookup`` if the connector has it; a retry with the
+   same key if it is ``idempotent``; otherwise UNKNOWN, for a person.
+3. A SUCCEEDED record returns its recorded result; the connector is not called.
+
+The same key with a different payload hash is refused (``KeyConflict``), the
+refusal is journaled, and nothing is executed.
+
+Commits per effect: 2 (intent, outcome) for connectors with lookup or
+idempotency. Connectors with neither pay a third commit, PENDING -> IN_PROGRESS
+right before the call, because for them only that mark tells "never
+dispatched" (safe to send) from "maybe dispatched" (UNKNOWN) after a crash.
+
+Guarantee: for a given tenant and key, a connector with lookup or idempotency
+executes the business action at most once, given the downstream honours its
+contract; for one with neither, at most once unless a person resolves an
+UNKNOWN as "not executed" when it was.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from ledger.connectors import Connector, get_connector
+from ledger.errors import EffectFailed, Final, KeyConflict, Retryable
+from ledger.models import EffectRecord, EffectStatus
+from ledger.outcomes import NotExecuted, Succeeded, Unknown
+from ledger.reconcile import BASE_SECONDS, lookup
+from ledger.services import canonical_json, effect_transition, payload_hash
+from sagas.context import Context
+from sagas.crashpoints import crash_point
+from sagas.errors import EffectUnknown, LeaseLost, NonDeterminismError, NotSerializable
+from sagas.models import JournalKind
+from sagas.systemdb import dumps
+
+K = JournalKind
+_INTENT_KINDS = frozenset({K.EFFECT_REFUSED})
+
+
+def run_effect(ctx: Context, name: str, connector_name: str, payload: dict, key: str | None) -> Any:
+    name = ctx._unique(name)
+    conn = get_connector(connector_name)
+    try:
+        payload = json.loads(canonical_json(payload))
+    except (TypeError, ValueError) as exc:
+        raise NotSerializable(f"effect {name!r}: payload is not JSON: {exc}") from None
+    digest = payload_hash(payload)
+    key = key or f"{ctx.run_id}:{name}"
+
+    entry = ctx._replay(K.EFFECT_INTENT, name, also=_INTENT_KINDS)
+    if entry is not None:
+        if entry.kind == K.EFFECT_REFUSED:
+            raise KeyConflict(entry.payload["message"])
+        if entry.payload["key"] != key or entry.payload["payload_hash"] != digest:
+            raise NonDeterminismError(
+                f"effect {name!r} was recorded with key {entry.payload['key']!r} and payload "
+                f"{entry.payload['payload_hash'][:12]}, but the code now asks for key {key!r} and payload {digest[:12]}",
+                journal={"seq": entry.seq, "kind": entry.kind, "name": name, "key": entry.payload["key"]},
+                code_asked={"kind": "effect", "name": name, "key": key},
+            )
+        recorded = ctx._events.get((K.EFFECT_RESULT, name))
+        if recorded is not None:
+            return _recorded_outcome(recorded.payload, key)
+        effect = EffectRecord.objects.get(tenant=ctx.tenant, idempotency_key=key)
+        return _recover(ctx, conn, name, effect, payload)
+
+    ctx._before_live()
+    crash_point("before_intent", name)
+    try:
+        effect, created, refusal = _record_intent(ctx, conn, name, connector_name, key, payload, digest)
+    except IntegrityError:  # another run inserted the same key at the same moment: read theirs
+        effect, created, refusal = _record_intent(ctx, conn, name, connector_name, key, payload, digest)
+    if refusal is not None:
+        raise KeyConflict(refusal)
+    if created:
+        return _dispatch(ctx, conn, name, effect, payload, premarked=effect.status == EffectStatus.IN_PROGRESS)
+    return _recover(ctx, conn, name, effect, payload)
+
+
+def _record_intent(
+    ctx: Context, conn: Connector, name: str, connector_name: str, key: str, payload: Any, digest: str
+) -> tuple[EffectRecord, bool, str | None]:
+    """Commit 1: the journal's effect_intent and the ledger's record, together.
+
+    For connectors that do not need a separate dispatch mark the record is
+    created IN_PROGRESS right away: recovery treats both alike for them.
+    """
+    with transaction.atomic():
+        effect = EffectRecord.objects.select_for_update().filter(tenant=ctx.tenant, idempotency_key=key).first()
+        if effect is not None and effect.payload_hash != digest:
+            message = (
+                f"idempotency key {key!r} was already used by run {effect.run_id} (step {effect.step_name!r}) "
+                f"with a different payload ({effect.payload_hash[:12]}, now {digest[:12]}); nothing was executed"
+            )
+            ctx._append(
+                K.EFFECT_REFUSED, name,
+                dumps({"key": key, "message": message, "payload_hash": digest, "existing_hash": effect.payload_hash}),
+            )
+            return effect, False, message
+        ctx._append(
+            K.EFFECT_INTENT, name,
+            dumps({"connector": connector_name, "key": key, "payload_hash": digest, "reused": effect is not None}),
+            steps=1,
+        )
+        if effect is not None:
+            return effect, False, None
+            mark_now = not conn.needs_dispatch_mark()
+            now = timezone.now()
+            effect = EffectRecord.objects.create(
+                tenant=ctx.tenant, idempotency_key=key, run_id=ctx.run_id, step_name=name,
+                connector=connector_name, request_payload=payload, payload_hash=digest,
+                status=EffectStatus.IN_PROGRESS if mark_now else EffectStatus.PENDING,
+                attempts=1 if mark_now else 0, dispatched_at=now if mark_now else None, intent_at=now,
+            )
+    return effect, True, None
+
+
+def _dispatch(
+    ctx: Context, conn: Connector, name: str, effect: EffectRecord, payload: Any, *, premarked: bool = False
+) -> Any:
+    """Call the connector with the effect's key, retrying ``Retryable`` within policy.
+
+    ``premarked``: the intent commit already recorded this dispatch (IN_PROGRESS).
+    """
+    key = effect.idempotency_key
+    started = time.monotonic()
+    delay = conn.backoff_seconds
+    while True:
+        crash_point("after_intent", name)
+        if not premarked:
+            _mark_dispatched(ctx, effect)
+        premarked = False
+        try:
+            result = conn.execute(payload, key=key)
+        except Retryable as exc:
+            exhausted = effect.attempts >= conn.max_attempts or time.monotonic() - started + delay > conn.deadline_seconds
+            if exhausted:
+                return _settle_failed(ctx, name, effect, exc, note=f"gave up after {effect.attempts} attempt(s)")
+            with transaction.atomic():
+                effect_transition(effect, EffectStatus.PENDING, error=exc)
+            time.sleep(delay)
+            delay = min(delay * conn.backoff_factor, conn.backoff_max_seconds)
+            ctx._before_live()
+            continue
+        except Final as exc:
+            return _settle_failed(ctx, name, effect, exc)
+        except Exception as exc:  # Timeout, a dropped connection, a bug after sending: nobody knows
+            _settle_unknown(ctx, conn, name, effect, exc)
+        crash_point("after_dispatch", name)
+        return _settle_succeeded(ctx, conn, name, effect, result, conn.downstream_ref(result))
+
+
+def _mark_dispatched(ctx: Context, effect: EffectRecord) -> None:
+    """PENDING/UNKNOWN/IN_PROGRESS -> IN_PROGRESS (attempt +1) under the run's fence."""
+    with transaction.atomic():
+        ctx._check_fence()
+        effect_transition(effect, EffectStatus.IN_PROGRESS, dispatched=True)
+
+
+def _recover(ctx: Context, conn: Connector, name: str, effect: EffectRecord, payload: Any) -> Any:
+    """A record exists: use what it says, never call blindly (state 2 and 3 of the ledger)."""
+    status = effect.status
+    if status == EffectStatus.SUCCEEDED:
+        return _settle_succeeded(ctx, conn, name, effect, effect.result, effect.downstream_ref, already=True)
+    if status == EffectStatus.FAILED_FINAL:
+        _journal_result(ctx, name, effect)
+        return _recorded_outcome(result_payload(effect), effect.idempotency_key)
+    if status == EffectStatus.PENDING:
+        return _dispatch(ctx, conn, name, effect, payload)
+    # IN_PROGRESS or UNKNOWN: the call may have happened.
+    if conn.can_lookup():
+        outcome = lookup(effect)
+        if isinstance(outcome, Succeeded):
+            return _settle_succeeded(ctx, conn, name, effect, outcome.result, outcome.downstream_ref, resolution="lookup")
+        if isinstance(outcome, NotExecuted):
+            return _dispatch(ctx, conn, name, effect, payload)
+        reason = outcome.reason if isinstance(outcome, Unknown) else type(outcome).__name__.lower()
+        _settle_unknown(ctx, conn, name, effect, RuntimeError(f"lookup was inconclusive: {reason}"))
+    if conn.idempotent:
+        return _dispatch(ctx, conn, name, effect, payload)
+    _settle_unknown(
+        ctx, conn, name, effect,
+        RuntimeError("the call may have reached the provider, which offers neither a status lookup nor idempotency"),
+    )
+
+
+def result_payload(effect: EffectRecord) -> dict[str, Any]:
+    if effect.status == EffectStatus.SUCCEEDED:
+        return {"status": "SUCCEEDED", "result": effect.result, "downstream_ref": effect.downstream_ref}
+    return {"status": "FAILED_FINAL", "error_class": effect.error_class, "message": effect.error_message}
+
+
+def _journal_result(ctx: Context, name: str, effect: EffectRecord) -> None:
+    ctx._append(K.EFFECT_RESULT, name, dumps(result_payload(effect)))
+
+
+def _settle_succeeded(
+    ctx: Context, conn: Connector, name: str, effect: EffectRecord, result: Any, ref: str,
+    *, already: bool = False, resolution: str = "",
+) -> Any:
+    """Commit 2: SUCCEEDED in the ledger and effect_result in the journal, together.
+
+    If the run's fence moved on, the ledger still records what the provider said
+    (it is evidence, whoever holds the run) and the caller stops with LeaseLost.
+    """
+    try:
+        with transaction.atomic():
+            if not already:
+                effect_transition(effect, EffectStatus.SUCCEEDED, result=result, downstream_ref=ref)
+                if resolution:
+                    effect.resolution, effect.resolved_by_label, effect.resolved_at = resolution, "engine", timezone.now()
+                    effect.save(update_fields=["resolution", "resolved_by_label", "resolved_at"])
+            crash_point("after_outcome", name)
+            _journal_result(ctx, name, effect)
+    except LeaseLost:
+        if not already:
+            with transaction.atomic():
+                fresh = EffectRecord.objects.select_for_update().get(id=effect.id)
+                if fresh.status in (EffectStatus.IN_PROGRESS, EffectStatus.UNKNOWN):
+                    effect_transition(fresh, EffectStatus.SUCCEEDED, result=result, downstream_ref=ref)
+        raise
+    return json.loads(dumps(result))
+
+
+def _settle_failed(ctx: Context, name: str, effect: EffectRecord, exc: BaseException, note: str = "") -> Any:
+    with transaction.atomic():
+        effect_transition(effect, EffectStatus.FAILED_FINAL, error=exc)
+        if note:
+            effect.error_message = f"{effect.error_message} ({note})"
+            effect.save(update_fields=["error_message"])
+        _journal_result(ctx, name, effect)
+    return _recorded_outcome(result_payload(effect), effect.idempotency_key)
+
+
+def _settle_unknown(ctx: Context, conn: Connector, name: str, effect: EffectRecord, exc: BaseException) -> None:
+    """Record UNKNOWN (never "failed") and halt the run for reconciliation or a person."""
+    with transaction.atomic():
+        effect_transition(
+            effect, EffectStatus.UNKNOWN, error=exc, next_check_in=BASE_SECONDS if conn.can_lookup() else None
+        )
+    raise EffectUnknown(
+        f"effect {name!r} ({effect.connector}, key {effect.idempotency_key}) has an unknown outcome: "
+        f"{type(exc).__name__}: {exc}",
+        effect_id=effect.id,
+        key=effect.idempotency_key,
+        connector=effect.connector,
+        step=name,
+        error_class=type(exc).__name__,
+    )
+
+
+def _recorded_outcome(payload: dict[str, Any], key: str) -> Any:
+    if payload["status"] == "SUCCEEDED":
+        return payload["result"]
+    raise EffectFailed(
+        f"effect failed permanently: {payload.get('error_class')}: {payload.get('message')}",
+        key=key, error_class=payload.get("error_class", ""),
+    )
