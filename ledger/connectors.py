@@ -66,6 +66,11 @@ class Connector:
         """
         return not (cls.idempotent or cls.can_lookup())
 
+    def manual_result(self, downstream_ref: str) -> dict[str, Any]:
+        """The result recorded when a person resolves the effect as succeeded with this
+        reference. Override so workflows find the fields they read from a real result."""
+        return {"id": downstream_ref, "downstream_ref": downstream_ref, "resolved_manually": True}
+
     def downstream_ref(self, result: dict[str, Any]) -> str:
         """The downstream system's id for the operation, shown to operators."""
         for field in ("id", "reference", "transaction_id", "message_id", "reservation_id", "shipment_id"):

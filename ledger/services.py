@@ -16,7 +16,8 @@ from django.db import transaction
 from django.dispatch import Signal
 from django.utils import timezone
 
-from ledger.errors import AlreadyResolved, InvalidResolution
+from ledger.connectors import get_connector
+from ledger.errors import AlreadyResolved, ConnectorNotRegistered, InvalidResolution
 from ledger.models import EffectRecord, EffectStatus, check_effect_transition
 
 # Sent inside the resolving transaction: effect (EffectRecord, already saved),
@@ -107,10 +108,13 @@ def effect_resolve(
                 )
             raise AlreadyResolved(f"its outcome is already known: {effect.status}")
         if outcome == "succeeded":
-            effect_transition(
-                effect, EffectStatus.SUCCEEDED, result=result or {"downstream_ref": downstream_ref.strip()},
-                downstream_ref=downstream_ref.strip(),
-            )
+            ref = downstream_ref.strip()
+            if result is None:
+                try:
+                    result = get_connector(effect.connector).manual_result(ref)
+                except ConnectorNotRegistered:
+                    result = {"id": ref, "downstream_ref": ref, "resolved_manually": True}
+            effect_transition(effect, EffectStatus.SUCCEEDED, result=result, downstream_ref=ref)
         elif outcome == "failed":
             effect_transition(effect, EffectStatus.FAILED_FINAL, error=InvalidResolution(note or "marked failed"))
         else:

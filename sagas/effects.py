@@ -119,14 +119,14 @@ def _record_intent(
         )
         if effect is not None:
             return effect, False, None
-            mark_now = not conn.needs_dispatch_mark()
-            now = timezone.now()
-            effect = EffectRecord.objects.create(
-                tenant=ctx.tenant, idempotency_key=key, run_id=ctx.run_id, step_name=name,
-                connector=connector_name, request_payload=payload, payload_hash=digest,
-                status=EffectStatus.IN_PROGRESS if mark_now else EffectStatus.PENDING,
-                attempts=1 if mark_now else 0, dispatched_at=now if mark_now else None, intent_at=now,
-            )
+        mark_now = not conn.needs_dispatch_mark()
+        now = timezone.now()
+        effect = EffectRecord.objects.create(
+            tenant=ctx.tenant, idempotency_key=key, run_id=ctx.run_id, step_name=name,
+            connector=connector_name, request_payload=payload, payload_hash=digest,
+            status=EffectStatus.IN_PROGRESS if mark_now else EffectStatus.PENDING,
+            attempts=1 if mark_now else 0, dispatched_at=now if mark_now else None, intent_at=now,
+        )
     return effect, True, None
 
 
