@@ -1,11 +1,13 @@
 """Django settings. Everything that differs between machines comes from the environment.
 
 Variables: DATABASE_URL, REDIS_URL, SECRET_KEY, DEBUG, ALLOWED_HOSTS, SAGAS_MODULES,
-SAGAS_LEASE_TTL, SAGAS_SWEEP_INTERVAL, SAGAS_QUEUE, SAGAS_CRASH_AT.
+SAGAS_LEASE_TTL, SAGAS_SWEEP_INTERVAL, SAGAS_QUEUE, SAGAS_CRASH_AT, SAGAS_WORKER_CONCURRENCY,
+DEMO_PROVIDERS_URL, DEMO_PROVIDER_TIMEOUT.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
@@ -127,3 +129,14 @@ SAGAS_LEASE_TTL = env_float("SAGAS_LEASE_TTL", 15.0, minimum=1.0)
 SAGAS_SWEEP_INTERVAL = env_float("SAGAS_SWEEP_INTERVAL", 2.0, minimum=0.1)
 # Crash points for tests, e.g. "after_step:charge" (see sagas/crashpoints.py).
 SAGAS_CRASH_AT = env_list("SAGAS_CRASH_AT")
+# Runs one worker process advances at once, one thread each (sagas_worker --concurrency overrides it).
+_concurrency = env_str("SAGAS_WORKER_CONCURRENCY", "1").strip()
+if not re.fullmatch(r"[1-9][0-9]*", _concurrency):
+    raise ImproperlyConfigured(f"SAGAS_WORKER_CONCURRENCY={_concurrency!r} is not a whole number of at least 1")
+SAGAS_WORKER_CONCURRENCY = int(_concurrency)
+
+# --- demo -------------------------------------------------------------------
+# Where the demo connectors reach the simulated providers (manage.py demo_providers).
+DEMO_PROVIDERS_URL = env_str("DEMO_PROVIDERS_URL", "http://127.0.0.1:8765")
+# Seconds a demo connector waits for a provider's answer before raising Timeout.
+DEMO_PROVIDER_TIMEOUT = env_float("DEMO_PROVIDER_TIMEOUT", 2.0, minimum=0.1)

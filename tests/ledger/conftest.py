@@ -1,18 +1,12 @@
 from __future__ import annotations
 
-import socket
+import re
 
 import pytest
 
 from tests.procs import wait_until, worker_env
 
 MODULES = "tests.ledger.wf_orders"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Stack:
@@ -27,9 +21,13 @@ class Stack:
 
 @pytest.fixture
 def stack(procs, transactional_db, settings):
-    port = _free_port()
-    server = procs.start("providers", ["manage.py", "demo_providers", "--port", str(port)], worker_env(""))
-    wait_until(lambda: "listening" in server.log().lower(), 20, what="the provider server to listen")
-    url = f"http://127.0.0.1:{port}"
+    # --port 0: the server picks a free port and prints it (no race with other suites).
+    server = procs.start("providers", ["manage.py", "demo_providers", "--port", "0"], worker_env(""))
+    found = wait_until(
+        lambda: re.search(r"listening on (http://\S+)", server.log()) or not server.alive(), 20,
+        what="the provider server to listen",
+    )
+    assert server.alive(), server.log()
+    url = found.group(1)
     settings.DEMO_PROVIDERS_URL = url
     return Stack(procs, url)

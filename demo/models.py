@@ -1,0 +1,60 @@
+"""Tables of the simulated downstream providers (payments, inventory, email, shipping).
+
+They are the providers' own books, not the engine's: tests and the demo read
+them to prove what really happened downstream. Invariant: one
+``ProviderExecution`` row per real execution of a business action, committed
+before the provider answers; a deduplicated replay is a ``ProviderReplay`` row,
+never a second execution.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+
+
+class ProviderExecution(models.Model):
+    provider = models.CharField(max_length=20)
+    operation = models.CharField(max_length=20)
+    # The Idempotency-Key header as received. Recorded for every provider, also
+    # those that ignore it (inventory, email), so duplicates can be counted.
+    idempotency_key = models.CharField(max_length=255, blank=True, default="")
+    request = models.JSONField(default=dict)
+    response = models.JSONField(default=dict)
+    status_code = models.PositiveSmallIntegerField()
+    caller_pid = models.IntegerField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["provider", "operation", "idempotency_key"], name="provider_exec_key"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.provider}.{self.operation} key={self.idempotency_key!r} [{self.status_code}]"
+
+
+class ProviderReplay(models.Model):
+    """A request a provider answered from an earlier execution with the same key."""
+
+    execution = models.ForeignKey(ProviderExecution, on_delete=models.CASCADE, related_name="replays")
+    caller_pid = models.IntegerField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+
+class ProviderFault(models.Model):
+    """A fault the next ``remaining`` requests to (provider, operation) suffer.
+
+    See ``demo.providers.faults`` for the fault names and what each one does.
+    """
+
+    provider = models.CharField(max_length=20)
+    operation = models.CharField(max_length=20)
+    fault = models.CharField(max_length=100)
+    remaining = models.PositiveIntegerField(default=1)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["provider", "operation"], name="provider_fault_target")]
+
+    def __str__(self) -> str:
+        return f"{self.provider}.{self.operation}: {self.fault} x{self.remaining}"
