@@ -48,23 +48,24 @@ class Connector:
     def compensate(self, payload: dict[str, Any], result: dict[str, Any], *, key: str) -> dict[str, Any]:
         raise NotImplementedError
 
+    # Compensation capabilities, mirroring the forward ones: does the downstream dedupe
+    # undo requests by key, and can it tell whether an undo happened?
+    compensation_idempotent: ClassVar[bool] = False
+
+    def lookup_compensation(self, key: str) -> Outcome:
+        raise NotImplementedError
+
     @classmethod
     def can_lookup(cls) -> bool:
         return cls.lookup is not Connector.lookup
 
     @classmethod
-    def can_compensate(cls) -> bool:
-        return cls.compensate is not Connector.compensate
+    def can_lookup_compensation(cls) -> bool:
+        return cls.lookup_compensation is not Connector.lookup_compensation
 
     @classmethod
-    def needs_dispatch_mark(cls) -> bool:
-        """Whether PENDING -> IN_PROGRESS needs its own commit before the call.
-
-        Only when recovery has no other way to know the call was never made: for a
-        connector with neither lookup nor idempotency, a crash between intent and
-        dispatch must read as "not dispatched" (safe), not as UNKNOWN.
-        """
-        return not (cls.idempotent or cls.can_lookup())
+    def can_compensate(cls) -> bool:
+        return cls.compensate is not Connector.compensate
 
     def manual_result(self, downstream_ref: str) -> dict[str, Any]:
         """The result recorded when a person resolves the effect as succeeded with this
@@ -77,6 +78,39 @@ class Connector:
             if isinstance(result, dict) and result.get(field):
                 return str(result[field])
         return ""
+
+
+class Operation:
+    """One kind of call on a connector, as the ledger's recovery rules see it: the forward
+    effect, or its compensation. Both go through exactly the same rules."""
+
+    def __init__(self, connector: Connector, kind: str) -> None:
+        if kind not in ("effect", "compensation"):
+            raise ValueError(kind)
+        self.connector, self.kind = connector, kind
+        forward = kind == "effect"
+        self.can_lookup = connector.can_lookup() if forward else connector.can_lookup_compensation()
+        self.idempotent = connector.idempotent if forward else connector.compensation_idempotent
+        # A separate PENDING -> IN_PROGRESS commit only where recovery has nothing else to go on.
+        self.needs_dispatch_mark = not (self.idempotent or self.can_lookup)
+        self.max_attempts = connector.max_attempts
+        self.backoff_seconds = connector.backoff_seconds
+        self.backoff_factor = connector.backoff_factor
+        self.backoff_max_seconds = connector.backoff_max_seconds
+        self.deadline_seconds = connector.deadline_seconds
+
+    def execute(self, payload: dict[str, Any], key: str) -> dict[str, Any]:
+        if self.kind == "effect":
+            return self.connector.execute(payload, key=key)
+        return self.connector.compensate(payload["payload"], payload["result"], key=key)
+
+    def lookup(self, key: str) -> Outcome:
+        if self.kind == "effect":
+            return self.connector.lookup(key)
+        return self.connector.lookup_compensation(key)
+
+    def downstream_ref(self, result: dict[str, Any]) -> str:
+        return self.connector.downstream_ref(result)
 
 
 _connectors: dict[str, Connector] = {}

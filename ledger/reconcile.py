@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from django.db import transaction
 from django.utils import timezone
 
-from ledger.connectors import get_connector
+from ledger.connectors import Operation, get_connector
 from ledger.errors import ConnectorNotRegistered, LedgerError
 from ledger.models import EffectRecord, EffectStatus
 from ledger.outcomes import NotExecuted, Outcome, Succeeded, Unknown
@@ -46,14 +46,15 @@ class ReconcileReport:
 
 
 def lookup(effect: EffectRecord) -> Outcome:
+    """Ask the downstream system about ``effect`` (an effect or a compensation record)."""
     try:
-        conn = get_connector(effect.connector)
+        op = Operation(get_connector(effect.connector), effect.kind)
     except ConnectorNotRegistered as exc:
         return Unknown(str(exc))
-    if not conn.can_lookup():
-        return Unknown("connector has no lookup")
+    if not op.can_lookup:
+        return Unknown("connector has no lookup for this kind of call")
     try:
-        return conn.lookup(effect.idempotency_key)
+        return op.lookup(effect.idempotency_key)
     except Exception as exc:  # a failed lookup is not evidence of anything
         return Unknown(f"lookup raised {type(exc).__name__}: {exc}")
 

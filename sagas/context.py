@@ -18,7 +18,7 @@ import random as _random
 import threading
 import uuid as _uuid
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.utils import timezone
@@ -37,7 +37,9 @@ shutdown_requested = threading.Event()
 
 
 class Context:
-    def __init__(self, *, run: ClaimedRun, journal: list[Entry], worker_id: str) -> None:
+    def __init__(
+        self, *, run: ClaimedRun, journal: list[Entry], worker_id: str, approve_irreversible: bool = True
+    ) -> None:
         self.run_id = run.id
         self.workflow_name = run.workflow_name
         self.version = run.version
@@ -47,10 +49,18 @@ class Context:
         self.input = run.input
         self._run = run
         self._worker = worker_id
+        self._approve_irreversible = approve_irreversible
         self._calls = [e for e in journal if e.kind in CALL_KINDS]
         self._events = {(e.kind, e.name): e for e in journal if e.kind not in CALL_KINDS}
+        self._signals: dict[str, list[Entry]] = {}
+        for e in journal:
+            if e.kind == K.SIGNAL_RECEIVED:
+                self._signals.setdefault(e.name, []).append(e)
+        # The newest seq this worker knows of: suspending is refused if anything was
+        # appended since (a decision, a signal), and the run is replayed with it instead.
+        self.last_seq = journal[-1].seq if journal else 0
         self._pos = 0
-        self._names: dict[str, int] = {}
+        self._names: dict[tuple[str, str], int] = {}
         self._steps_used = run.steps_used
         self._cost_used = float(run.cost_used)
         self._pending_cost = 0.0
@@ -118,6 +128,26 @@ class Context:
         """A random UUID4, recorded on first execution and replayed afterwards."""
         return _uuid.UUID(self._recorded(K.UUID, lambda: str(_uuid.uuid4())))
 
+    def approval(
+        self, name: str, reason: str, timeout: timedelta, on_timeout: str = "escalate"
+    ) -> dict[str, Any]:
+        """Wait (holding no worker) until a person approves; see ``sagas.waits.approval``."""
+        from sagas import waits
+
+        return waits.approval(self, name, reason, timeout, on_timeout)
+
+    def sleep(self, duration: timedelta) -> None:
+        """A journaled timer: the run waits (holding no worker) and the sweeper wakes it."""
+        from sagas import waits
+
+        waits.sleep(self, duration)
+
+    def wait_for(self, signal_name: str, timeout: timedelta) -> Any:
+        """Wait for a signal sent with ``sagas.waits.signal_send``; see ``sagas.waits.wait_for``."""
+        from sagas import waits
+
+        return waits.wait_for(self, signal_name, timeout)
+
     def effect(self, name: str, connector_name: str, payload: dict, key: str | None = None) -> Any:
         """A ledgered external effect; see ``sagas.effects.run_effect`` for the contract."""
         from sagas.effects import run_effect
@@ -136,11 +166,14 @@ class Context:
 
     # --- engine internals --------------------------------------------------
 
-    def _unique(self, name: str) -> str:
+    def _unique(self, name: str, space: str = "call") -> str:
+        """``name``, or ``name#n`` for its n-th use in this run. Steps and effects share one
+        namespace (their names become idempotency keys); approvals, timers, signals and
+        recorded values each have their own, so an approval "ship" leaves the effect "ship" alone."""
         if not name or "#" in name:
             raise ValueError(f"step name {name!r} must be non-empty and must not contain '#'")
-        count = self._names.get(name, 0) + 1
-        self._names[name] = count
+        count = self._names.get((space, name), 0) + 1
+        self._names[(space, name)] = count
         return name if count == 1 else f"{name}#{count}"
 
     def _replay(self, kind: str, name: str, also: frozenset[str] = frozenset()) -> Entry | None:
@@ -210,6 +243,7 @@ class Context:
         )
         self._steps_used += steps
         self._cost_used += cost
+        self.last_seq = seq
         return seq
 
     def _check_fence(self) -> None:
@@ -217,7 +251,7 @@ class Context:
         systemdb.check_fence(self.run_id, fence=self._run.fence)
 
     def _recorded(self, kind: str, make: Callable[[], Any]) -> Any:
-        name = self._unique(str(kind))
+        name = self._unique(str(kind), space=str(kind))
         entry = self._replay(kind, name)
         if entry is not None:
             return entry.payload["value"]

@@ -31,30 +31,44 @@ from __future__ import annotations
 
 import json
 import time
+from datetime import timedelta
 from typing import Any
 
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from ledger.connectors import Connector, get_connector
+from ledger.connectors import Operation, get_connector
 from ledger.errors import EffectFailed, Final, KeyConflict, Retryable
 from ledger.models import EffectRecord, EffectStatus
 from ledger.outcomes import NotExecuted, Succeeded, Unknown
 from ledger.reconcile import BASE_SECONDS, lookup
 from ledger.services import canonical_json, effect_transition, payload_hash
-from sagas.context import Context
+from sagas.context import Context, shutdown_requested
 from sagas.crashpoints import crash_point
-from sagas.errors import EffectUnknown, LeaseLost, NonDeterminismError, NotSerializable
+from sagas.errors import EffectUnknown, LeaseLost, NonDeterminismError, NotSerializable, Yield
 from sagas.models import JournalKind
 from sagas.systemdb import dumps
 
 K = JournalKind
+# The automatic gate before an irreversible connector escalates after this long.
+IRREVERSIBLE_APPROVAL_TIMEOUT = timedelta(hours=24)
 _INTENT_KINDS = frozenset({K.EFFECT_REFUSED})
+# Journal kinds per operation: forward effects are positions in the workflow's own
+# order (replayed); compensations are events around the run (never replayed).
+_KINDS = {
+    "effect": (K.EFFECT_INTENT, K.EFFECT_RESULT, K.EFFECT_REFUSED),
+    "compensation": (K.COMPENSATION_INTENT, K.COMPENSATION_RESULT, K.COMPENSATION_REFUSED),
+}
 
 
 def run_effect(ctx: Context, name: str, connector_name: str, payload: dict, key: str | None) -> Any:
+    op = Operation(get_connector(connector_name), "effect")
+    if op.connector.irreversible and ctx._approve_irreversible:
+        ctx.approval(
+            f"approve:{name}", reason=f"Irreversible: {connector_name} ({name}) cannot be undone once it runs",
+            timeout=IRREVERSIBLE_APPROVAL_TIMEOUT,
+        )
     name = ctx._unique(name)
-    conn = get_connector(connector_name)
     try:
         payload = json.loads(canonical_json(payload))
     except (TypeError, ValueError) as exc:
@@ -77,29 +91,57 @@ def run_effect(ctx: Context, name: str, connector_name: str, payload: dict, key:
         if recorded is not None:
             return _recorded_outcome(recorded.payload, key)
         effect = EffectRecord.objects.get(tenant=ctx.tenant, idempotency_key=key)
-        return _recover(ctx, conn, name, effect, payload)
+        return _recover(ctx, op, name, effect, payload)
 
     ctx._before_live()
     crash_point("before_intent", name)
     try:
-        effect, created, refusal = _record_intent(ctx, conn, name, connector_name, key, payload, digest)
+        effect, created, refusal = _record_intent(ctx, op, name, connector_name, key, payload, digest)
     except IntegrityError:  # another run inserted the same key at the same moment: read theirs
-        effect, created, refusal = _record_intent(ctx, conn, name, connector_name, key, payload, digest)
+        effect, created, refusal = _record_intent(ctx, op, name, connector_name, key, payload, digest)
     if refusal is not None:
         raise KeyConflict(refusal)
     if created:
-        return _dispatch(ctx, conn, name, effect, payload, premarked=effect.status == EffectStatus.IN_PROGRESS)
-    return _recover(ctx, conn, name, effect, payload)
+        return _dispatch(ctx, op, name, effect, payload, premarked=effect.status == EffectStatus.IN_PROGRESS)
+    return _recover(ctx, op, name, effect, payload)
+
+
+def run_operation(
+    ctx: Context, op: Operation, *, name: str, key: str, payload: dict, kind: str, connector_name: str
+) -> EffectRecord:
+    """Run one ledgered call that is not a position in the workflow's code (a compensation):
+    the same intent/dispatch/recovery rules, with event journal kinds. Returns the
+    SUCCEEDED record; raises ``EffectFailed``, ``EffectUnknown`` or ``KeyConflict``."""
+    payload = json.loads(canonical_json(payload))
+    digest = payload_hash(payload)
+    effect = EffectRecord.objects.filter(tenant=ctx.tenant, idempotency_key=key).first()
+    if effect is None:
+        try:
+            effect, created, refusal = _record_intent(ctx, op, name, connector_name, key, payload, digest)
+        except IntegrityError:
+            effect, created, refusal = _record_intent(ctx, op, name, connector_name, key, payload, digest)
+        if refusal is not None:
+            raise KeyConflict(refusal)
+        if created:
+            _dispatch(ctx, op, name, effect, payload, premarked=effect.status == EffectStatus.IN_PROGRESS)
+        else:
+            _recover(ctx, op, name, effect, payload)
+    elif effect.payload_hash != digest:
+        raise KeyConflict(f"key {key!r} is already used with a different payload; nothing was executed")
+    elif effect.status != EffectStatus.SUCCEEDED:
+        _recover(ctx, op, name, effect, payload)
+    return EffectRecord.objects.get(id=effect.id)
 
 
 def _record_intent(
-    ctx: Context, conn: Connector, name: str, connector_name: str, key: str, payload: Any, digest: str
+    ctx: Context, op: Operation, name: str, connector_name: str, key: str, payload: Any, digest: str
 ) -> tuple[EffectRecord, bool, str | None]:
     """Commit 1: the journal's effect_intent and the ledger's record, together.
 
     For connectors that do not need a separate dispatch mark the record is
     created IN_PROGRESS right away: recovery treats both alike for them.
     """
+    intent_kind, _, refused_kind = _KINDS[op.kind]
     with transaction.atomic():
         effect = EffectRecord.objects.select_for_update().filter(tenant=ctx.tenant, idempotency_key=key).first()
         if effect is not None and effect.payload_hash != digest:
@@ -108,21 +150,21 @@ def _record_intent(
                 f"with a different payload ({effect.payload_hash[:12]}, now {digest[:12]}); nothing was executed"
             )
             ctx._append(
-                K.EFFECT_REFUSED, name,
+                refused_kind, name,
                 dumps({"key": key, "message": message, "payload_hash": digest, "existing_hash": effect.payload_hash}),
             )
             return effect, False, message
         ctx._append(
-            K.EFFECT_INTENT, name,
+            intent_kind, name,
             dumps({"connector": connector_name, "key": key, "payload_hash": digest, "reused": effect is not None}),
-            steps=1,
+            steps=1 if op.kind == "effect" else 0,
         )
         if effect is not None:
             return effect, False, None
-        mark_now = not conn.needs_dispatch_mark()
+        mark_now = not op.needs_dispatch_mark
         now = timezone.now()
         effect = EffectRecord.objects.create(
-            tenant=ctx.tenant, idempotency_key=key, run_id=ctx.run_id, step_name=name,
+            tenant=ctx.tenant, idempotency_key=key, run_id=ctx.run_id, step_name=name, kind=op.kind,
             connector=connector_name, request_payload=payload, payload_hash=digest,
             status=EffectStatus.IN_PROGRESS if mark_now else EffectStatus.PENDING,
             attempts=1 if mark_now else 0, dispatched_at=now if mark_now else None, intent_at=now,
@@ -131,7 +173,7 @@ def _record_intent(
 
 
 def _dispatch(
-    ctx: Context, conn: Connector, name: str, effect: EffectRecord, payload: Any, *, premarked: bool = False
+    ctx: Context, op: Operation, name: str, effect: EffectRecord, payload: Any, *, premarked: bool = False
 ) -> Any:
     """Call the connector with the effect's key, retrying ``Retryable`` within policy.
 
@@ -139,30 +181,31 @@ def _dispatch(
     """
     key = effect.idempotency_key
     started = time.monotonic()
-    delay = conn.backoff_seconds
+    delay = op.backoff_seconds
     while True:
         crash_point("after_intent", name)
         if not premarked:
             _mark_dispatched(ctx, effect)
         premarked = False
         try:
-            result = conn.execute(payload, key=key)
+            result = op.execute(payload, key)
         except Retryable as exc:
-            exhausted = effect.attempts >= conn.max_attempts or time.monotonic() - started + delay > conn.deadline_seconds
+            exhausted = effect.attempts >= op.max_attempts or time.monotonic() - started + delay > op.deadline_seconds
             if exhausted:
                 return _settle_failed(ctx, name, effect, exc, note=f"gave up after {effect.attempts} attempt(s)")
             with transaction.atomic():
                 effect_transition(effect, EffectStatus.PENDING, error=exc)
             time.sleep(delay)
-            delay = min(delay * conn.backoff_factor, conn.backoff_max_seconds)
-            ctx._before_live()
+            delay = min(delay * op.backoff_factor, op.backoff_max_seconds)
+            if shutdown_requested.is_set():  # PENDING again: the next worker retries it safely
+                raise Yield("worker shutting down")
             continue
         except Final as exc:
             return _settle_failed(ctx, name, effect, exc)
         except Exception as exc:  # Timeout, a dropped connection, a bug after sending: nobody knows
-            _settle_unknown(ctx, conn, name, effect, exc)
+            _settle_unknown(ctx, op, name, effect, exc)
         crash_point("after_dispatch", name)
-        return _settle_succeeded(ctx, conn, name, effect, result, conn.downstream_ref(result))
+        return _settle_succeeded(ctx, op, name, effect, result, op.downstream_ref(result))
 
 
 def _mark_dispatched(ctx: Context, effect: EffectRecord) -> None:
@@ -172,29 +215,29 @@ def _mark_dispatched(ctx: Context, effect: EffectRecord) -> None:
         effect_transition(effect, EffectStatus.IN_PROGRESS, dispatched=True)
 
 
-def _recover(ctx: Context, conn: Connector, name: str, effect: EffectRecord, payload: Any) -> Any:
+def _recover(ctx: Context, op: Operation, name: str, effect: EffectRecord, payload: Any) -> Any:
     """A record exists: use what it says, never call blindly (state 2 and 3 of the ledger)."""
     status = effect.status
     if status == EffectStatus.SUCCEEDED:
-        return _settle_succeeded(ctx, conn, name, effect, effect.result, effect.downstream_ref, already=True)
+        return _settle_succeeded(ctx, op, name, effect, effect.result, effect.downstream_ref, already=True)
     if status == EffectStatus.FAILED_FINAL:
         _journal_result(ctx, name, effect)
         return _recorded_outcome(result_payload(effect), effect.idempotency_key)
     if status == EffectStatus.PENDING:
-        return _dispatch(ctx, conn, name, effect, payload)
+        return _dispatch(ctx, op, name, effect, payload)
     # IN_PROGRESS or UNKNOWN: the call may have happened.
-    if conn.can_lookup():
+    if op.can_lookup:
         outcome = lookup(effect)
         if isinstance(outcome, Succeeded):
-            return _settle_succeeded(ctx, conn, name, effect, outcome.result, outcome.downstream_ref, resolution="lookup")
+            return _settle_succeeded(ctx, op, name, effect, outcome.result, outcome.downstream_ref, resolution="lookup")
         if isinstance(outcome, NotExecuted):
-            return _dispatch(ctx, conn, name, effect, payload)
+            return _dispatch(ctx, op, name, effect, payload)
         reason = outcome.reason if isinstance(outcome, Unknown) else type(outcome).__name__.lower()
-        _settle_unknown(ctx, conn, name, effect, RuntimeError(f"lookup was inconclusive: {reason}"))
-    if conn.idempotent:
-        return _dispatch(ctx, conn, name, effect, payload)
+        _settle_unknown(ctx, op, name, effect, RuntimeError(f"lookup was inconclusive: {reason}"))
+    if op.idempotent:
+        return _dispatch(ctx, op, name, effect, payload)
     _settle_unknown(
-        ctx, conn, name, effect,
+        ctx, op, name, effect,
         RuntimeError("the call may have reached the provider, which offers neither a status lookup nor idempotency"),
     )
 
@@ -206,11 +249,11 @@ def result_payload(effect: EffectRecord) -> dict[str, Any]:
 
 
 def _journal_result(ctx: Context, name: str, effect: EffectRecord) -> None:
-    ctx._append(K.EFFECT_RESULT, name, dumps(result_payload(effect)))
+    ctx._append(_KINDS[effect.kind][1], name, dumps(result_payload(effect)))
 
 
 def _settle_succeeded(
-    ctx: Context, conn: Connector, name: str, effect: EffectRecord, result: Any, ref: str,
+    ctx: Context, op: Operation, name: str, effect: EffectRecord, result: Any, ref: str,
     *, already: bool = False, resolution: str = "",
 ) -> Any:
     """Commit 2: SUCCEEDED in the ledger and effect_result in the journal, together.
@@ -247,11 +290,11 @@ def _settle_failed(ctx: Context, name: str, effect: EffectRecord, exc: BaseExcep
     return _recorded_outcome(result_payload(effect), effect.idempotency_key)
 
 
-def _settle_unknown(ctx: Context, conn: Connector, name: str, effect: EffectRecord, exc: BaseException) -> None:
+def _settle_unknown(ctx: Context, op: Operation, name: str, effect: EffectRecord, exc: BaseException) -> None:
     """Record UNKNOWN (never "failed") and halt the run for reconciliation or a person."""
     with transaction.atomic():
         effect_transition(
-            effect, EffectStatus.UNKNOWN, error=exc, next_check_in=BASE_SECONDS if conn.can_lookup() else None
+            effect, EffectStatus.UNKNOWN, error=exc, next_check_in=BASE_SECONDS if op.can_lookup else None
         )
     raise EffectUnknown(
         f"effect {name!r} ({effect.connector}, key {effect.idempotency_key}) has an unknown outcome: "

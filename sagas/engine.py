@@ -26,7 +26,17 @@ from django.db import connection
 from sagas import queue, registry, systemdb
 from sagas.context import Context
 from sagas.crashpoints import crash_point
-from sagas.errors import LeaseLost, NotSerializable, RunHalted, StepFailed, VersionMismatch, Yield
+from sagas.compensation import compensate_claimed, needs_compensation, plan_for_failure
+from sagas.errors import (
+    ApprovalRejected,
+    LeaseLost,
+    NotSerializable,
+    RunHalted,
+    StepFailed,
+    Suspend,
+    VersionMismatch,
+    Yield,
+)
 from sagas.models import JournalKind, RunStatus
 from sagas.systemdb import ClaimedRun, dumps
 
@@ -41,13 +51,24 @@ class Outcome(str, enum.Enum):
     NEEDS_ATTENTION = "needs_attention"
     YIELDED = "yielded"
     LEASE_LOST = "lease_lost"
+    WAITING = "waiting"
+    COMPENSATED = "compensated"
 
 
 _worker_id: tuple[int, str] | None = None
+_thread_worker_id = threading.local()
 
 
 def worker_id() -> str:
-    """This process's identity in leases and the journal: ``host:pid`` unless named."""
+    """The identity written into leases and the journal by the calling thread.
+
+    A worker thread of a process that runs several (``sagas_worker --concurrency N``)
+    has its own, set with ``set_thread_worker_id``; every other thread uses the
+    process's: ``host:pid`` unless named with ``set_worker_id``.
+    """
+    own = getattr(_thread_worker_id, "value", None)
+    if own is not None and own[0] == os.getpid():
+        return own[1]
     global _worker_id
     if _worker_id is None or _worker_id[0] != os.getpid():
         _worker_id = (os.getpid(), f"{socket.gethostname()}:{os.getpid()}")
@@ -55,8 +76,14 @@ def worker_id() -> str:
 
 
 def set_worker_id(name: str) -> None:
+    """Name this process (every thread without its own name)."""
     global _worker_id
     _worker_id = (os.getpid(), name)
+
+
+def set_thread_worker_id(name: str | None) -> None:
+    """Name the calling thread only; ``None`` gives it the process's name back."""
+    _thread_worker_id.value = None if name is None else (os.getpid(), name)
 
 
 class Heartbeat:
@@ -109,20 +136,30 @@ def advance(run_id: str, *, owner: str | None = None) -> Outcome:
 
 def _execute(run: ClaimedRun, owner: str) -> Outcome:
     try:
+        if run.status == RunStatus.COMPENSATING:
+            return _compensate(run, owner, Context(run=run, journal=[], worker_id=owner))
         definition = _definition_for(run)
-        journal = systemdb.load_journal(run.id)
-        ctx = Context(run=run, journal=journal, worker_id=owner)
-        try:
-            value = definition.fn(ctx, run.input)
-            ctx._check_finished()
+        while True:
+            journal = systemdb.load_journal(run.id)
+            ctx = Context(
+                run=run, journal=journal, worker_id=owner, approve_irreversible=definition.approve_irreversible
+            )
             try:
-                dumps(value)
-            except (TypeError, ValueError) as exc:
-                raise NotSerializable(f"the workflow returned a value that is not JSON: {exc}") from exc
-        except (RunHalted, Yield, LeaseLost):
-            raise
-        except Exception as exc:
-            return _fail(run, owner, exc)
+                value = definition.fn(ctx, run.input)
+                ctx._check_finished()
+                try:
+                    dumps(value)
+                except (TypeError, ValueError) as exc:
+                    raise NotSerializable(f"the workflow returned a value that is not JSON: {exc}") from exc
+            except Suspend as wait:
+                if _suspend(run, owner, ctx, wait):
+                    return Outcome.WAITING
+                continue  # a decision or signal arrived while we ran: replay with it
+            except (RunHalted, Yield, LeaseLost):
+                raise
+            except Exception as exc:
+                return _fail(run, owner, ctx, definition, exc)
+            break
         crash_point("before_complete", run.workflow_name)
         systemdb.finish(
             run.id,
@@ -143,6 +180,33 @@ def _execute(run: ClaimedRun, owner: str) -> Outcome:
     except LeaseLost as lost:
         log.warning("run %s: lease lost, stopping without recording: %s", run.id, lost)
         return Outcome.LEASE_LOST
+
+
+def _suspend(run: ClaimedRun, owner: str, ctx: Context, wait: Suspend) -> bool:
+    """WAITING with ``wake_at``, unless something was journaled since ``ctx`` loaded (False)."""
+    moved = systemdb.suspend(
+        run.id, fence=run.fence, worker=owner, expect_last_seq=ctx.last_seq, wake_at=wait.wake_at,
+        payload={"reason": wait.reason, "wake_at": wait.wake_at.isoformat() if wait.wake_at else None},
+    )
+    if moved:
+        log.info("run %s: waiting (%s)", run.id, wait.reason)
+    return moved
+
+
+def _compensate(run: ClaimedRun, owner: str, ctx: Context) -> Outcome:
+    """Run the compensation plan under this claim; COMPENSATED when every item is done."""
+    compensate_claimed(ctx)
+    systemdb.finish(
+        run.id,
+        fence=run.fence,
+        status=RunStatus.COMPENSATED,
+        kind=K.COMPENSATION_FINISHED,
+        worker=owner,
+        payload={"state": "COMPLETED"},
+        terminal=True,
+    )
+    log.info("run %s: compensated", run.id)
+    return Outcome.COMPENSATED
 
 
 def _definition_for(run: ClaimedRun) -> registry.WorkflowDefinition:
@@ -184,12 +248,27 @@ def _halt(run: ClaimedRun, owner: str, halt: RunHalted) -> Outcome:
     return Outcome.NEEDS_ATTENTION
 
 
-def _fail(run: ClaimedRun, owner: str, exc: Exception) -> Outcome:
-    reason = "step_failed" if isinstance(exc, StepFailed) else "workflow_error"
+def _fail(
+    run: ClaimedRun, owner: str, ctx: Context, definition: registry.WorkflowDefinition, exc: Exception
+) -> Outcome:
+    """The workflow raised. With effects to undo and on_failure="compensate", compensate now
+    (under this claim); otherwise the run is FAILED."""
+    if isinstance(exc, StepFailed):
+        reason = "step_failed"
+    elif isinstance(exc, ApprovalRejected):
+        reason = "approval_rejected"
+    else:
+        reason = "workflow_error"
     error = {"code": reason, "type": type(exc).__name__, "message": str(exc)[:4000]}
     if isinstance(exc, StepFailed):
         error["step"] = exc.step
     try:
+        if definition.on_failure == "compensate" and needs_compensation(run.id):
+            ctx._append(K.FAILED, "", dumps(error))
+            trigger = "rejection" if isinstance(exc, ApprovalRejected) else "automatic"
+            plan_for_failure(ctx, reason=error["message"], trigger=trigger)
+            log.warning("run %s: failed (%s); compensating", run.id, error["message"])
+            return _compensate(run, owner, ctx)
         systemdb.finish(
             run.id,
             fence=run.fence,

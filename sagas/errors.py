@@ -61,6 +61,41 @@ class StepFailed(SagaError):
         self.message = message
 
 
+class ApprovalRejected(SagaError):
+    """An approval was rejected (or expired with on_timeout="reject"). Unhandled, it fails
+    the run, which then compensates (on_failure="compensate")."""
+
+    code = "approval_rejected"
+
+
+class WaitTimedOut(SagaError):
+    """``ctx.wait_for`` reached its timeout without the signal."""
+
+    code = "wait_timed_out"
+
+
+class AlreadyDecided(SagaError):
+    code = "already_decided"
+
+
+class FourEyesViolation(SagaError):
+    """The user who started a run cannot approve its steps."""
+
+    code = "four_eyes"
+
+
+class RunFinished(SagaError):
+    """The action needs a run that is not finished."""
+
+    code = "run_finished"
+
+
+class ActionNotAllowed(SagaError):
+    """The run is not in a state that allows this action (a stale page, or a race)."""
+
+    code = "action_not_allowed"
+
+
 # --- control flow inside a run ------------------------------------------------
 
 
@@ -68,6 +103,20 @@ class EngineSignal(BaseException):
     """Base of every signal the engine uses to unwind a workflow function."""
 
     code = "engine_signal"
+
+
+class Suspend(EngineSignal):
+    """The run waits (approval, timer, signal): release the worker, status WAITING.
+
+    ``wake_at`` is when the sweeper should wake it even if nothing else does.
+    """
+
+    code = "suspend"
+
+    def __init__(self, reason: str, wake_at: object = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.wake_at = wake_at
 
 
 class LeaseLost(EngineSignal):
@@ -122,3 +171,20 @@ class EffectUnknown(RunHalted):
     """An effect's outcome is not known: the run waits for reconciliation or a person."""
 
     code = reason = "effect_unknown"
+
+
+class ApprovalEscalated(RunHalted):
+    """An approval passed its deadline with on_timeout="escalate": a person must look;
+    the approval can still be decided, which resumes the run."""
+
+    code = reason = "approval_escalated"
+
+
+class CompensationStuck(RunHalted):
+    """A compensation failed or has an unknown outcome: never skipped, a person decides."""
+
+    code = "compensation_stuck"
+
+    def __init__(self, message: str, *, reason: str, **details: object) -> None:
+        super().__init__(message, **details)
+        self.reason = reason

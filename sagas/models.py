@@ -28,7 +28,7 @@ S = RunStatus
 # ``status = ANY(...)`` guards from it through ``sources()``.
 RUN_TRANSITIONS: dict[str, frozenset[str]] = {
     # PENDING -> NEEDS_ATTENTION: no live worker has the run's code (version_mismatch).
-    S.PENDING: frozenset({S.RUNNING, S.NEEDS_ATTENTION, S.CANCELLED}),
+    S.PENDING: frozenset({S.RUNNING, S.NEEDS_ATTENTION, S.COMPENSATING, S.CANCELLED}),
     # RUNNING -> RUNNING is a new claim after the previous lease expired.
     S.RUNNING: frozenset(
         {S.RUNNING, S.PENDING, S.WAITING, S.NEEDS_ATTENTION, S.COMPENSATING, S.COMPLETED, S.FAILED, S.CANCELLED}
@@ -143,6 +143,22 @@ class JournalKind(models.TextChoices):
     EFFECT_REFUSED = "effect_refused"
     EFFECT_RESULT = "effect_result"
     EFFECT_RESOLVED = "effect_resolved"
+    APPROVAL_REQUESTED = "approval_requested"
+    APPROVAL_DECIDED = "approval_decided"
+    APPROVAL_EXPIRED = "approval_expired"
+    TIMER_SET = "timer_set"
+    TIMER_FIRED = "timer_fired"
+    SIGNAL_WAIT = "signal_wait"
+    SIGNAL_RECEIVED = "signal_received"
+    SIGNAL_TIMEOUT = "signal_timeout"
+    SUSPENDED = "suspended"
+    CANCELLED = "cancelled"
+    COMPENSATION_STARTED = "compensation_started"
+    COMPENSATION_ITEM = "compensation_item"
+    COMPENSATION_INTENT = "compensation_intent"
+    COMPENSATION_RESULT = "compensation_result"
+    COMPENSATION_REFUSED = "compensation_refused"
+    COMPENSATION_FINISHED = "compensation_finished"
 
 
 # Kinds written by ``ctx`` calls in the workflow's own order. Replay matches them
@@ -156,6 +172,9 @@ CALL_KINDS = frozenset(
         JournalKind.UUID,
         JournalKind.EFFECT_INTENT,
         JournalKind.EFFECT_REFUSED,
+        JournalKind.APPROVAL_REQUESTED,
+        JournalKind.TIMER_SET,
+        JournalKind.SIGNAL_WAIT,
     }
 )
 
@@ -221,3 +240,113 @@ class WorkerProcess(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class ApprovalState(models.TextChoices):
+    PENDING = "PENDING"
+    APPROVED = "APPROVED"
+    REJECTED = "REJECTED"
+    EXPIRED = "EXPIRED"  # deadline passed with on_timeout="reject": counts as a rejection
+    ESCALATED = "ESCALATED"  # deadline passed with on_timeout="escalate": still decidable
+
+
+A = ApprovalState
+APPROVAL_TRANSITIONS: dict[str, frozenset[str]] = {
+    A.PENDING: frozenset({A.APPROVED, A.REJECTED, A.EXPIRED, A.ESCALATED}),
+    A.ESCALATED: frozenset({A.APPROVED, A.REJECTED}),
+    A.APPROVED: frozenset(),
+    A.REJECTED: frozenset(),
+    A.EXPIRED: frozenset(),
+}
+OPEN_APPROVAL_STATES = frozenset({A.PENDING, A.ESCALATED})
+
+
+def check_approval_transition(old: str, new: str) -> None:
+    if new not in APPROVAL_TRANSITIONS[old]:
+        raise IllegalTransition(f"an approval cannot go from {old} to {new}")
+
+
+class ApprovalRequest(models.Model):
+    run = models.ForeignKey(WorkflowRun, on_delete=models.PROTECT, related_name="approvals")
+    step = models.CharField(max_length=200)
+    reason = models.TextField()
+    on_timeout = models.CharField(max_length=20, default="escalate")
+    requested_at = models.DateTimeField()
+    deadline = models.DateTimeField()
+    state = models.CharField(max_length=20, choices=ApprovalState.choices, default=ApprovalState.PENDING)
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    decided_by_label = models.CharField(max_length=200, blank=True, default="")
+    decided_at = models.DateTimeField(null=True, blank=True)
+    comment = models.TextField(blank=True, default="")
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run", "step"], name="approval_unique_run_step")]
+        indexes = [models.Index(fields=["deadline"], condition=Q(state="PENDING"), name="approval_pending_deadline")]
+
+    def __str__(self) -> str:
+        return f"approval {self.step} of {self.run_id} [{self.state}]"
+
+
+class CompensationState(models.TextChoices):
+    RUNNING = "RUNNING"
+    NEEDS_ATTENTION = "NEEDS_ATTENTION"
+    COMPLETED = "COMPLETED"
+
+
+C = CompensationState
+COMPENSATION_TRANSITIONS: dict[str, frozenset[str]] = {
+    C.RUNNING: frozenset({C.NEEDS_ATTENTION, C.COMPLETED}),
+    C.NEEDS_ATTENTION: frozenset({C.RUNNING}),
+    C.COMPLETED: frozenset(),
+}
+
+
+def check_compensation_transition(old: str, new: str) -> None:
+    if new not in COMPENSATION_TRANSITIONS[old]:
+        raise IllegalTransition(f"a compensation plan cannot go from {old} to {new}")
+
+
+class CompensationPlan(models.Model):
+    run = models.OneToOneField(WorkflowRun, on_delete=models.PROTECT, related_name="compensation")
+    reason = models.TextField()
+    trigger = models.CharField(max_length=20, help_text="automatic | operator | cancel | rejection")
+    state = models.CharField(max_length=20, choices=CompensationState.choices, default=CompensationState.RUNNING)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    created_by_label = models.CharField(max_length=200, blank=True, default="")
+    created_at = models.DateTimeField()
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"compensation of {self.run_id} [{self.state}]"
+
+
+class CompensationItemState(models.TextChoices):
+    PENDING = "PENDING"
+    SUCCEEDED = "SUCCEEDED"
+    UNKNOWN = "UNKNOWN"
+    FAILED = "FAILED"
+    IRREVERSIBLE = "IRREVERSIBLE"  # nothing can undo it; listed so people see it
+
+
+class CompensationItem(models.Model):
+    plan = models.ForeignKey(CompensationPlan, on_delete=models.PROTECT, related_name="items")
+    position = models.PositiveIntegerField(help_text="0 = undone first (the newest effect)")
+    effect_id = models.BigIntegerField(help_text="the ledger record being undone")
+    step_name = models.CharField(max_length=200)
+    connector = models.CharField(max_length=200)
+    compensation_key = models.CharField(max_length=300, blank=True, default="")
+    state = models.CharField(
+        max_length=20, choices=CompensationItemState.choices, default=CompensationItemState.PENDING
+    )
+    compensation_effect_id = models.BigIntegerField(null=True, blank=True, help_text="its own ledger record")
+
+    class Meta:
+        ordering = ["plan", "position"]
+        constraints = [models.UniqueConstraint(fields=["plan", "position"], name="compensation_item_position")]
+
+    def __str__(self) -> str:
+        return f"{self.position}: undo {self.step_name} [{self.state}]"

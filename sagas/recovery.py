@@ -10,6 +10,7 @@ PostgreSQL is the truth; Redis only carries wake-ups. One pass:
   ``parked``;
 * resumes runs parked that way once a live worker has their code again:
   ``resumed``;
+* wakes WAITING runs whose timer or deadline is due: ``woken``;
 * re-queries UNKNOWN effects that have a lookup (the ledger's reconciler) and
   wakes their runs when the answer is conclusive: ``reconciled``.
 
@@ -27,7 +28,7 @@ from django.conf import settings
 from django.db import connection
 
 from ledger.reconcile import reconcile_due
-from sagas import queue, selectors, services
+from sagas import queue, selectors, services, waits
 from sagas.models import LEASED_STATUSES, RunStatus
 
 log = logging.getLogger("sagas.recovery")
@@ -43,16 +44,17 @@ class SweepReport:
     parked: int = 0
     resumed: int = 0
     reconciled: int = 0
+    woken: int = 0
 
     def __str__(self) -> str:
         return (
             f"expired={self.expired} orphaned={self.orphaned} parked={self.parked} resumed={self.resumed} "
-            f"reconciled={self.reconciled}"
+            f"reconciled={self.reconciled} woken={self.woken}"
         )
 
     @property
     def total(self) -> int:
-        return self.expired + self.orphaned + self.parked + self.resumed + self.reconciled
+        return self.expired + self.orphaned + self.parked + self.resumed + self.reconciled + self.woken
 
 
 def _rows(sql: str, params: list) -> list[tuple[str, str]]:
@@ -96,6 +98,7 @@ def sweep() -> SweepReport:
     report.orphaned = _route(orphaned, live, report)
     if live:
         report.resumed = len(services.runs_resume_stranded(hashes=live))
+    report.woken = waits.runs_wake_due()
     reconciled = reconcile_due()
     report.reconciled = reconciled.succeeded + reconciled.not_executed
     return report

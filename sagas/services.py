@@ -15,9 +15,10 @@ from django.utils import timezone
 from ledger.errors import InvalidResolution
 from ledger.models import EffectRecord, EffectStatus
 from sagas import queue, registry, systemdb
-from sagas.errors import NotSerializable, StartConflict
+from sagas.errors import ActionNotAllowed, NotSerializable, RunFinished, StartConflict
 from sagas.models import (
     LEASED_STATUSES,
+    TERMINAL_STATUSES,
     JournalEntry,
     JournalKind,
     RunStatus,
@@ -239,7 +240,7 @@ def run_effect_resolved(*, effect: EffectRecord, outcome: str, actor: str) -> No
     Refuses (rolling the resolution back) when a worker is advancing the run right
     now: its own recovery will settle the effect.
     """
-    from sagas.effects import result_payload
+    from sagas.effects import _KINDS, result_payload
 
     run = WorkflowRun.objects.select_for_update().filter(id=effect.run_id).first()
     if run is None:
@@ -257,24 +258,68 @@ def run_effect_resolved(*, effect: EffectRecord, outcome: str, actor: str) -> No
     )
     if outcome in ("succeeded", "failed"):
         systemdb.append_event(
-            str(run.id), kind=JournalKind.EFFECT_RESULT, name=effect.step_name, worker=actor,
+            str(run.id), kind=_KINDS[effect.kind][1], name=effect.step_name, worker=actor,
             payload=dumps(result_payload(effect)),
         )
     run_wake_if_unblocked(run_id=str(run.id), reason=f"effect {effect.step_name} resolved ({outcome}) by {actor}")
 
 
+# A run parked for one of these reasons resumes by itself, in this status, once no
+# UNKNOWN ledger record of it remains.
+_RESUME_AFTER_RESOLUTION = {
+    "effect_unknown": RunStatus.PENDING,
+    "compensation_unknown": RunStatus.COMPENSATING,
+}
+
+
 def run_wake_if_unblocked(*, run_id: str, reason: str) -> bool:
-    """NEEDS_ATTENTION (effect_unknown) -> PENDING once no UNKNOWN effect of the run remains."""
+    """NEEDS_ATTENTION because of an UNKNOWN effect -> running again once none remains."""
     run = WorkflowRun.objects.select_for_update().get(id=run_id)
-    if run.status != RunStatus.NEEDS_ATTENTION or run.status_reason != "effect_unknown":
+    target = _RESUME_AFTER_RESOLUTION.get(run.status_reason)
+    if run.status != RunStatus.NEEDS_ATTENTION or target is None:
         return False
     if EffectRecord.objects.filter(run_id=run.id, status=EffectStatus.UNKNOWN).exists():
         return False
-    check_transition(run.status, RunStatus.PENDING)
+    check_transition(run.status, target)
     WorkflowRun.objects.filter(id=run.id).update(
-        status=RunStatus.PENDING, status_reason="", error=None, updated_at=timezone.now()
+        status=target, status_reason="", error=None, updated_at=timezone.now()
     )
     systemdb.append_event(str(run.id), kind=JournalKind.RESUMED, name="", worker="system",
                           payload=dumps({"reason": reason}))
     queue.enqueue_after_commit(run.id, run.definition_hash)
     return True
+
+
+def run_cancel(*, run_id: str, user: AbstractBaseUser | None, reason: str, compensate: bool) -> WorkflowRun:
+    """Cancel a run. The fence moves on, so a worker advancing it stops at its next step
+    boundary (its write is refused); a waiting run stops at once. With ``compensate`` and
+    effects to undo, the run goes COMPENSATING instead of CANCELLED. Open approvals expire."""
+    from sagas.compensation import _expire_open_approvals, _move_to_compensating, needs_compensation, plan_create
+
+    actor = user.get_username() if user is not None else "system"
+    if not reason.strip():
+        raise ActionNotAllowed("a reason is required to cancel a run")
+    with transaction.atomic():
+        run = WorkflowRun.objects.select_for_update().get(id=run_id)
+        if run.status in TERMINAL_STATUSES:
+            raise RunFinished(f"run {run.id} is already {run.status}")
+        if run.status == RunStatus.COMPENSATING:
+            raise ActionNotAllowed(f"run {run.id} is compensating; it cannot be cancelled now")
+        systemdb.append_event(
+            str(run.id), kind=JournalKind.CANCELLED, name="", worker=actor,
+            payload=dumps({"by": actor, "reason": reason, "compensate": compensate, "previous_status": run.status}),
+        )
+        _expire_open_approvals(run, "run cancelled")
+        if compensate and needs_compensation(str(run.id)):
+            check_transition(run.status, RunStatus.COMPENSATING)
+            plan_create(run=run, reason=f"cancelled: {reason}", trigger="cancel", user=user, actor=actor)
+            _move_to_compensating(run)
+        else:
+            check_transition(run.status, RunStatus.CANCELLED)
+            WorkflowRun.objects.filter(id=run.id).update(
+                status=RunStatus.CANCELLED, status_reason="cancelled", fence=run.fence + 1, lease_owner="",
+                lease_expires_at=None, wake_at=None, finished_at=timezone.now(), updated_at=timezone.now(),
+                error={"code": "cancelled", "message": f"cancelled by {actor}: {reason}"},
+            )
+    run.refresh_from_db()
+    return run

@@ -54,6 +54,7 @@ class ClaimedRun:
     max_cost: Decimal | None
     max_duration_seconds: float | None
     started_at: datetime
+    status: str = RunStatus.RUNNING
 
 
 def _cursor() -> psycopg.Cursor:
@@ -89,7 +90,7 @@ WITH claimed AS (
        AND (lease_expires_at IS NULL OR lease_expires_at < now())
  RETURNING id, workflow_name, version, definition_hash, input, tenant, business_key, fence,
            attempts, steps_used, cost_used, max_steps, max_cost,
-           extract(epoch FROM max_duration)::float8, started_at, last_seq
+           extract(epoch FROM max_duration)::float8, started_at, last_seq, status
 ), entry AS (
     INSERT INTO sagas_journalentry (run_id, seq, kind, name, payload, worker_id, created_at)
     SELECT id, last_seq, 'claimed', '',
@@ -129,6 +130,7 @@ def claim(run_id: str, *, owner: str, ttl: float) -> ClaimedRun | None:
         max_cost=row[12],
         max_duration_seconds=row[13],
         started_at=row[14],
+        status=row[16],
     )
 
 
@@ -303,3 +305,38 @@ def finish(
     if row is None:
         raise LeaseLost(f"run {run_id}: fence {fence} is stale, could not move it to {status}")
     return row[0]
+
+
+_SUSPEND_SQL = """
+WITH r AS (
+    UPDATE sagas_workflowrun
+       SET status = 'WAITING', wake_at = %(wake_at)s, lease_owner = '', lease_expires_at = NULL,
+           updated_at = now(), last_seq = last_seq + 1
+     WHERE id = %(run)s AND fence = %(fence)s AND status = 'RUNNING' AND last_seq = %(expect)s
+ RETURNING id, last_seq
+)
+INSERT INTO sagas_journalentry (run_id, seq, kind, name, payload, worker_id, created_at)
+SELECT id, last_seq, 'suspended', '', %(payload)s::jsonb, %(worker)s, now() FROM r
+RETURNING seq
+"""
+
+
+def suspend(
+    run_id: str, *, fence: int, worker: str, expect_last_seq: int, wake_at: datetime | None, payload: dict[str, Any]
+) -> bool:
+    """RUNNING -> WAITING, releasing the lease, only if nothing was journaled since the
+    worker's view (``expect_last_seq``). False: something arrived (a decision, a signal);
+    the caller replays with it. Raises ``LeaseLost`` if the fence moved on."""
+    with _cursor() as cur:
+        cur.execute(
+            _SUSPEND_SQL,
+            {"run": run_id, "fence": fence, "expect": expect_last_seq, "wake_at": wake_at,
+             "payload": dumps(payload), "worker": worker},
+        )
+        if cur.fetchone() is not None:
+            return True
+        cur.execute("SELECT fence FROM sagas_workflowrun WHERE id = %s", [run_id])
+        row = cur.fetchone()
+    if row is None or row[0] != fence:
+        raise LeaseLost(f"run {run_id}: fence {fence} is stale, could not suspend")
+    return False

@@ -1,0 +1,222 @@
+"""Sagas: undo a run's completed effects, newest first (DESIGN §8).
+
+A plan has one item per SUCCEEDED effect of the run, newest first. An item whose
+connector can undo it compensates through the ledger with the key
+``"<effect key>:compensate"``, under exactly the rules of a forward effect, so a
+crash mid-compensation repeats nothing. An item whose connector is irreversible
+(or cannot compensate) is listed as IRREVERSIBLE with nothing to run, so people
+see what could not be undone. A compensation that fails or whose outcome is
+unknown stops the plan: the run goes to NEEDS_ATTENTION and nothing after it is
+attempted (never skipped silently).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
+from django.utils import timezone
+
+from ledger.connectors import Operation, get_connector
+from ledger.errors import ConnectorNotRegistered, EffectFailed
+from ledger.models import EffectKind, EffectRecord, EffectStatus
+from sagas import queue, systemdb
+from sagas.context import Context
+from sagas.crashpoints import crash_point
+from sagas.errors import ActionNotAllowed, CompensationStuck, EffectUnknown, RunFinished
+from sagas.models import (
+    OPEN_APPROVAL_STATES,
+    ApprovalRequest,
+    ApprovalState,
+    CompensationItem,
+    CompensationItemState,
+    CompensationPlan,
+    CompensationState,
+    JournalKind,
+    RunStatus,
+    WorkflowRun,
+    check_compensation_transition,
+    check_transition,
+)
+from sagas.systemdb import dumps
+
+log = logging.getLogger("sagas.compensation")
+K = JournalKind
+I = CompensationItemState
+
+
+@dataclass(frozen=True)
+class PlannedItem:
+    position: int
+    effect_id: int
+    step_name: str
+    connector: str
+    compensation_key: str
+    reversible: bool
+    why_not: str = ""
+
+
+def compensation_preview(*, run: WorkflowRun) -> list[PlannedItem]:
+    """What a compensation of ``run`` would do, newest effect first. Writes nothing."""
+    effects = EffectRecord.objects.filter(
+        run_id=run.id, kind=EffectKind.EFFECT, status=EffectStatus.SUCCEEDED
+    ).order_by("-completed_at", "-id")
+    items = []
+    for position, effect in enumerate(effects):
+        try:
+            conn = get_connector(effect.connector)
+        except ConnectorNotRegistered:
+            reversible, why = False, "connector not registered here"
+        else:
+            if conn.irreversible:
+                reversible, why = False, "irreversible: the provider cannot undo it"
+            elif not conn.can_compensate():
+                reversible, why = False, "the connector has no compensation"
+            else:
+                reversible, why = True, ""
+        items.append(
+            PlannedItem(
+                position=position, effect_id=effect.id, step_name=effect.step_name, connector=effect.connector,
+                compensation_key=f"{effect.idempotency_key}:compensate" if reversible else "",
+                reversible=reversible, why_not=why,
+            )
+        )
+    return items
+
+
+def plan_create(*, run: WorkflowRun, reason: str, trigger: str, user: AbstractBaseUser | None, actor: str) -> CompensationPlan:
+    """Create the plan (inside the caller's transaction, run row locked)."""
+    if CompensationPlan.objects.filter(run=run).exists():
+        raise ActionNotAllowed(f"run {run.id} already has a compensation plan")
+    plan = CompensationPlan.objects.create(
+        run=run, reason=reason, trigger=trigger, created_by=user, created_by_label=actor, created_at=timezone.now()
+    )
+    preview = compensation_preview(run=run)
+    CompensationItem.objects.bulk_create(
+        CompensationItem(
+            plan=plan, position=item.position, effect_id=item.effect_id, step_name=item.step_name,
+            connector=item.connector, compensation_key=item.compensation_key,
+            state=I.PENDING if item.reversible else I.IRREVERSIBLE,
+        )
+        for item in preview
+    )
+    systemdb.append_event(
+        str(run.id), kind=K.COMPENSATION_STARTED, name="", worker=actor,
+        payload=dumps({
+            "reason": reason, "trigger": trigger, "by": actor,
+            "items": [{"step": i.step_name, "connector": i.connector, "reversible": i.reversible, "why_not": i.why_not}
+                      for i in preview],
+        }),
+    )
+    return plan
+
+
+def _expire_open_approvals(run: WorkflowRun, why: str) -> None:
+    ApprovalRequest.objects.filter(run=run, state__in=OPEN_APPROVAL_STATES).update(
+        state=ApprovalState.EXPIRED, decided_by_label=f"system ({why})", decided_at=timezone.now()
+    )
+
+
+def compensation_start(*, run_id: str, user: AbstractBaseUser | None, reason: str, actor: str = "") -> CompensationPlan:
+    """An operator asks to undo a run's effects. The run leaves any worker (fence +1),
+    goes COMPENSATING and is enqueued. Refused for finished runs and running compensations."""
+    actor = actor or (user.get_username() if user is not None else "system")
+    if not reason.strip():
+        raise ActionNotAllowed("a reason is required")
+    with transaction.atomic():
+        run = WorkflowRun.objects.select_for_update().get(id=run_id)
+        if run.status in (RunStatus.COMPLETED, RunStatus.COMPENSATED, RunStatus.CANCELLED):
+            raise RunFinished(f"run {run.id} is {run.status}; there is nothing to compensate")
+        if run.status == RunStatus.COMPENSATING:
+            raise ActionNotAllowed(f"run {run.id} is already compensating")
+        check_transition(run.status, RunStatus.COMPENSATING)
+        plan = plan_create(run=run, reason=reason, trigger="operator", user=user, actor=actor)
+        _expire_open_approvals(run, "compensation started")
+        _move_to_compensating(run)
+    return plan
+
+
+def _move_to_compensating(run: WorkflowRun) -> None:
+    WorkflowRun.objects.filter(id=run.id).update(
+        status=RunStatus.COMPENSATING, status_reason="", error=None, fence=run.fence + 1, lease_owner="",
+        lease_expires_at=None, wake_at=None, finished_at=None, updated_at=timezone.now(),
+    )
+    queue.enqueue_after_commit(run.id, run.definition_hash)
+
+
+def compensate_claimed(ctx: Context) -> None:
+    """Run the plan's remaining items in order, under the worker's claim (status COMPENSATING).
+
+    Returns when every item is done (the caller marks the run COMPENSATED). Raises
+    ``CompensationStuck`` when an item failed or is UNKNOWN.
+    """
+    from sagas.effects import run_operation
+
+    plan = CompensationPlan.objects.get(run_id=ctx.run_id)
+    if plan.state != CompensationState.RUNNING:
+        with transaction.atomic():
+            check_compensation_transition(plan.state, CompensationState.RUNNING)
+            plan.state = CompensationState.RUNNING
+            plan.save(update_fields=["state"])
+    for item in plan.items.order_by("position"):
+        if item.state in (I.SUCCEEDED, I.IRREVERSIBLE):
+            continue
+        original = EffectRecord.objects.get(id=item.effect_id)
+        op = Operation(get_connector(item.connector), "compensation")
+        payload = {"effect_id": original.id, "payload": original.request_payload, "result": original.result}
+        name = f"compensate:{item.step_name}"
+        crash_point("before_compensation", item.step_name)
+        try:
+            record = run_operation(
+                ctx, op, name=name, key=item.compensation_key, payload=payload,
+                kind=EffectKind.COMPENSATION, connector_name=item.connector,
+            )
+        except EffectFailed as exc:
+            _item_stuck(ctx, plan, item, I.FAILED, "compensation_failed", str(exc))
+        except EffectUnknown as exc:
+            _item_stuck(ctx, plan, item, I.UNKNOWN, "compensation_unknown", exc.message)
+        with transaction.atomic():
+            item.state = I.SUCCEEDED
+            item.compensation_effect_id = record.id
+            item.save(update_fields=["state", "compensation_effect_id"])
+            ctx._append(K.COMPENSATION_ITEM, name, dumps({"step": item.step_name, "state": I.SUCCEEDED,
+                                                           "downstream_ref": record.downstream_ref}))
+    with transaction.atomic():
+        check_compensation_transition(plan.state, CompensationState.COMPLETED)
+        plan.state = CompensationState.COMPLETED
+        plan.finished_at = timezone.now()
+        plan.save(update_fields=["state", "finished_at"])
+
+
+def _item_stuck(ctx: Context, plan: CompensationPlan, item: CompensationItem, state: str, reason: str, message: str) -> None:
+    with transaction.atomic():
+        item.state = state
+        record = EffectRecord.objects.filter(tenant=ctx.tenant, idempotency_key=item.compensation_key).first()
+        item.compensation_effect_id = record.id if record else None
+        item.save(update_fields=["state", "compensation_effect_id"])
+        check_compensation_transition(plan.state, CompensationState.NEEDS_ATTENTION)
+        plan.state = CompensationState.NEEDS_ATTENTION
+        plan.save(update_fields=["state"])
+    raise CompensationStuck(
+        f"compensating {item.step_name!r} ({item.connector}) {'failed' if state == I.FAILED else 'has an unknown outcome'}: "
+        f"{message}. Later compensations wait; nothing is skipped.",
+        reason=reason, step=item.step_name, connector=item.connector, key=item.compensation_key,
+        effect_id=item.compensation_effect_id,
+    )
+
+
+def needs_compensation(run_id: str) -> bool:
+    return EffectRecord.objects.filter(run_id=run_id, kind=EffectKind.EFFECT, status=EffectStatus.SUCCEEDED).exists()
+
+
+def plan_for_failure(ctx: Context, *, reason: str, trigger: str) -> None:
+    """Under the worker's claim: create the plan and switch the run to COMPENSATING (fenced)."""
+    with transaction.atomic():
+        ctx._check_fence()
+        run = WorkflowRun.objects.select_for_update().get(id=ctx.run_id)
+        check_transition(run.status, RunStatus.COMPENSATING)
+        plan_create(run=run, reason=reason, trigger=trigger, user=None, actor=ctx._worker)
+        _expire_open_approvals(run, "compensation started")
+        WorkflowRun.objects.filter(id=run.id).update(status=RunStatus.COMPENSATING, updated_at=timezone.now())
+

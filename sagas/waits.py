@@ -1,0 +1,224 @@
+"""Journaled waits: approvals, timers and signals (DESIGN §7).
+
+A waiting run holds no worker: ``Suspend`` unwinds the workflow and the engine
+marks the run WAITING with ``wake_at``. What wakes it: a decision, a signal
+(services below), or the sweeper when ``wake_at`` is due. Every decision that
+changes the workflow's path (approved, rejected, expired, timed out) is
+journaled before the workflow acts on it, so replay takes the same path.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
+from django.utils import timezone
+
+from sagas import queue, systemdb
+from sagas.errors import (
+    AlreadyDecided,
+    ApprovalEscalated,
+    ApprovalRejected,
+    FourEyesViolation,
+    RunFinished,
+    Suspend,
+    WaitTimedOut,
+)
+from sagas.models import (
+    OPEN_APPROVAL_STATES,
+    TERMINAL_STATUSES,
+    ApprovalRequest,
+    ApprovalState,
+    JournalKind,
+    RunStatus,
+    WorkflowRun,
+    check_approval_transition,
+    check_transition,
+)
+from sagas.systemdb import dumps
+
+if TYPE_CHECKING:
+    from sagas.context import Context
+
+log = logging.getLogger("sagas.waits")
+K = JournalKind
+ON_TIMEOUT = ("escalate", "reject")
+
+
+# --- inside a workflow ---------------------------------------------------------
+
+
+def approval(ctx: Context, name: str, reason: str, timeout: timedelta, on_timeout: str = "escalate") -> dict:
+    """Wait for a person to approve. Returns ``{"approved": True, "by": ..., "comment": ...}``;
+    raises ``ApprovalRejected`` on rejection (or expiry with on_timeout="reject")."""
+    if on_timeout not in ON_TIMEOUT:
+        raise ValueError(f"on_timeout must be one of {ON_TIMEOUT}, not {on_timeout!r}")
+    name = ctx._unique(name, space="approval")
+    entry = ctx._replay(K.APPROVAL_REQUESTED, name)
+    if entry is None:
+        ctx._before_live()
+        now = timezone.now()
+        deadline = now + timeout
+        with transaction.atomic():
+            ctx._append(
+                K.APPROVAL_REQUESTED, name,
+                dumps({"reason": reason, "deadline": deadline.isoformat(), "on_timeout": on_timeout}),
+            )
+            ApprovalRequest.objects.create(
+                run_id=ctx.run_id, step=name, reason=reason, on_timeout=on_timeout, requested_at=now,
+                deadline=deadline,
+            )
+        raise Suspend(f"waiting for approval {name!r}", wake_at=deadline)
+    decided = ctx._events.get((K.APPROVAL_DECIDED, name))
+    if decided is None:
+        decided = _decision_or_expiry(ctx, name, entry.payload)
+    payload = decided.payload if hasattr(decided, "payload") else decided
+    if payload.get("approved"):
+        return {"approved": True, "by": payload.get("by"), "comment": payload.get("comment", "")}
+    if payload.get("expired") and payload.get("on_timeout") == "escalate":
+        raise ApprovalEscalated(
+            f"approval {name!r} passed its deadline without a decision and was escalated",
+            approval=name, deadline=entry.payload["deadline"],
+        )
+    by = "its deadline" if payload.get("expired") else payload.get("by")
+    raise ApprovalRejected(f"approval {name!r} was rejected by {by}: {payload.get('comment', '')}".rstrip(": "))
+
+
+def _decision_or_expiry(ctx: Context, name: str, requested: dict) -> Any:
+    """No decision in the loaded journal: look at the approval now; expire it if due."""
+    expired = ctx._events.get((K.APPROVAL_EXPIRED, name))
+    deadline = datetime.fromisoformat(requested["deadline"])
+    with transaction.atomic():
+        request = ApprovalRequest.objects.select_for_update().get(run_id=ctx.run_id, step=name)
+        if request.state in (ApprovalState.APPROVED, ApprovalState.REJECTED):
+            # Decided after this worker loaded the journal; the decision is journaled too.
+            return {"approved": request.state == ApprovalState.APPROVED, "by": request.decided_by_label,
+                    "comment": request.comment}
+        if expired is not None:
+            return expired
+        if timezone.now() < deadline:
+            raise Suspend(f"waiting for approval {name!r}", wake_at=deadline)
+        new_state = ApprovalState.ESCALATED if request.on_timeout == "escalate" else ApprovalState.EXPIRED
+        check_approval_transition(request.state, new_state)
+        request.state = new_state
+        request.save(update_fields=["state"])
+        payload = {"approved": False, "expired": True, "on_timeout": request.on_timeout}
+        ctx._append(K.APPROVAL_EXPIRED, name, dumps(payload))
+    return payload
+
+
+def sleep(ctx: Context, duration: timedelta) -> None:
+    """Suspend until ``duration`` has passed (measured from the first execution)."""
+    name = ctx._unique("sleep", space="timer")
+    entry = ctx._replay(K.TIMER_SET, name)
+    if entry is None:
+        ctx._before_live()
+        wake_at = timezone.now() + duration
+        ctx._append(K.TIMER_SET, name, dumps({"wake_at": wake_at.isoformat(), "seconds": duration.total_seconds()}))
+    else:
+        wake_at = datetime.fromisoformat(entry.payload["wake_at"])
+    if timezone.now() < wake_at:
+        raise Suspend(f"sleeping until {wake_at:%Y-%m-%d %H:%M:%S} UTC", wake_at=wake_at)
+
+
+def wait_for(ctx: Context, signal_name: str, timeout: timedelta) -> Any:
+    """Wait for the next ``signal_name`` signal and return its payload; raises
+    ``WaitTimedOut`` at the timeout. Signals sent before the wait are kept: the
+    n-th wait for a name receives the n-th signal of that name."""
+    name = ctx._unique(f"signal:{signal_name}", space="signal")
+    index = int(name.rsplit("#", 1)[1]) if "#" in name else 1
+    entry = ctx._replay(K.SIGNAL_WAIT, name)
+    if entry is None:
+        ctx._before_live()
+        deadline = timezone.now() + timeout
+        ctx._append(K.SIGNAL_WAIT, name, dumps({"signal": signal_name, "deadline": deadline.isoformat()}))
+    else:
+        deadline = datetime.fromisoformat(entry.payload["deadline"])
+    if ctx._events.get((K.SIGNAL_TIMEOUT, name)) is not None:
+        raise WaitTimedOut(f"no {signal_name!r} signal before the timeout")
+    received = ctx._signals.get(signal_name, [])
+    if len(received) >= index:
+        return received[index - 1].payload.get("payload")
+    if timezone.now() < deadline:
+        raise Suspend(f"waiting for signal {signal_name!r}", wake_at=deadline)
+    ctx._append(K.SIGNAL_TIMEOUT, name, dumps({"signal": signal_name, "timed_out": True}))
+    raise WaitTimedOut(f"no {signal_name!r} signal before the timeout")
+
+
+# --- services (outside a run) -------------------------------------------------------
+
+
+def _wake(run: WorkflowRun, *, kind: str, name: str, payload: dict, actor: str) -> None:
+    """Journal an event on a locked run and, if it waits, make it PENDING and enqueue it."""
+    systemdb.append_event(str(run.id), kind=kind, name=name, payload=dumps(payload), worker=actor)
+    resumable = run.status == RunStatus.WAITING or (
+        run.status == RunStatus.NEEDS_ATTENTION and run.status_reason == "approval_escalated"
+    )
+    if resumable:
+        check_transition(run.status, RunStatus.PENDING)
+        WorkflowRun.objects.filter(id=run.id).update(
+            status=RunStatus.PENDING, status_reason="", error=None, wake_at=None, updated_at=timezone.now()
+        )
+        queue.enqueue_after_commit(run.id, run.definition_hash)
+
+
+def approval_decide(
+    *, approval_id: int, user: AbstractBaseUser, approve: bool, comment: str = "",
+) -> ApprovalRequest:
+    """Approve or reject. Four-eyes: the run's starter cannot decide. A second decision is
+    refused and says who decided and when. The decision is journaled and wakes the run."""
+    with transaction.atomic():
+        request = ApprovalRequest.objects.select_for_update().select_related("run").get(id=approval_id)
+        run = WorkflowRun.objects.select_for_update().get(id=request.run_id)
+        if request.state not in OPEN_APPROVAL_STATES:
+            who = request.decided_by_label or "its deadline"
+            when = f" at {request.decided_at:%Y-%m-%d %H:%M:%S} UTC" if request.decided_at else ""
+            raise AlreadyDecided(f"already {request.state.lower()} by {who}{when}")
+        if run.status in TERMINAL_STATUSES:
+            raise RunFinished(f"run {run.id} is {run.status}; its approvals can no longer be decided")
+        if run.started_by_id is not None and run.started_by_id == user.pk:
+            raise FourEyesViolation(f"{user.get_username()} started this run and cannot approve its steps")
+        new_state = ApprovalState.APPROVED if approve else ApprovalState.REJECTED
+        check_approval_transition(request.state, new_state)
+        request.state = new_state
+        request.decided_by = user
+        request.decided_by_label = user.get_username()
+        request.decided_at = timezone.now()
+        request.comment = comment
+        request.save(update_fields=["state", "decided_by", "decided_by_label", "decided_at", "comment"])
+        _wake(
+            run, kind=K.APPROVAL_DECIDED, name=request.step, actor=user.get_username(),
+            payload={"approved": approve, "by": user.get_username(), "comment": comment},
+        )
+    return request
+
+
+def signal_send(*, run_id: str, name: str, payload: Any = None, actor: str = "api") -> None:
+    """Deliver signal ``name`` to a run; it is kept until a ``ctx.wait_for(name)`` takes it."""
+    with transaction.atomic():
+        run = WorkflowRun.objects.select_for_update().get(id=run_id)
+        if run.status in TERMINAL_STATUSES:
+            raise RunFinished(f"run {run.id} is {run.status}; it takes no more signals")
+        _wake(run, kind=K.SIGNAL_RECEIVED, name=name, payload={"payload": payload, "by": actor}, actor=actor)
+
+
+def runs_wake_due(*, limit: int = 1000) -> int:
+    """WAITING runs whose ``wake_at`` is due become PENDING (timer fired, deadline reached)."""
+    woken = 0
+    due = list(
+        WorkflowRun.objects.filter(status=RunStatus.WAITING, wake_at__lte=timezone.now())
+        .order_by("wake_at").values_list("id", flat=True)[:limit]
+    )
+    for run_id in due:
+        with transaction.atomic():
+            run = WorkflowRun.objects.select_for_update().get(id=run_id)
+            if run.status != RunStatus.WAITING or run.wake_at is None or run.wake_at > timezone.now():
+                continue
+            _wake(run, kind=K.TIMER_FIRED, name="", actor="sweeper",
+                  payload={"due": run.wake_at.isoformat(), "late_by_ms": int(
+                      (timezone.now() - run.wake_at).total_seconds() * 1000)})
+            woken += 1
+    return woken
