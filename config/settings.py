@@ -37,6 +37,7 @@ INSTALLED_APPS = [
     "django_htmx",
     "ledger",
     "sagas",
+    "console",
     "demo",
 ]
 
@@ -66,6 +67,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "console.context_processors.console",
             ],
         },
     },
@@ -103,6 +105,12 @@ LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = False
 USE_TZ = True
+
+LOGIN_URL = "console:login"
+LOGIN_REDIRECT_URL = "console:overview"
+LOGOUT_REDIRECT_URL = "console:login"
+SESSION_COOKIE_HTTPONLY = True
+CSRF_COOKIE_HTTPONLY = False  # htmx reads no cookie: the token is in hx-headers on <body>
 
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / "staticfiles"

@@ -1,0 +1,26 @@
+from __future__ import annotations
+
+from django.urls import reverse
+
+from console import roles
+
+NAV = [
+    ("Runs", "console:runs"),
+    ("Ambiguous effects", "console:effects"),
+    ("Approvals", "console:approvals"),
+    ("Versions", "console:versions"),
+    ("Audit log", "console:audit"),
+]
+
+
+def console(request):  # type: ignore[no-untyped-def]
+    if not getattr(request, "user", None) or not request.user.is_authenticated:
+        return {}
+    items = []
+    for label, name in NAV:
+        try:
+            url = reverse(name)
+        except Exception:  # a page family not wired yet
+            continue
+        items.append({"label": label, "url": url, "current": request.path.startswith(url)})
+    return {"console_nav": items, "console_roles": sorted(roles.roles_of(request.user))}

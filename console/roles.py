@@ -1,0 +1,45 @@
+"""Roles are Django groups. Every action names the role it needs; the server checks it."""
+
+from __future__ import annotations
+
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, Group
+
+VIEWER, OPERATOR, APPROVER = "viewer", "operator", "approver"
+ROLES = (VIEWER, OPERATOR, APPROVER)
+
+# action -> the role allowed to do it (superusers may do everything)
+ACTION_ROLES: dict[str, str] = {
+    "effect.query": OPERATOR,
+    "effect.resolve": OPERATOR,
+    "run.retry": OPERATOR,
+    "run.cancel": OPERATOR,
+    "run.compensate": OPERATOR,
+    "approval.approve": APPROVER,
+    "approval.reject": APPROVER,
+}
+
+
+def ensure_groups() -> None:
+    for name in ROLES:
+        Group.objects.get_or_create(name=name)
+
+
+def roles_of(user: AbstractBaseUser | AnonymousUser) -> set[str]:
+    if not user.is_authenticated:
+        return set()
+    if user.is_superuser:
+        return set(ROLES)
+    cached = getattr(user, "_console_roles", None)
+    if cached is None:
+        cached = set(user.groups.filter(name__in=ROLES).values_list("name", flat=True))
+        user._console_roles = cached
+    return cached
+
+
+def can(user: AbstractBaseUser | AnonymousUser, action: str) -> bool:
+    return ACTION_ROLES[action] in roles_of(user)
+
+
+def can_view(user: AbstractBaseUser | AnonymousUser) -> bool:
+    """Anyone with a role may read every page (auditors are viewers)."""
+    return bool(roles_of(user))
