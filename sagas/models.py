@@ -116,6 +116,7 @@ class WorkflowRun(models.Model):
                 name="run_live_lease",
             ),
             models.Index(fields=["wake_at"], condition=Q(status="WAITING"), name="run_wake_due"),
+            models.Index(fields=["finished_at"], condition=Q(finished_at__isnull=False), name="run_finished"),
         ]
 
     def __str__(self) -> str:

@@ -323,3 +323,76 @@ def run_cancel(*, run_id: str, user: AbstractBaseUser | None, reason: str, compe
             )
     run.refresh_from_db()
     return run
+
+
+def run_retry(*, run_id: str, user: AbstractBaseUser | None, reason: str) -> WorkflowRun:
+    """Let a run parked in NEEDS_ATTENTION go on, where retrying is meaningful:
+
+    * ``budget_exceeded``: the exhausted limit is raised by its original size, recorded;
+    * ``version_mismatch``: only if a live worker has the run's exact code again;
+    * ``compensation_failed``: failed compensation items are retried under a new key
+      (the failed attempt is known not to have executed).
+
+    Other reasons have their own action (resolve the effect, decide the approval) or none
+    (non-determinism: deploy the fix as a new version, then cancel or compensate).
+    """
+    from sagas import selectors
+    from sagas.models import CompensationItem, CompensationItemState, CompensationPlan, CompensationState
+
+    actor = user.get_username() if user is not None else "system"
+    with transaction.atomic():
+        run = WorkflowRun.objects.select_for_update().get(id=run_id)
+        if run.status != RunStatus.NEEDS_ATTENTION:
+            raise ActionNotAllowed(f"only a run that needs attention can be retried; this one is {run.status}")
+        target, details = RunStatus.PENDING, {}
+        if run.status_reason == "budget_exceeded":
+            budget = (run.error or {}).get("budget")
+            if budget == "steps" and run.max_steps:
+                details = {"max_steps": [run.max_steps, run.steps_used + run.max_steps]}
+                run.max_steps = run.steps_used + run.max_steps
+            elif budget == "cost" and run.max_cost is not None:
+                new = run.cost_used + run.max_cost
+                details = {"max_cost": [str(run.max_cost), str(new)]}
+                run.max_cost = new
+            elif budget == "duration" and run.max_duration is not None:
+                new = (timezone.now() - (run.started_at or run.created_at)) + run.max_duration
+                details = {"max_duration_s": [run.max_duration.total_seconds(), round(new.total_seconds(), 3)]}
+                run.max_duration = new
+        elif run.status_reason == "version_mismatch":
+            live = selectors.live_definition_hashes() or set()
+            if run.definition_hash not in live:
+                raise ActionNotAllowed(
+                    "no live worker has this run's code; deploy a worker with it (the run then resumes by "
+                    "itself), or cancel or compensate the run"
+                )
+        elif run.status_reason == "compensation_failed":
+            plan = CompensationPlan.objects.select_for_update().get(run=run)
+            failed = list(plan.items.filter(state=CompensationItemState.FAILED))
+            for item in failed:
+                base, _, n = item.compensation_key.partition("#")
+                item.compensation_key = f"{base}#{int(n or 1) + 1}"
+                item.state = CompensationItemState.PENDING
+                item.save(update_fields=["compensation_key", "state"])
+            plan.state = CompensationState.RUNNING
+            plan.save(update_fields=["state"])
+            details = {"retried_items": [i.step_name for i in failed]}
+            target = RunStatus.COMPENSATING
+        else:
+            raise ActionNotAllowed(
+                f"a run stopped for {run.status_reason or 'this reason'} cannot simply be retried: "
+                + {
+                    "effect_unknown": "resolve its unknown effect (it then resumes by itself)",
+                    "compensation_unknown": "resolve the unknown compensation (it then resumes by itself)",
+                    "approval_escalated": "approve or reject the escalated approval",
+                    "non_determinism": "deploy the fix as a new version, then cancel or compensate this run",
+                }.get(run.status_reason, "cancel or compensate it")
+            )
+        check_transition(run.status, target)
+        systemdb.append_event(str(run.id), kind=JournalKind.OPERATOR_ACTION, name="retry", worker=actor,
+                              payload=dumps({"action": "retry", "by": actor, "reason": reason,
+                                             "was": run.status_reason, **details}))
+        run.status, run.status_reason, run.error = target, "", None
+        run.save(update_fields=["status", "status_reason", "error", "max_steps", "max_cost", "max_duration",
+                                "updated_at"])
+        queue.enqueue_after_commit(run.id, run.definition_hash)
+    return run
