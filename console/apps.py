@@ -9,4 +9,7 @@ class ConsoleConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from console import live  # noqa: F401  (connects engine signals to live pages)
+        from console import broadcast  # noqa: F401  (installs live.broadcast, connects engine signals)
+        from console.admin import apply_viewer_policy
+
+        apply_viewer_policy()

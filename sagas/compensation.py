@@ -22,6 +22,7 @@ from ledger.connectors import Operation, get_connector
 from ledger.errors import ConnectorNotRegistered, EffectFailed
 from ledger.models import EffectKind, EffectRecord, EffectStatus
 from sagas import queue, systemdb
+from sagas.signals import send_run_changed
 from sagas.context import Context
 from sagas.crashpoints import crash_point
 from sagas.errors import ActionNotAllowed, CompensationStuck, EffectUnknown, RunFinished
@@ -143,6 +144,7 @@ def _move_to_compensating(run: WorkflowRun) -> None:
         lease_expires_at=None, wake_at=None, finished_at=None, updated_at=timezone.now(),
     )
     queue.enqueue_after_commit(run.id, run.definition_hash)
+    send_run_changed(run.id, RunStatus.COMPENSATING, cause=K.COMPENSATION_STARTED)
 
 
 def compensate_claimed(ctx: Context) -> None:
@@ -182,6 +184,7 @@ def compensate_claimed(ctx: Context) -> None:
             item.save(update_fields=["state", "compensation_effect_id"])
             ctx._append(K.COMPENSATION_ITEM, name, dumps({"step": item.step_name, "state": I.SUCCEEDED,
                                                            "downstream_ref": record.downstream_ref}))
+            send_run_changed(ctx.run_id, RunStatus.COMPENSATING, cause=K.COMPENSATION_ITEM)
     with transaction.atomic():
         check_compensation_transition(plan.state, CompensationState.COMPLETED)
         plan.state = CompensationState.COMPLETED
@@ -219,4 +222,5 @@ def plan_for_failure(ctx: Context, *, reason: str, trigger: str) -> None:
         plan_create(run=run, reason=reason, trigger=trigger, user=None, actor=ctx._worker)
         _expire_open_approvals(run, "compensation started")
         WorkflowRun.objects.filter(id=run.id).update(status=RunStatus.COMPENSATING, updated_at=timezone.now())
+        send_run_changed(run.id, RunStatus.COMPENSATING, cause=K.COMPENSATION_STARTED)
 

@@ -19,11 +19,12 @@ import logging
 import os
 import socket
 import threading
+import time
 
 from django.conf import settings
 from django.db import connection
 
-from sagas import queue, registry, systemdb
+from sagas import queue, registry, signals, systemdb
 from sagas.context import Context
 from sagas.crashpoints import crash_point
 from sagas.compensation import compensate_claimed, needs_compensation, plan_for_failure
@@ -91,6 +92,11 @@ class Heartbeat:
 
     If a renewal matches no row the lease is gone; the main thread will find out
     at its next write (which the fence refuses), so the heartbeat just stops.
+
+    It also watches the journal position of the ``Context`` given to ``watch``: while
+    it moves, ``run_changed`` (cause "progress") is sent at most once per
+    ``signals.PROGRESS_INTERVAL``, from this thread, so the step loop itself stays
+    one commit per step with nothing else.
     """
 
     def __init__(self, run_id: str, fence: int, ttl: float) -> None:
@@ -98,6 +104,24 @@ class Heartbeat:
         self.lost = False
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name=f"heartbeat-{run_id[:8]}", daemon=True)
+        self._ctx: Context | None = None
+        self._seen_seq = 0
+        self._progress_sent = 0.0
+
+    def watch(self, ctx: Context) -> Context:
+        self._seen_seq = ctx.last_seq
+        self._ctx = ctx
+        return ctx
+
+    def _report_progress(self) -> None:
+        ctx = self._ctx
+        if ctx is None or ctx.last_seq == self._seen_seq:
+            return
+        now = time.monotonic()
+        if now - self._progress_sent < signals.PROGRESS_INTERVAL:
+            return
+        self._seen_seq, self._progress_sent = ctx.last_seq, now
+        signals.send_run_changed_now(self.run_id, ctx._run.status, cause="progress")
 
     def __enter__(self) -> Heartbeat:
         self._thread.start()
@@ -108,8 +132,14 @@ class Heartbeat:
         self._thread.join(timeout=self.ttl)
 
     def _loop(self) -> None:
+        every = self.ttl / 3
+        renew_at = time.monotonic() + every
         try:
-            while not self._stop.wait(self.ttl / 3):
+            while not self._stop.wait(max(0.0, min(renew_at - time.monotonic(), signals.PROGRESS_INTERVAL))):
+                self._report_progress()
+                if time.monotonic() < renew_at:
+                    continue
+                renew_at = time.monotonic() + every
                 try:
                     if not systemdb.renew_lease(self.run_id, fence=self.fence, ttl=self.ttl):
                         self.lost = True
@@ -130,20 +160,37 @@ def advance(run_id: str, *, owner: str | None = None) -> Outcome:
         log.debug("run %s: not claimable, skipping", run_id)
         return Outcome.NOT_CLAIMED
     log.info("run %s: claimed by %s (attempt %d, fence %d)", run.id, owner, run.attempts, run.fence)
-    with Heartbeat(run.id, run.fence, ttl):
-        return _execute(run, owner)
+    signals.send_run_changed(run.id, run.status, cause="claimed")
+    with Heartbeat(run.id, run.fence, ttl) as beat:
+        outcome = _execute(run, owner, beat)
+    if outcome in _STATUS_AFTER:  # committed by _execute; LEASE_LOST: whoever took the run reports
+        signals.send_run_changed(run.id, _STATUS_AFTER[outcome], cause=outcome.value)
+    return outcome
 
 
-def _execute(run: ClaimedRun, owner: str) -> Outcome:
+_STATUS_AFTER = {
+    Outcome.COMPLETED: RunStatus.COMPLETED,
+    Outcome.FAILED: RunStatus.FAILED,
+    Outcome.NEEDS_ATTENTION: RunStatus.NEEDS_ATTENTION,
+    Outcome.YIELDED: RunStatus.PENDING,
+    Outcome.WAITING: RunStatus.WAITING,
+    Outcome.COMPENSATED: RunStatus.COMPENSATED,
+}
+
+
+def _execute(run: ClaimedRun, owner: str, beat: Heartbeat | None = None) -> Outcome:
     try:
         if run.status == RunStatus.COMPENSATING:
-            return _compensate(run, owner, Context(run=run, journal=[], worker_id=owner))
+            ctx = Context(run=run, journal=[], worker_id=owner)
+            return _compensate(run, owner, beat.watch(ctx) if beat else ctx)
         definition = _definition_for(run)
         while True:
             journal = systemdb.load_journal(run.id)
             ctx = Context(
                 run=run, journal=journal, worker_id=owner, approve_irreversible=definition.approve_irreversible
             )
+            if beat is not None:
+                beat.watch(ctx)
             try:
                 value = definition.fn(ctx, run.input)
                 ctx._check_finished()

@@ -106,8 +106,8 @@ class WorkflowRun(models.Model):
         ]
         indexes = [
             models.Index(fields=["status", "updated_at"], name="run_status_updated"),
-            models.Index(fields=["workflow_name", "version"], name="run_workflow_version"),
-            models.Index(fields=["business_key"], name="run_business_key"),
+            # Console list filters use (status|workflow|workflow+version|tenant, created_at, id) and a
+            # pattern index on business_key, created in migration 0006 (CONCURRENTLY, outside Meta).
             models.Index(fields=["updated_at"], name="run_updated"),
             models.Index(fields=["-created_at", "-id"], name="run_created_keyset"),
             models.Index(

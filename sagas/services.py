@@ -15,6 +15,7 @@ from django.utils import timezone
 from ledger.errors import InvalidResolution
 from ledger.models import EffectRecord, EffectStatus
 from sagas import queue, registry, systemdb
+from sagas.signals import send_run_changed
 from sagas.errors import ActionNotAllowed, NotSerializable, RunFinished, StartConflict
 from sagas.models import (
     LEASED_STATUSES,
@@ -125,6 +126,7 @@ def run_start(
                 created_at=timezone.now(),
             )
             queue.enqueue_after_commit(run.id, run.definition_hash)
+            send_run_changed(run.id, RunStatus.PENDING, cause=JournalKind.STARTED)
     except IntegrityError:
         if not business_key:
             raise
@@ -164,6 +166,7 @@ def runs_resume_stranded(*, hashes: set[str]) -> list[str]:
             run.status, run.status_reason, run.error = RunStatus.PENDING, "", None
             run.save(update_fields=["status", "status_reason", "error", "last_seq", "updated_at"])
             queue.enqueue_after_commit(run.id, run.definition_hash)
+            send_run_changed(run.id, RunStatus.PENDING, cause=JournalKind.RESUMED)
         resumed.append(str(run_id))
     if resumed:
         log.info("resumed %d run(s) stranded by a version mismatch", len(resumed))
@@ -210,6 +213,7 @@ def run_park_unroutable(*, run_id: str, live_hashes: set[str]) -> bool:
             update_fields=["status", "status_reason", "error", "last_seq", "fence", "lease_owner",
                            "lease_expires_at", "updated_at"]
         )
+        send_run_changed(run.id, RunStatus.NEEDS_ATTENTION, cause=JournalKind.HALTED)
     log.warning("run %s: parked, %s", run_id, error["message"])
     return True
 
@@ -261,6 +265,7 @@ def run_effect_resolved(*, effect: EffectRecord, outcome: str, actor: str) -> No
             str(run.id), kind=_KINDS[effect.kind][1], name=effect.step_name, worker=actor,
             payload=dumps(result_payload(effect)),
         )
+    send_run_changed(run.id, run.status, cause=JournalKind.EFFECT_RESOLVED)
     run_wake_if_unblocked(run_id=str(run.id), reason=f"effect {effect.step_name} resolved ({outcome}) by {actor}")
 
 
@@ -287,6 +292,7 @@ def run_wake_if_unblocked(*, run_id: str, reason: str) -> bool:
     systemdb.append_event(str(run.id), kind=JournalKind.RESUMED, name="", worker="system",
                           payload=dumps({"reason": reason}))
     queue.enqueue_after_commit(run.id, run.definition_hash)
+    send_run_changed(run.id, target, cause=JournalKind.RESUMED)
     return True
 
 
@@ -321,6 +327,7 @@ def run_cancel(*, run_id: str, user: AbstractBaseUser | None, reason: str, compe
                 lease_expires_at=None, wake_at=None, finished_at=timezone.now(), updated_at=timezone.now(),
                 error={"code": "cancelled", "message": f"cancelled by {actor}: {reason}"},
             )
+            send_run_changed(run.id, RunStatus.CANCELLED, cause=JournalKind.CANCELLED)
     run.refresh_from_db()
     return run
 
@@ -395,4 +402,5 @@ def run_retry(*, run_id: str, user: AbstractBaseUser | None, reason: str) -> Wor
         run.save(update_fields=["status", "status_reason", "error", "max_steps", "max_cost", "max_duration",
                                 "updated_at"])
         queue.enqueue_after_commit(run.id, run.definition_hash)
+        send_run_changed(run.id, target, cause=JournalKind.OPERATOR_ACTION)
     return run

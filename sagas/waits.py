@@ -18,6 +18,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from sagas import queue, systemdb
+from sagas.signals import send_run_changed
 from sagas.errors import (
     AlreadyDecided,
     ApprovalEscalated,
@@ -163,6 +164,7 @@ def _wake(run: WorkflowRun, *, kind: str, name: str, payload: dict, actor: str) 
             status=RunStatus.PENDING, status_reason="", error=None, wake_at=None, updated_at=timezone.now()
         )
         queue.enqueue_after_commit(run.id, run.definition_hash)
+    send_run_changed(run.id, RunStatus.PENDING if resumable else run.status, cause=kind)
 
 
 def approval_decide(

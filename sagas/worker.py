@@ -9,22 +9,38 @@ milliseconds per job, which a 20-step run cannot afford.
 
 On SIGTERM/SIGINT the worker stops taking jobs, and a run in progress is handed
 back (PENDING, re-enqueued) at its next step boundary instead of finishing.
+
+Concurrency: ``WorkerPool`` runs N ``ThreadWorker``s in one process, one thread
+each, so a process advances N runs at once (a run mostly waits: on PostgreSQL
+commits, and in real workflows on model calls). Each thread has its own RQ
+worker name (``<name>/<i>``), its own identity in leases and the journal, and
+its own Django database connection. The process keeps one entry in the worker
+registry.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import signal
 import socket
 import threading
+import time
 from datetime import datetime
+from types import FrameType
 
 from django.conf import settings
 from django.db import connection
-from rq import SimpleWorker
+from redis import Redis
+from redis.client import Pipeline
+from rq import Queue, SimpleWorker
+from rq.exceptions import StopRequested
+from rq.job import Job
+from rq.timeouts import TimerDeathPenalty
 
 from sagas import recovery, services
 from sagas.context import shutdown_requested
+from sagas.engine import set_thread_worker_id
 
 log = logging.getLogger("sagas.worker")
 
@@ -63,3 +79,184 @@ class BackgroundThread(threading.Thread):
                     connection.close()
         finally:
             connection.close()
+
+
+# Threads per process: each holds a database connection, plus one per run in
+# progress for its lease heartbeat.
+MAX_CONCURRENCY = 64
+# How long a thread worker blocks in one dequeue: the bound on how long an idle
+# thread takes to notice that it was asked to stop.
+POLL_SECONDS = 1
+# A thread worker's bare heartbeats (not those RQ batches with a job's bookkeeping)
+# are at least this far apart.
+HEARTBEAT_MIN_INTERVAL = 1.0
+
+
+class ThreadWorker(SimpleWorker):
+    """An RQ worker that runs in a thread other than the main one.
+
+    What differs from ``SagaWorker`` because it is not in the main thread:
+
+    * it installs no signal handlers (``signal.signal`` works only in the main
+      thread): the process's ``WorkerPool`` handles SIGTERM/SIGINT and calls
+      ``stop()``;
+    * while it waits for a job it wakes every ``POLL_SECONDS`` to see whether it
+      was stopped, so an idle worker leaves its loop within about that long;
+    * a job's timeout, if it has one, is enforced by a timer thread, not SIGALRM
+      (``advance`` jobs have none: a hung run is the lease's business).
+
+    ``stop()`` is a warm stop: a job in progress is finished first (a run hands
+    itself back at its next step boundary once ``shutdown_requested`` is set).
+
+    It also skips Redis writes that carry no information, about 6 of the ~29
+    round trips RQ makes per job: a bare heartbeat less than
+    ``HEARTBEAT_MIN_INTERVAL`` after the previous one (RQ calls it three to five
+    times per job; the worker key it extends lives ``worker_ttl`` + 60 s), and a
+    state write that repeats the state already written. What ``rq info`` shows
+    is at most that interval stale; nothing in the engine reads it.
+    """
+
+    death_penalty_class = TimerDeathPenalty
+    _last_beat = float("-inf")
+
+    def heartbeat(self, timeout: int | None = None, pipeline: Pipeline | None = None) -> None:
+        if timeout is None and pipeline is None:
+            now = time.monotonic()
+            if now - self._last_beat < HEARTBEAT_MIN_INTERVAL:
+                return
+            self._last_beat = now
+        super().heartbeat(timeout, pipeline)
+
+    def set_state(self, state: str, pipeline: Pipeline | None = None) -> None:
+        if pipeline is None and state == self._state:
+            return
+        super().set_state(state, pipeline)
+
+    @property
+    def dequeue_timeout(self) -> int:
+        return POLL_SECONDS
+
+    def register_birth(self) -> None:
+        """Take over the RQ registration of a dead predecessor of the same name.
+
+        A process killed without warning (SIGKILL, a second SIGTERM, a crash) leaves
+        its RQ registration for ``worker_ttl`` + 60 s, and RQ refuses to start a worker
+        of the same name meanwhile: a supervisor restarting ``--name w1`` would fail
+        for minutes. Names are unique per process, so a registration under this name
+        that no process on this host owns any more is stale and is dropped.
+        """
+        hostname, pid, death = self.connection.hmget(self.key, "hostname", "pid", "death")
+        if hostname is not None and death is None and pid is not None:
+            stale_pid = int(pid)
+            if hostname.decode() == socket.gethostname() and stale_pid != os.getpid() and not _alive(stale_pid):
+                log.info("worker %s: dropping the RQ registration left by dead process %d", self.name, stale_pid)
+                self.connection.delete(self.key)
+        super().register_birth()
+
+    def _install_signal_handlers(self) -> None:
+        pass
+
+    def request_stop(self, signum, frame):  # type: ignore[no-untyped-def]
+        self.stop()
+
+    def stop(self) -> None:
+        self._stop_requested = True
+
+    def dequeue_job_and_maintain_ttl(
+        self, timeout: int | None, max_idle_time: int | None = None
+    ) -> tuple[Job, Queue] | None:
+        if timeout is None:  # burst: one non-blocking look at the queues
+            return super().dequeue_job_and_maintain_ttl(timeout, max_idle_time)
+        while not self._stop_requested:
+            result = super().dequeue_job_and_maintain_ttl(timeout, max_idle_time=timeout)
+            if result is not None:
+                return result
+        raise StopRequested()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
+
+
+class WorkerThread(threading.Thread):
+    """Runs one ``ThreadWorker`` under its own identity and closes its DB connection at the end."""
+
+    def __init__(self, worker: ThreadWorker, *, burst: bool) -> None:
+        super().__init__(name=f"sagas-worker {worker.name}", daemon=True)
+        self.worker, self.burst = worker, burst
+        self.failed = False
+
+    def run(self) -> None:
+        set_thread_worker_id(self.worker.name)
+        try:
+            self.worker.work(burst=self.burst, with_scheduler=False, logging_level="WARNING")
+        except BaseException:
+            self.failed = True
+            log.exception("worker %s stopped on an error", self.worker.name)
+        finally:
+            connection.close()
+
+
+class WorkerPool:
+    """N ``ThreadWorker``s in this process, named ``<name>/1`` .. ``<name>/N``.
+
+    Runs in the main thread, which handles SIGTERM and SIGINT: the first one sets
+    ``shutdown_requested`` (runs in progress are handed back at their next step
+    boundary) and stops every worker after its current job; a second one exits at
+    once (what a SIGKILL would do: leases expire and another worker recovers).
+
+    ``run()`` returns when every thread has ended: in burst mode once the queues
+    are empty, otherwise once stopped. It returns False if a thread ended on its
+    own (an error RQ gave up on); the other threads are then stopped too, so the
+    process exits and its supervisor can restart it, as with one worker.
+    """
+
+    def __init__(self, *, name: str, queue_names: list[str], connection: Redis, concurrency: int, burst: bool) -> None:
+        self.name, self.burst = name, burst
+        self.workers = [
+            # Queue names, not shared Queue objects: each worker builds its own with
+            # its death-penalty class.
+            ThreadWorker(list(queue_names), connection=connection, name=f"{name}/{i}")
+            for i in range(1, concurrency + 1)
+        ]
+        self.threads = [WorkerThread(w, burst=burst) for w in self.workers]
+        self.stopping = False
+        self._signals = 0
+
+    def stop(self) -> None:
+        self.stopping = True
+        shutdown_requested.set()
+        for worker in self.workers:
+            worker.stop()
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self._signals += 1
+        if self._signals > 1:
+            log.warning("worker %s: second %s, exiting now", self.name, signal.Signals(signum).name)
+            raise SystemExit(1)
+        log.info("worker %s: %s, handing runs back and stopping", self.name, signal.Signals(signum).name)
+        self.stop()
+
+    def run(self) -> bool:
+        previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+        clean = True
+        try:
+            for thread in self.threads:
+                thread.start()
+            while alive := [t for t in self.threads if t.is_alive()]:
+                if len(alive) < len(self.threads) and not self.burst and not self.stopping:
+                    ended = [t.worker.name for t in self.threads if not t.is_alive()]
+                    log.error("worker %s ended on its own; stopping the other threads", ", ".join(ended))
+                    clean = False
+                    self.stop()
+                alive[0].join(timeout=0.2)
+            return clean and not any(t.failed for t in self.threads)
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)

@@ -8,7 +8,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
@@ -39,7 +39,7 @@ def get_run_for_user(request: HttpRequest, run_id: Any) -> WorkflowRun:
     """The run, or 404 for an unknown or malformed id. (Every role may read every run.)"""
     try:
         return WorkflowRun.objects.get(id=run_id)
-    except (WorkflowRun.DoesNotExist, ValueError, TypeError) as exc:
+    except (WorkflowRun.DoesNotExist, ValidationError, ValueError, TypeError) as exc:
         raise Http404("no such run") from exc
 
 

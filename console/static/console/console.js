@@ -1,12 +1,51 @@
-// Live-update status: say when the socket drops and when it is back (htmx-ext-ws reconnects).
+// Live-update status: say when the socket drops and when it is back.
+//
+// htmx-ext-ws 2.0.4 fires htmx:wsConnecting, htmx:wsOpen, htmx:wsClose and htmx:wsError on
+// the element with ws-connect (they bubble to document). It reconnects by itself, with
+// full-jitter backoff, only after close codes 1006, 1011, 1012 and 1013 (a dropped
+// connection, a server error or restart). After any other code (a clean close, a proxy
+// or server timeout) we ask it to reconnect, with the same backoff, unless the server
+// closed with a 4xxx code: access ended (role removed, logged out), so the page says so.
 (function () {
+  var RETRIED_BY_EXTENSION = [1006, 1011, 1012, 1013];
+  var RECONNECTING = "live: disconnected, reconnecting…";
+  var down = false;
+  var retries = 0;
+
   function set(state, text) {
     var el = document.getElementById("live-status");
     if (el) { el.dataset.state = state; el.textContent = text; }
   }
-  document.addEventListener("htmx:wsOpen", function () { set("open", "live"); });
-  document.addEventListener("htmx:wsClose", function () { set("closed", "live: disconnected, reconnecting…"); });
-  document.addEventListener("htmx:wsError", function () { set("closed", "live: disconnected, reconnecting…"); });
+
+  document.addEventListener("htmx:wsConnecting", function () {
+    if (!down) set("connecting", "live: connecting…");
+  });
+  document.addEventListener("htmx:wsOpen", function () {
+    down = false;
+    retries = 0;
+    set("open", "live");
+  });
+  document.addEventListener("htmx:wsError", function () {
+    down = true;
+    set("closed", RECONNECTING);
+  });
+  document.addEventListener("htmx:wsClose", function (evt) {
+    var detail = evt.detail || {};
+    var code = detail.event && detail.event.code;
+    down = true;
+    if (code >= 4000 && code < 5000) {
+      set("off", "live: off, reload the page");
+      return;
+    }
+    set("closed", RECONNECTING);
+    if (RETRIED_BY_EXTENSION.indexOf(code) >= 0 || !detail.socketWrapper) return;
+    if (!document.body.contains(evt.target)) return; // the live region was removed: stay closed
+    var delay = 1000 * Math.pow(2, Math.min(retries, 6)) * Math.random();
+    retries += 1;
+    setTimeout(function () {
+      if (document.body.contains(evt.target)) detail.socketWrapper.reconnect();
+    }, delay);
+  });
   document.addEventListener("DOMContentLoaded", function () {
     if (!document.querySelector("[ws-connect]")) set("off", "live: off");
   });

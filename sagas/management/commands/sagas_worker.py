@@ -3,12 +3,12 @@ from __future__ import annotations
 import logging
 
 from django.conf import settings
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
 from sagas import queue, recovery, registry, services
 from sagas.engine import set_worker_id, worker_id
-from sagas.worker import BackgroundThread, SagaWorker
+from sagas.worker import MAX_CONCURRENCY, BackgroundThread, SagaWorker, WorkerPool
 
 log = logging.getLogger("sagas.worker")
 
@@ -20,8 +20,19 @@ class Command(BaseCommand):
         parser.add_argument("--burst", action="store_true", help="exit when the queues are empty")
         parser.add_argument("--no-sweep", action="store_true", help="do not run the sweeper in this worker")
         parser.add_argument("--name", default=None, help="worker name, unique per process (default host:pid)")
+        parser.add_argument(
+            "--concurrency",
+            type=int,
+            default=None,
+            help="runs this process advances at once, one thread each (default: SAGAS_WORKER_CONCURRENCY, 1)",
+        )
 
     def handle(self, *args, **options):  # type: ignore[no-untyped-def]
+        concurrency = options["concurrency"]
+        if concurrency is None:
+            concurrency = settings.SAGAS_WORKER_CONCURRENCY
+        if not 1 <= concurrency <= MAX_CONCURRENCY:
+            raise CommandError(f"--concurrency must be from 1 to {MAX_CONCURRENCY}, not {concurrency}")
         if options["name"]:
             set_worker_id(options["name"])
         name = worker_id()
@@ -34,6 +45,7 @@ class Command(BaseCommand):
         self.stdout.write(
             f"sagas worker {name}: {len(definitions)} workflow version(s) on {len(queue_names)} queue(s), "
             f"lease {settings.SAGAS_LEASE_TTL:g}s, sweep every {settings.SAGAS_SWEEP_INTERVAL:g}s"
+            + (f", {concurrency} threads ({name}/1..{name}/{concurrency})" if concurrency > 1 else "")
             + (f", resumed {len(resumed)} stranded run(s)" if resumed else "")
         )
         self.stdout.flush()
@@ -45,11 +57,24 @@ class Command(BaseCommand):
                 recovery.try_sweep_locked()
         else:
             background.start()
-        worker = SagaWorker(
-            [queue.get_queue(n) for n in queue_names], connection=queue.redis_connection(), name=name
+        if concurrency == 1:
+            worker = SagaWorker(
+                [queue.get_queue(n) for n in queue_names], connection=queue.redis_connection(), name=name
+            )
+            try:
+                worker.work(burst=options["burst"], with_scheduler=False, logging_level="WARNING")
+            finally:
+                background.stop_event.set()
+                services.worker_stopped(name=name)
+            return
+        pool = WorkerPool(
+            name=name, queue_names=queue_names, connection=queue.redis_connection(),
+            concurrency=concurrency, burst=options["burst"],
         )
         try:
-            worker.work(burst=options["burst"], with_scheduler=False, logging_level="WARNING")
+            clean = pool.run()
         finally:
             background.stop_event.set()
             services.worker_stopped(name=name)
+        if not clean:
+            raise CommandError(f"a worker thread of {name} stopped on an error; see the log above")

@@ -1,0 +1,100 @@
+"""Admin for the audit log, and the console's role policy over the whole Django admin.
+
+Every model of ledger, sagas, console and demo is registered by its own app's admin.py
+(plain Django, no roles: those apps know nothing of the console). The console owns the
+roles, so it applies the policy to all of them once every admin module is loaded
+(``apply_viewer_policy``, called from ``ConsoleConfig.ready``):
+
+* a staff user with a console role may view every model (auditors read everything);
+* a staff user in the viewer group who is neither operator nor superuser can add,
+  change and delete nothing, whatever Django permissions they were given;
+* append-only tables (audit entries, journal entries) are read-only for everyone,
+  superusers included; their admins say so themselves.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.contrib import admin
+from django.http import HttpRequest
+
+from console import roles
+from console.models import AuditEntry
+
+log = logging.getLogger("console.admin")
+
+POLICY_APPS = ("ledger", "sagas", "console", "demo")
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """For append-only tables: nobody adds, changes or deletes rows here."""
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+def is_viewer_only(user: Any) -> bool:
+    if not user.is_active or not user.is_staff or user.is_superuser:
+        return False
+    held = roles.roles_of(user)
+    return roles.VIEWER in held and roles.OPERATOR not in held
+
+
+def _may_read(user: Any) -> bool:
+    return user.is_active and user.is_staff and roles.can_view(user)
+
+
+class ConsoleRolePolicy:
+    """Mixed in front of every ModelAdmin of the policy apps (see the module docstring)."""
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return _may_read(request.user) or super().has_view_permission(request, obj)  # type: ignore[misc]
+
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return _may_read(request.user) or super().has_module_permission(request)  # type: ignore[misc]
+
+    def has_add_permission(self, request: HttpRequest, *args: Any) -> bool:
+        return not is_viewer_only(request.user) and super().has_add_permission(request, *args)  # type: ignore[misc]
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return not is_viewer_only(request.user) and super().has_change_permission(request, obj)  # type: ignore[misc]
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return not is_viewer_only(request.user) and super().has_delete_permission(request, obj)  # type: ignore[misc]
+
+
+def apply_viewer_policy(site: admin.AdminSite = admin.site) -> None:
+    """Re-register each ModelAdmin of the policy apps with ``ConsoleRolePolicy`` in front.
+
+    Idempotent. A model of those apps without an admin is logged (and fails
+    tests/console/test_live.py): "the Django admin covers every model".
+    """
+    from django.apps import apps
+
+    for label in POLICY_APPS:
+        for model in apps.get_app_config(label).get_models():
+            if not site.is_registered(model):
+                log.error("%s has no admin; register it in %s/admin.py", model._meta.label, label)
+                continue
+            current = type(site._registry[model])
+            if issubclass(current, ConsoleRolePolicy):
+                continue
+            site.unregister(model)
+            site.register(model, type(current.__name__, (ConsoleRolePolicy, current), {"__module__": current.__module__}))
+
+
+@admin.register(AuditEntry)
+class AuditEntryAdmin(ReadOnlyAdmin):
+    list_display = ("created_at", "actor_label", "action", "object_type", "object_id", "outcome")
+    list_filter = ("outcome", "action", "object_type")
+    search_fields = ("actor_label", "object_id", "reason", "message")
+    date_hierarchy = "created_at"
+    show_full_result_count = False

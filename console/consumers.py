@@ -1,0 +1,230 @@
+"""The live-pages websocket: ``/ws/live/?fragments=a,b&run=<uuid>&...``.
+
+A page opens one socket listing its live fragments (console/live.py) and the params
+they render with. The consumer joins the channel-layer groups those fragments follow
+(console/broadcast.py) and, when one of them reports a change, re-renders the affected
+fragments from PostgreSQL and sends the HTML; htmx-ext-ws swaps each top-level element
+into the page by its id (``live-<name>``).
+
+Contract:
+
+* only authenticated users with a console role connect (others are refused before the
+  handshake completes); access is checked again before every push, so a user whose role
+  was removed, who was deactivated or whose session ended is disconnected (code 4403);
+* unknown fragment names are ignored; a malformed ``run`` param or no known fragment
+  refuses the connection;
+* pushes are coalesced: at most one per ``PUSH_INTERVAL`` per connection, and a change
+  that arrives while a push is being rendered is followed by another push, so the last
+  change is never dropped. A new connection (also a reconnect) gets one push of every
+  fragment at once, so nothing that changed while it was down is missed.
+
+The ORM is reached only through ``database_sync_to_async``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import uuid
+from typing import Any
+from urllib.parse import parse_qs
+
+from asgiref.sync import sync_to_async
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncWebsocketConsumer
+from django.contrib.auth import get_user_model
+from django.urls import get_resolver
+
+from console import live, roles
+from console.broadcast import EVENT_TYPE, group_for, run_topic
+
+log = logging.getLogger("console.live")
+
+PUSH_INTERVAL = 0.25  # seconds between two pushes on one connection
+# channels_redis drops group members after its group_expiry (a day by default); an open
+# page joins its groups again this often so it keeps hearing about changes.
+REJOIN_INTERVAL = 3600.0
+MAX_FRAGMENTS = 12
+MAX_PARAMS = 20
+MAX_PARAM_LENGTH = 500
+CLOSE_FORBIDDEN = 4403  # not in htmx-ext-ws's reconnect list: the page stops retrying
+
+_PARAM_NAME = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
+assert EVENT_TYPE == "live.changed"  # routed to LiveConsumer.live_changed
+
+# List pages: which topic a fragment follows, by the start of its name. A fragment that
+# matches none follows every list topic. With a ``run`` param every fragment follows
+# only that run's topic.
+_FRAGMENT_TOPICS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("overview", ("overview",)),
+    ("runs", ("runs",)),
+    ("run_", ("runs",)),
+    ("version", ("runs",)),
+    ("effect", ("effects",)),
+    ("approval", ("approvals",)),
+    ("audit", ("audit",)),
+)
+_ALL_LIST_TOPICS = ("runs", "effects", "approvals", "audit", "overview")
+
+
+def topics_for_fragment(name: str, params: dict[str, str]) -> tuple[str, ...]:
+    if "run" in params:
+        return (run_topic(params["run"]),)
+    for prefix, topics in _FRAGMENT_TOPICS:
+        if name.startswith(prefix):
+            return topics
+    return _ALL_LIST_TOPICS
+
+
+class BadRequest(ValueError):
+    pass
+
+
+def parse_query(query_string: bytes, known: set[str]) -> tuple[list[str], dict[str, str]]:
+    """``(fragments, params)`` from the socket's query string; raises ``BadRequest``."""
+    try:
+        query = parse_qs(query_string.decode("utf-8"), keep_blank_values=False, max_num_fields=MAX_PARAMS + 1)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise BadRequest(f"malformed query string: {exc}") from None
+    names: list[str] = []
+    for value in query.pop("fragments", []):
+        for name in value.split(","):
+            name = name.strip()
+            if name in known and name not in names:
+                names.append(name)
+    if not names:
+        raise BadRequest("no known fragment requested")
+    if len(names) > MAX_FRAGMENTS:
+        raise BadRequest("too many fragments")
+    params: dict[str, str] = {}
+    for key, values in query.items():
+        value = values[0]
+        if not _PARAM_NAME.match(key) or len(value) > MAX_PARAM_LENGTH:
+            continue  # a param no fragment could use
+        params[key] = value
+    if "run" in params:
+        try:
+            params["run"] = str(uuid.UUID(params["run"]))
+        except ValueError:
+            raise BadRequest("run is not a run id") from None
+    return names, params
+
+
+_fragments_loaded = False
+
+
+def _load_fragments() -> set[str]:
+    """Fragments are registered by the page modules; import them all (the URLconf does)."""
+    global _fragments_loaded
+    if not _fragments_loaded:
+        get_resolver().url_patterns  # noqa: B018  (imports every view module)
+        _fragments_loaded = True
+    return live.known_fragments()
+
+
+@database_sync_to_async
+def _user_may_view(user_pk: Any, session: Any) -> Any:
+    """The user, fresh from the database, if they may still read console pages; else None."""
+    user = get_user_model().objects.filter(pk=user_pk, is_active=True).first()
+    if user is None or not roles.can_view(user):
+        return None
+    if session is not None and session.session_key and not session.exists(session.session_key):
+        return None  # logged out (or the session expired) since the socket opened
+    return user
+
+
+class LiveConsumer(AsyncWebsocketConsumer):
+    async def connect(self) -> None:
+        self.live_groups: list[str] = []
+        self._dirty: set[str] = set()
+        self._flusher: asyncio.Task[None] | None = None
+        self._rejoiner: asyncio.Task[None] | None = None
+        self._last_push = float("-inf")
+        user = self.scope.get("user")
+        if user is None or not user.is_authenticated:
+            await self.close()
+            return
+        self.user = await _user_may_view(user.pk, None)
+        if self.user is None:
+            await self.close()
+            return
+        known = await sync_to_async(_load_fragments)()
+        try:
+            self.fragments, self.params = parse_query(self.scope.get("query_string", b""), known)
+        except BadRequest as exc:
+            log.info("live socket refused for %s: %s", self.user.get_username(), exc)
+            await self.close()
+            return
+        self.topic_fragments: dict[str, set[str]] = {}
+        for name in self.fragments:
+            for topic in topics_for_fragment(name, self.params):
+                self.topic_fragments.setdefault(topic, set()).add(name)
+        for topic in self.topic_fragments:
+            await self.channel_layer.group_add(group_for(topic), self.channel_name)
+            self.live_groups.append(group_for(topic))
+        await self.accept()
+        self._rejoiner = asyncio.create_task(self._rejoin())
+        self._changed(set(self.fragments))  # catch up on anything since the page was rendered
+
+    async def disconnect(self, code: int) -> None:
+        for task in (self._flusher, self._rejoiner):
+            if task is not None:
+                task.cancel()
+        for group in getattr(self, "live_groups", []):
+            await self.channel_layer.group_discard(group, self.channel_name)
+
+    async def _rejoin(self) -> None:
+        while True:
+            await asyncio.sleep(REJOIN_INTERVAL)
+            try:
+                for group in self.live_groups:
+                    await self.channel_layer.group_add(group, self.channel_name)
+            except Exception:
+                log.exception("could not renew live group membership; trying again later")
+
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        """Pages send nothing; anything sent is ignored."""
+
+    async def live_changed(self, event: dict[str, Any]) -> None:
+        self._changed(self.topic_fragments.get(event.get("topic", ""), set()))
+
+    def _changed(self, fragments: set[str]) -> None:
+        if not fragments:
+            return
+        self._dirty |= fragments
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.create_task(self._flush())
+
+    async def _flush(self) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            while self._dirty:
+                wait = self._last_push + PUSH_INTERVAL - loop.time()
+                if wait > 0:
+                    await asyncio.sleep(wait)
+                names = [n for n in self.fragments if n in self._dirty]
+                self._dirty.clear()
+                self._last_push = loop.time()
+                if not await self._push(names):
+                    return
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("live push failed for %s", getattr(self.user, "pk", None))
+
+    async def _push(self, names: list[str]) -> bool:
+        user = await _user_may_view(self.user.pk, self.scope.get("session"))
+        if user is None:
+            await self.close(code=CLOSE_FORBIDDEN)
+            return False
+        self.user = user
+        parts = []
+        for name in names:
+            try:
+                parts.append(await database_sync_to_async(live.render_fragment)(name, user, self.params))
+            except Exception:
+                log.exception("live fragment %r failed to render (params %r)", name, self.params)
+        if parts:
+            await self.send(text_data="\n".join(parts))
+        return True

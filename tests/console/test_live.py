@@ -1,0 +1,384 @@
+"""Live pages: a committed change reaches open sockets, and nothing else does.
+
+Real PostgreSQL, the real Redis channel layer (the tests' own Redis database), the real
+ASGI application (origin check, session auth, routing, consumer), driven with channels'
+``WebsocketCommunicator``. The test process is also the worker (``advance`` in-process).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+
+import pytest
+from asgiref.sync import async_to_sync
+from channels.db import database_sync_to_async
+from channels.layers import get_channel_layer
+from channels.testing import WebsocketCommunicator
+from channels_redis.core import RedisChannelLayer
+from django.conf import settings
+from django.contrib import admin
+from django.contrib.auth.models import Group, Permission, User
+from django.test import Client
+from django.utils.html import format_html, format_html_join
+
+from config.asgi import application
+from console import broadcast as live_broadcast
+from console import consumers, live, roles, selectors
+from console.models import AuditEntry
+from sagas import start
+from sagas.engine import Outcome, advance
+from sagas.models import JournalEntry, RunStatus, WorkflowRun
+from sagas.registry import workflow
+from sagas.signals import run_changed
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+ORIGIN = (b"origin", b"http://localhost")
+
+
+# --- a fragment and workflows of this module's own ------------------------------------
+
+
+@live.fragment("test_run_status")
+def _test_run_status(user, params: dict[str, str]) -> str:
+    run = WorkflowRun.objects.get(id=params["run"])
+    return format_html('<p id="live-test_run_status">{} {}</p>', run.id, run.status)
+
+
+def _same(value):
+    return value
+
+
+def _nap(seconds: float) -> str:
+    time.sleep(seconds)
+    return "ok"
+
+
+@workflow("live_two_steps", version=1)
+def live_two_steps(ctx, spec):
+    return [ctx.step("a", _same, 1), ctx.step("b", _same, 2)]
+
+
+@workflow("live_many_steps", version=1)
+def live_many_steps(ctx, spec):
+    for _ in range(spec["steps"]):
+        ctx.step("s", _nap, spec["nap"])
+    return "done"
+
+
+# --- fixtures and helpers ----------------------------------------------------------------
+
+
+@pytest.fixture
+def overview_fragment():
+    """The overview page's fragment. The page modules register it; until they do, a stand-in
+    renders the overview's run counts from the same selector."""
+    known = consumers._load_fragments()
+    if "overview" not in known:
+        live.fragment("overview")(
+            lambda user, params: format_html(
+                '<section id="live-overview">{}</section>',
+                format_html_join("", "<span>{} {}</span>", selectors.overview()["status_counts"]),
+            )
+        )
+
+
+def _user(name: str, *groups: str, **fields) -> User:
+    user = User.objects.create_user(name, password="pw-for-tests", **fields)
+    for group in groups:
+        user.groups.add(Group.objects.get_or_create(name=group)[0])
+    return user
+
+
+def _cookie(user: User) -> bytes:
+    client = Client()
+    client.force_login(user)
+    return f"{settings.SESSION_COOKIE_NAME}={client.cookies[settings.SESSION_COOKIE_NAME].value}".encode()
+
+
+@pytest.fixture
+def viewer_cookie() -> bytes:
+    return _cookie(_user("vera", roles.VIEWER))
+
+
+def _socket(query: str, cookie: bytes | None = None) -> WebsocketCommunicator:
+    headers = [ORIGIN] + ([(b"cookie", cookie)] if cookie else [])
+    return WebsocketCommunicator(application, f"/ws/live/?{query}", headers=headers)
+
+
+async def _receive_until(socket: WebsocketCommunicator, wanted: str, timeout: float) -> str:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    seen = []
+    while True:
+        remaining = deadline - loop.time()
+        if remaining <= 0:
+            raise AssertionError(f"no push containing {wanted!r} within {timeout}s; got {seen}")
+        try:
+            message = await socket.receive_from(timeout=remaining)
+        except asyncio.TimeoutError:
+            continue
+        seen.append(message)
+        if wanted in message:
+            return message
+
+
+async def _quiet(socket: WebsocketCommunicator) -> None:
+    """Wait until pushes already on their way have arrived."""
+    while not await socket.receive_nothing(timeout=0.6):
+        await socket.receive_from()
+
+
+# --- access ------------------------------------------------------------------------------
+
+
+def test_it_refuses_an_anonymous_connection(overview_fragment):
+    async def scenario():
+        socket = _socket("fragments=overview")
+        connected, _ = await socket.connect(timeout=5)
+        assert not connected
+
+    async_to_sync(scenario)()
+
+
+def test_it_refuses_a_user_without_a_console_role(overview_fragment):
+    cookie = _cookie(_user("nobody"))
+
+    async def scenario():
+        socket = _socket("fragments=overview", cookie)
+        connected, _ = await socket.connect(timeout=5)
+        assert not connected
+
+    async_to_sync(scenario)()
+
+
+def test_it_refuses_a_malformed_run_id_and_ignores_unknown_fragments(viewer_cookie, overview_fragment):
+    async def scenario():
+        bad = _socket("fragments=test_run_status&run=not-a-uuid", viewer_cookie)
+        assert (await bad.connect(timeout=5))[0] is False
+        nothing_known = _socket("fragments=no_such_fragment", viewer_cookie)
+        assert (await nothing_known.connect(timeout=5))[0] is False
+        mixed = _socket("fragments=no_such_fragment,overview", viewer_cookie)
+        assert (await mixed.connect(timeout=5))[0] is True
+        first = await mixed.receive_from(timeout=5)
+        assert 'id="live-overview"' in first and "no_such_fragment" not in first
+        await mixed.disconnect()
+
+    async_to_sync(scenario)()
+
+
+def test_it_disconnects_a_viewer_whose_role_was_removed(overview_fragment):
+    user = _user("revoked", roles.VIEWER)
+    cookie = _cookie(user)
+
+    async def scenario():
+        socket = _socket("fragments=overview", cookie)
+        assert (await socket.connect(timeout=5))[0]
+        await socket.receive_from(timeout=5)
+        await database_sync_to_async(user.groups.clear)()
+        await database_sync_to_async(start)("live_two_steps", {})
+        closed = await socket.receive_output(timeout=3)
+        assert closed == {"type": "websocket.close", "code": consumers.CLOSE_FORBIDDEN}
+
+    async_to_sync(scenario)()
+
+
+# --- pushes ------------------------------------------------------------------------------
+
+
+def test_it_pushes_the_overview_to_a_viewer_when_a_run_starts(viewer_cookie, overview_fragment):
+    async def scenario():
+        socket = _socket("fragments=overview", viewer_cookie)
+        connected, _ = await socket.connect(timeout=5)
+        assert connected
+        before = await socket.receive_from(timeout=5)  # the catch-up push every connection gets
+        assert 'id="live-overview"' in before
+        await _quiet(socket)
+
+        await database_sync_to_async(start)("live_two_steps", {}, business_key="order-1")
+        pushed = await socket.receive_from(timeout=2)
+        assert 'id="live-overview"' in pushed
+        assert pushed != before  # rendered after the commit: the counts moved
+        await socket.disconnect()
+
+    async_to_sync(scenario)()
+
+
+def test_it_pushes_a_run_page_the_new_status_and_nothing_about_other_runs(viewer_cookie):
+    run = start("live_two_steps", {})
+    other = start("live_two_steps", {"other": True})
+
+    async def scenario():
+        socket = _socket(f"fragments=test_run_status&run={run.id}", viewer_cookie)
+        connected, _ = await socket.connect(timeout=5)
+        assert connected
+        first = await socket.receive_from(timeout=5)
+        assert f'id="live-test_run_status">{run.id} PENDING' in first
+
+        assert await database_sync_to_async(advance)(str(run.id), owner="t") == Outcome.COMPLETED
+        await _receive_until(socket, f"{run.id} COMPLETED", timeout=2)
+        await _quiet(socket)
+
+        assert await database_sync_to_async(advance)(str(other.id), owner="t") == Outcome.COMPLETED
+        assert await database_sync_to_async(live_broadcast.publisher.flush)()
+        assert await socket.receive_nothing(timeout=0.5)
+
+        live.broadcast(live_broadcast.run_topic(run.id))  # the socket is alive and listening
+        await _receive_until(socket, f"{run.id} COMPLETED", timeout=2)
+        await socket.disconnect()
+
+    async_to_sync(scenario)()
+
+
+def test_it_coalesces_a_burst_into_few_pushes_and_keeps_the_last_change(viewer_cookie):
+    run = start("live_two_steps", {})
+    group = live_broadcast.group_for(live_broadcast.run_topic(run.id))
+
+    async def scenario():
+        socket = _socket(f"fragments=test_run_status&run={run.id}", viewer_cookie)
+        assert (await socket.connect(timeout=5))[0]
+        await socket.receive_from(timeout=5)
+        await _quiet(socket)
+        layer = get_channel_layer()
+        for i in range(30):  # 30 changes in well under 250 ms
+            if i == 29:
+                await database_sync_to_async(advance)(str(run.id), owner="t")
+            await layer.group_send(group, {"type": live_broadcast.EVENT_TYPE, "topic": f"run.{run.id}"})
+        pushes = []
+        while not await socket.receive_nothing(timeout=0.6):
+            pushes.append(await socket.receive_from())
+        assert 1 <= len(pushes) <= 3
+        assert f"{run.id} COMPLETED" in pushes[-1]
+        await socket.disconnect()
+
+    async_to_sync(scenario)()
+
+
+def test_it_pushes_the_audit_log_when_an_audit_entry_is_written(viewer_cookie):
+    @live.fragment("audit_test_count")
+    def _count(user, params):
+        return format_html('<p id="live-audit_test_count">{}</p>', AuditEntry.objects.count())
+
+    async def scenario():
+        socket = _socket("fragments=audit_test_count", viewer_cookie)
+        assert (await socket.connect(timeout=5))[0]
+        assert ">0<" in await socket.receive_from(timeout=5)
+        await database_sync_to_async(AuditEntry.objects.create)(
+            actor_label="op", action="run.cancel", object_type="run", object_id="x", outcome="ok"
+        )
+        await _receive_until(socket, ">1<", timeout=2)
+        await socket.disconnect()
+
+    async_to_sync(scenario)()
+
+
+# --- the engine stays cheap, and Redis stays optional ------------------------------------
+
+
+def test_it_sends_no_redis_traffic_per_step_of_a_worker():
+    causes: Counter[str] = Counter()
+
+    def count(sender, cause, **kwargs):
+        causes[cause] += 1
+
+    run_changed.connect(count, weak=False, dispatch_uid="test-live-count")
+    try:
+        run = start("live_many_steps", {"steps": 200, "nap": 0.01})
+        assert live_broadcast.publisher.flush()
+        out_before = live_broadcast.publisher.topics_out
+        began = time.monotonic()
+        assert advance(str(run.id), owner="t") == Outcome.COMPLETED
+        elapsed = time.monotonic() - began
+        assert live_broadcast.publisher.flush()
+        topics_out = live_broadcast.publisher.topics_out - out_before
+    finally:
+        run_changed.disconnect(dispatch_uid="test-live-count")
+    run.refresh_from_db()
+    assert run.steps_used == 200
+    assert causes["claimed"] == 1 and causes["completed"] == 1
+    # The heartbeat keeps a run page moving, at most once a second, off the step loop.
+    assert 1 <= causes["progress"] <= elapsed + 1
+    assert sum(causes.values()) <= elapsed + 3
+    assert 1 <= topics_out <= 4 * sum(causes.values()) < 200 // 5
+
+
+def test_it_keeps_writing_when_redis_is_down(monkeypatch):
+    publisher = live_broadcast.publisher
+    assert publisher.flush()
+    nowhere = lambda: RedisChannelLayer(hosts=["redis://127.0.0.1:1/0"], prefix="sagas-console:")  # noqa: E731
+    monkeypatch.setattr(live_broadcast, "_make_layer", nowhere)
+    monkeypatch.setattr(publisher, "layer", nowhere())
+    failed_before = publisher.failed_batches
+
+    run = start("live_two_steps", {})  # broadcasts after commit, into a dead Redis
+    assert advance(str(run.id), owner="t") == Outcome.COMPLETED
+    assert publisher.flush(timeout=10)
+    assert publisher.failed_batches > failed_before
+
+    monkeypatch.undo()  # Redis is back: the next change goes out
+    publisher.layer = None
+    layer = get_channel_layer()
+    listener = async_to_sync(layer.new_channel)()
+    async_to_sync(layer.group_add)(live_broadcast.group_for("runs"), listener)
+    live.broadcast("runs")
+    assert publisher.flush(timeout=10)
+
+    async def heard():
+        return await asyncio.wait_for(layer.receive(listener), timeout=5)
+
+    assert async_to_sync(heard)() == {"type": live_broadcast.EVENT_TYPE, "topic": "runs"}
+
+
+# --- the Django admin ----------------------------------------------------------------------
+
+
+def test_it_registers_every_model_of_the_project_in_the_admin():
+    from django.apps import apps
+
+    missing = [
+        m._meta.label for label in ("ledger", "sagas", "console", "demo")
+        for m in apps.get_app_config(label).get_models() if not admin.site.is_registered(m)
+    ]
+    assert missing == []
+
+
+def test_it_makes_the_admin_read_only_for_viewers():
+    run = start("live_two_steps", {})
+    change_run = Permission.objects.get(codename="change_workflowrun")
+    viewer = _user("auditor", roles.VIEWER, is_staff=True)
+    viewer.user_permissions.add(change_run)  # even an explicit permission does not let a viewer write
+    operator = _user("opal", roles.VIEWER, roles.OPERATOR, is_staff=True)
+    operator.user_permissions.add(change_run)
+
+    client = Client()
+    client.force_login(viewer)
+    assert client.get("/admin/sagas/workflowrun/").status_code == 200
+    page = client.get(f"/admin/sagas/workflowrun/{run.id}/change/")
+    assert page.status_code == 200 and 'name="_save"' not in page.content.decode()
+    assert client.get("/admin/ledger/effectrecord/").status_code == 200
+    assert client.get("/admin/sagas/workflowrun/add/").status_code == 403
+    assert client.post(f"/admin/sagas/workflowrun/{run.id}/delete/", {"post": "yes"}).status_code == 403
+    assert WorkflowRun.objects.filter(id=run.id).exists()
+
+    client.force_login(operator)
+    page = client.get(f"/admin/sagas/workflowrun/{run.id}/change/")
+    assert page.status_code == 200 and 'name="_save"' in page.content.decode()
+
+
+def test_it_keeps_the_audit_log_and_the_journal_read_only_for_superusers():
+    run = start("live_two_steps", {})
+    entry = JournalEntry.objects.get(run=run, seq=1)
+    audit = AuditEntry.objects.create(actor_label="op", action="run.cancel", object_type="run", object_id="x",
+                                      outcome="ok")
+    root = User.objects.create_superuser("root", password="pw-for-tests")
+    client = Client()
+    client.force_login(root)
+    for url in (f"/admin/sagas/journalentry/{entry.pk}/change/", f"/admin/console/auditentry/{audit.pk}/change/"):
+        page = client.get(url)
+        assert page.status_code == 200 and 'name="_save"' not in page.content.decode()
+    assert client.get("/admin/console/auditentry/add/").status_code == 403
+    assert client.post(f"/admin/sagas/journalentry/{entry.pk}/delete/", {"post": "yes"}).status_code == 403
+    assert client.get("/admin/sagas/journalentry/").status_code == 200
+    assert RunStatus.PENDING == WorkflowRun.objects.get(id=run.id).status
