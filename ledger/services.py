@@ -19,6 +19,7 @@ from django.utils import timezone
 from ledger.connectors import get_connector
 from ledger.errors import AlreadyResolved, ConnectorNotRegistered, InvalidResolution
 from ledger.models import EffectRecord, EffectStatus, check_effect_transition
+from ledger.signals import send_effect_changed
 
 # Sent inside the resolving transaction: effect (EffectRecord, already saved),
 # outcome ("succeeded" | "not_executed" | "failed"), actor (a label).
@@ -47,6 +48,7 @@ def effect_transition(
 ) -> EffectRecord:
     """Move ``effect`` to ``status`` (checked against the transition table) and save it."""
     check_effect_transition(effect.status, status)
+    previous = effect.status
     now = timezone.now()
     fields = ["status", "updated_at"]
     effect.status = status
@@ -70,6 +72,8 @@ def effect_transition(
         effect.next_check_at = now + timezone.timedelta(seconds=next_check_in) if next_check_in is not None else None
         fields += ["next_check_at"]
     effect.save(update_fields=fields)
+    if previous != status:
+        send_effect_changed(effect_id=effect.id, run_id=effect.run_id, status=status, previous=previous)
     return effect
 
 

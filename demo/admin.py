@@ -1,0 +1,27 @@
+"""Django admin for the simulated providers' own books. Plain Django: the console applies
+its role policy (read-only for viewers) on top, see console/admin.py."""
+
+from __future__ import annotations
+
+from django.contrib import admin
+
+from demo.models import ProviderExecution, ProviderFault, ProviderReplay
+
+
+@admin.register(ProviderExecution)
+class ProviderExecutionAdmin(admin.ModelAdmin):
+    list_display = ("id", "provider", "operation", "idempotency_key", "status_code", "caller_pid", "created_at")
+    list_filter = ("provider", "operation", "status_code")
+    search_fields = ("idempotency_key",)
+
+
+@admin.register(ProviderReplay)
+class ProviderReplayAdmin(admin.ModelAdmin):
+    list_display = ("id", "execution", "caller_pid", "created_at")
+    raw_id_fields = ("execution",)
+
+
+@admin.register(ProviderFault)
+class ProviderFaultAdmin(admin.ModelAdmin):
+    list_display = ("provider", "operation", "fault", "remaining", "created_at")
+    list_filter = ("provider", "operation")
