@@ -1,0 +1,118 @@
+"""Every console action x every role (and anonymous): who may, who may not, and the audit trail."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
+from django.utils import timezone
+
+from console import roles
+from console.models import AuditEntry
+from ledger.models import EffectRecord, EffectStatus
+from sagas.models import ApprovalRequest, ApprovalState, RunStatus, WorkflowRun
+
+pytestmark = pytest.mark.django_db
+
+ACTIONS = ["effect.query", "effect.resolve", "approval.approve", "approval.reject", "run.cancel", "run.retry",
+           "run.compensate"]
+ROLE_USERS = ["anonymous", "viewer", "operator", "approver", "superuser"]
+
+
+def _run(status: str, reason: str = "", **extra) -> WorkflowRun:
+    return WorkflowRun.objects.create(
+        workflow_name="matrix", version=1, definition_hash="0" * 64, input={}, status=status,
+        status_reason=reason, last_seq=0, **extra,
+    )
+
+
+def _target(action: str, settings) -> tuple[str, dict, callable]:
+    """(url, form, did_it_happen) for a fresh object on which ``action`` can succeed."""
+    settings.DEMO_PROVIDERS_URL = "http://127.0.0.1:9"  # nothing listens: the lookup says Unknown
+    if action.startswith("effect."):
+        run = _run(RunStatus.NEEDS_ATTENTION, "effect_unknown", error={"code": "effect_unknown"})
+        effect = EffectRecord.objects.create(
+            tenant="default", idempotency_key=f"{run.id}:capture", run_id=run.id, step_name="capture",
+            connector="payments.capture", request_payload={"order": "o"}, payload_hash="h" * 64,
+            status=EffectStatus.UNKNOWN, intent_at=timezone.now(), attempts=1,
+        )
+        if action == "effect.query":
+            return (f"/effects/{effect.id}/query/", {},
+                    lambda: AuditEntry.objects.filter(action="effect.query", outcome="ok").exists())
+        return (f"/effects/{effect.id}/resolve/",
+                {"outcome": "succeeded", "downstream_ref": "txn-77", "note": "seen in the dashboard",
+                 "expected": "UNKNOWN"},
+                lambda: EffectRecord.objects.get(id=effect.id).status == EffectStatus.SUCCEEDED)
+    if action.startswith("approval."):
+        run = _run(RunStatus.WAITING)
+        approval = ApprovalRequest.objects.create(
+            run=run, step="ship", reason="ship it", requested_at=timezone.now(),
+            deadline=timezone.now() + timezone.timedelta(hours=1),
+        )
+        approve = action == "approval.approve"
+        return (f"/approvals/{approval.id}/decide/",
+                {"decision": "approve" if approve else "reject", "comment": "checked", "expected": "PENDING"},
+                lambda: ApprovalRequest.objects.get(id=approval.id).state
+                == (ApprovalState.APPROVED if approve else ApprovalState.REJECTED))
+    if action == "run.cancel":
+        run = _run(RunStatus.PENDING)
+        return (f"/runs/{run.id}/cancel/", {"reason": "duplicate", "expected": "PENDING"},
+                lambda: WorkflowRun.objects.get(id=run.id).status == RunStatus.CANCELLED)
+    if action == "run.retry":
+        run = _run(RunStatus.NEEDS_ATTENTION, "budget_exceeded", max_steps=5, steps_used=5,
+                   error={"code": "budget_exceeded", "budget": "steps", "used": 5, "limit": 5})
+        return (f"/runs/{run.id}/retry/", {"reason": "raise the budget", "expected": "NEEDS_ATTENTION"},
+                lambda: WorkflowRun.objects.get(id=run.id).status == RunStatus.PENDING)
+    run = _run(RunStatus.NEEDS_ATTENTION, "budget_exceeded")
+    return (f"/runs/{run.id}/compensate/", {"reason": "customer refund", "expected": "NEEDS_ATTENTION"},
+            lambda: WorkflowRun.objects.get(id=run.id).status == RunStatus.COMPENSATING)
+
+
+def _login(client, who: str):
+    if who == "anonymous":
+        return None
+    roles.ensure_groups()
+    model = get_user_model()
+    if who == "superuser":
+        user = model.objects.create_superuser(f"su-{uuid.uuid4().hex[:6]}", password="pw")
+    else:
+        user = model.objects.create_user(f"{who}-{uuid.uuid4().hex[:6]}", password="pw")
+        user.groups.add(Group.objects.get(name=who))
+    client.force_login(user)
+    return user
+
+
+@pytest.mark.parametrize("who", ROLE_USERS)
+@pytest.mark.parametrize("action", ACTIONS)
+def test_it_allows_each_action_only_to_its_role_and_audits_every_attempt(client, settings, action, who):
+    url, form, happened = _target(action, settings)
+    user = _login(client, who)
+    response = client.post(url, form)
+    allowed = who == "superuser" or (who != "anonymous" and roles.ACTION_ROLES[action] == who)
+
+    if who == "anonymous":
+        assert response.status_code == 302 and "/login/" in response["Location"]
+        assert not happened() and AuditEntry.objects.count() == 0
+        return
+    entry = AuditEntry.objects.get(actor=user)
+    assert entry.action == action
+    if allowed:
+        assert response.status_code in (200, 302), response.content[:500]
+        assert happened(), f"{who} was allowed to {action} but nothing changed"
+        assert entry.outcome == "ok"
+    else:
+        assert response.status_code == 403
+        assert not happened(), f"{who} must not {action}"
+        assert entry.outcome == "denied" and entry.before is None
+
+
+def test_it_refuses_a_post_without_csrf(settings):
+    from django.test import Client
+
+    url, form, happened = _target("run.cancel", settings)
+    client = Client(enforce_csrf_checks=True)
+    _login(client, "operator")
+    assert client.post(url, form).status_code == 403
+    assert not happened()
