@@ -115,6 +115,10 @@ CSRF_COOKIE_HTTPONLY = False  # htmx reads no cookie: the token is in hx-headers
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / "staticfiles"
 STATICFILES_DIRS = [BASE_DIR / "static"]
+# daphne serves no static files: WhiteNoise does, from STATIC_ROOT after collectstatic,
+# and straight from the app and project static folders without it (finders).
+WHITENOISE_USE_FINDERS = True
+WHITENOISE_AUTOREFRESH = DEBUG
 
 LOGGING = {
     "version": 1,

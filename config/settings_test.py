@@ -21,4 +21,3 @@ from config.settings import *  # noqa: E402,F403
 
 SAGAS_LEASE_TTL = 3.0
 SAGAS_SWEEP_INTERVAL = 0.5
-PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
