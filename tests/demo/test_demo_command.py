@@ -1,0 +1,167 @@
+"""``manage.py demo`` as a user runs it: a real subprocess starting real processes, against the
+tests' PostgreSQL database and Redis database (never the developer's), stopped by a real SIGINT."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from ledger.models import EffectRecord, EffectStatus
+from sagas.models import ApprovalRequest, ApprovalState, RunStatus, WorkflowRun
+from tests.procs import ROOT, wait_until, worker_env
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+class Demo:
+    def __init__(self, tmp_path: Path) -> None:
+        self.out_path = tmp_path / "demo.out"
+        self.run_dir = tmp_path / "run"
+        self.popen: subprocess.Popen | None = None
+
+    def start(self, *args: str) -> subprocess.Popen:
+        with open(self.out_path, "wb") as out:
+            self.popen = subprocess.Popen(
+                [sys.executable, "manage.py", "demo", "--run-dir", str(self.run_dir), *args],
+                cwd=ROOT, env=worker_env(""), stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            )
+        return self.popen
+
+    def output(self) -> str:
+        return self.out_path.read_text(errors="replace") if self.out_path.exists() else ""
+
+    def child_pids(self) -> set[int]:
+        """Every process the demo said it started (each leads its own process group)."""
+        return {int(pid) for pid in re.findall(r"\bpid (\d+)", self.output())}
+
+    def kill_everything(self) -> None:
+        for pgid in self.child_pids() | ({self.popen.pid} if self.popen else set()):
+            try:
+                os.killpg(pgid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        if self.popen is not None:
+            self.popen.wait(timeout=10)
+
+
+@pytest.fixture
+def demo(tmp_path, request):
+    demo = Demo(tmp_path)
+    yield demo
+    demo.kill_everything()  # whatever a failed test left running
+    rep = getattr(request.node, "rep_call", None)
+    if rep is not None and rep.failed:
+        print(demo.output()[-8000:])
+        for log in sorted(demo.run_dir.glob("*.log")):
+            print(f"----- {log.name} -----\n{log.read_text(errors='replace')[-3000:]}")
+
+
+def http_status(url: str) -> int:
+    """The status of a GET, redirects not followed."""
+
+    class NoRedirect(urllib.request.HTTPRedirectHandler):
+        def redirect_request(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+            return None
+
+    try:
+        with urllib.request.build_opener(NoRedirect).open(url, timeout=10) as response:
+            return response.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def test_it_runs_the_quick_demo_to_its_summary(demo):
+    proc = demo.start("--quick", "--runs", "5")
+    code = proc.wait(timeout=180)
+    out = demo.output()
+    assert code == 0, out
+    summary = r"summary: 5/5 runs COMPLETED in [\d.]+s; \d+ steps journaled; .*; 0 step\(s\) journaled twice"
+    assert re.search(summary, out), out
+    assert WorkflowRun.objects.filter(workflow_name="order_fulfilment", status=RunStatus.COMPLETED).count() == 5
+
+
+def test_it_runs_the_product_demo_with_faults_approvals_and_kills_and_sigint_stops_every_process(demo):
+    proc = demo.start("--port", "0", "--kill-every", "10", "--duration", "150")
+    found = wait_until(
+        lambda: re.search(r"Saga Console: (http://\S+)", demo.output()) or proc.poll() is not None, 90,
+        what="the demo to print the console's URL",
+    )
+    assert proc.poll() is None, demo.output()
+    url = found.group(1)
+    assert http_status(url + "login/") in (200, 302)
+    users = (demo.run_dir / "demo-users.txt").read_text()
+    for username in ("operator", "approver", "auditor"):
+        password = re.search(rf"^{username} \w+ (\S+)$", users, re.M).group(1)
+        assert f"log in as {username}" in demo.output() and password in demo.output()
+    shown_at = time.monotonic()
+
+    agents = WorkflowRun.objects.filter(workflow_name="order_agent")
+
+    def everything_shows() -> bool:
+        return (
+            agents.filter(status=RunStatus.COMPLETED).exists()
+            and agents.filter(status=RunStatus.COMPENSATED).exists()
+            and EffectRecord.objects.filter(status=EffectStatus.UNKNOWN).exists()
+            and ApprovalRequest.objects.filter(state=ApprovalState.PENDING).exists()
+            and "** SIGKILL worker-" in demo.output()
+        )
+
+    wait_until(everything_shows, 60, interval=0.5, what="completed and compensated runs, an UNKNOWN effect, "
+               "a pending approval and a worker kill")
+    # Keep it running ~40 s in all: the workers go on completing runs through the kills.
+    completed_after_kill = agents.filter(status=RunStatus.COMPLETED).count()
+    time.sleep(max(0.0, 40 - (time.monotonic() - shown_at)))
+    assert proc.poll() is None, demo.output()
+    assert agents.filter(status=RunStatus.COMPLETED).count() > completed_after_kill
+    assert re.search(r"runs: .*\d+ COMPLETED.* \| unknown effects: [1-9]\d* \| pending approvals: [1-9]", demo.output())
+    assert "keeps exiting" not in demo.output()
+
+    os.kill(proc.pid, signal.SIGINT)
+    assert proc.wait(timeout=60) == 0, demo.output()
+    assert "SIGINT: stopping every process the demo started" in demo.output()
+    pids = demo.child_pids()
+    assert len(pids) >= 7  # providers, daphne, 2 workers, sweeper, reconciler, at least one restart
+    for pgid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.killpg(pgid, 0)
+
+
+def test_it_stops_by_itself_after_duration_and_a_restart_prints_the_same_logins_and_stops_on_sigterm(demo):
+    proc = demo.start("--port", "0", "--kill-every", "0", "--duration", "6")
+    assert proc.wait(timeout=120) == 0, demo.output()
+    first = demo.output()
+    assert "--duration 6s reached" in first
+    first_pids = demo.child_pids()
+    assert len(first_pids) == 6
+    for pgid in first_pids:
+        with pytest.raises(ProcessLookupError):
+            os.killpg(pgid, 0)
+    logins = re.findall(r"log in as .*", first)
+    assert len(logins) == 3
+
+    # Restarted in the same run directory (its logs are appended to): same logins, and new
+    # orders complete, so the workers reach this run's providers, not the last one's.
+    before = WorkflowRun.objects.filter(workflow_name="order_agent", status=RunStatus.COMPLETED).count()
+    demo.out_path.write_text("")
+    proc = demo.start("--port", "0", "--kill-every", "0", "--duration", "120")
+    wait_until(lambda: "Saga Console:" in demo.output() or proc.poll() is not None, 90, what="the restarted demo")
+    assert re.findall(r"log in as .*", demo.output()) == logins
+    wait_until(
+        lambda: WorkflowRun.objects.filter(workflow_name="order_agent", status=RunStatus.COMPLETED).count() > before,
+        60, interval=0.5, what="the restarted demo to complete a run",
+    )
+    os.kill(proc.pid, signal.SIGTERM)
+    assert proc.wait(timeout=60) == 0, demo.output()
+    assert "SIGTERM: stopping every process the demo started" in demo.output()
+    for pgid in demo.child_pids():
+        with pytest.raises(ProcessLookupError):
+            os.killpg(pgid, 0)
