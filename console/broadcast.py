@@ -47,8 +47,9 @@ from sagas.signals import run_changed
 
 log = logging.getLogger("console.live")
 
-LIST_TOPICS = ("runs", "effects", "approvals", "audit", "overview")
-_TOPIC_RE = re.compile(r"^(?:runs|effects|approvals|audit|overview|run\.[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})$")
+LIST_TOPICS = ("runs", "effects", "approvals", "audit", "overview")  # and run.<uuid> per run
+_UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+_TOPIC_RE = re.compile(rf"^(?:runs|effects|approvals|audit|overview|run\.{_UUID})$")
 EVENT_TYPE = "live.changed"  # routed to LiveConsumer.live_changed
 
 

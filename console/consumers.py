@@ -37,7 +37,7 @@ from django.contrib.auth import get_user_model
 from django.urls import get_resolver
 
 from console import live, roles
-from console.broadcast import EVENT_TYPE, group_for, run_topic
+from console.broadcast import LIST_TOPICS, group_for, run_topic
 
 log = logging.getLogger("console.live")
 
@@ -51,7 +51,6 @@ MAX_PARAM_LENGTH = 500
 CLOSE_FORBIDDEN = 4403  # not in htmx-ext-ws's reconnect list: the page stops retrying
 
 _PARAM_NAME = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
-assert EVENT_TYPE == "live.changed"  # routed to LiveConsumer.live_changed
 
 # List pages: which topic a fragment follows, by the start of its name. A fragment that
 # matches none follows every list topic. With a ``run`` param every fragment follows
@@ -65,7 +64,6 @@ _FRAGMENT_TOPICS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("approval", ("approvals",)),
     ("audit", ("audit",)),
 )
-_ALL_LIST_TOPICS = ("runs", "effects", "approvals", "audit", "overview")
 
 
 def topics_for_fragment(name: str, params: dict[str, str]) -> tuple[str, ...]:
@@ -74,7 +72,7 @@ def topics_for_fragment(name: str, params: dict[str, str]) -> tuple[str, ...]:
     for prefix, topics in _FRAGMENT_TOPICS:
         if name.startswith(prefix):
             return topics
-    return _ALL_LIST_TOPICS
+    return LIST_TOPICS
 
 
 class BadRequest(ValueError):
@@ -141,6 +139,7 @@ class LiveConsumer(AsyncWebsocketConsumer):
         self._flusher: asyncio.Task[None] | None = None
         self._rejoiner: asyncio.Task[None] | None = None
         self._last_push = float("-inf")
+        self._revoked = False
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
             await self.close()
@@ -187,10 +186,11 @@ class LiveConsumer(AsyncWebsocketConsumer):
         """Pages send nothing; anything sent is ignored."""
 
     async def live_changed(self, event: dict[str, Any]) -> None:
+        """A group event of type ``EVENT_TYPE`` ("live.changed"): the topic's data changed."""
         self._changed(self.topic_fragments.get(event.get("topic", ""), set()))
 
     def _changed(self, fragments: set[str]) -> None:
-        if not fragments:
+        if not fragments or self._revoked:
             return
         self._dirty |= fragments
         if self._flusher is None or self._flusher.done():
@@ -216,6 +216,7 @@ class LiveConsumer(AsyncWebsocketConsumer):
     async def _push(self, names: list[str]) -> bool:
         user = await _user_may_view(self.user.pk, self.scope.get("session"))
         if user is None:
+            self._revoked = True
             await self.close(code=CLOSE_FORBIDDEN)
             return False
         self.user = user

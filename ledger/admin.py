@@ -3,7 +3,11 @@ policy (read-only for viewers) on top, see console/admin.py."""
 
 from __future__ import annotations
 
+import uuid
+
 from django.contrib import admin
+from django.db.models import QuerySet
+from django.http import HttpRequest
 
 from ledger.models import EffectRecord
 
@@ -12,8 +16,18 @@ from ledger.models import EffectRecord
 class EffectRecordAdmin(admin.ModelAdmin):
     list_display = ("id", "tenant", "idempotency_key", "kind", "connector", "step_name", "status", "attempts",
                     "intent_at", "completed_at", "resolution")
-    list_filter = ("status", "kind", "connector")
-    search_fields = ("idempotency_key", "=run_id", "downstream_ref")
+    list_filter = ("status", "kind")
+    search_fields = ("run_id", "idempotency_key")  # exact, see get_search_results
+    search_help_text = "A run id, or an idempotency key (exact)."
     raw_id_fields = ("resolved_by",)
     readonly_fields = ("payload_hash", "intent_at", "updated_at")
     show_full_result_count = False
+
+    def get_search_results(self, request: HttpRequest, queryset: QuerySet, search_term: str) -> tuple[QuerySet, bool]:
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        try:
+            return queryset.filter(run_id=uuid.UUID(term)), False
+        except ValueError:
+            return queryset.filter(idempotency_key=term), False

@@ -22,8 +22,6 @@ effect_changed = Signal()
 
 def send_effect_changed(*, effect_id: int, run_id: Any, status: str, previous: str) -> None:
     """Send ``effect_changed`` once the current transaction commits (at once outside one)."""
-    if not effect_changed.has_listeners():
-        return
 
     def send() -> None:
         results = effect_changed.send_robust(

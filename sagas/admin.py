@@ -2,15 +2,18 @@
 policy (read-only for viewers) on top, see console/admin.py.
 
 The journal is append-only (a database trigger refuses UPDATE and DELETE), so its admin
-is read-only for everyone. Foreign keys to runs use raw id fields: a select box would
-load every run.
+is read-only for everyone. The tables grow to millions of rows, so: foreign keys to runs
+use raw id fields (a select box would load every run), search is an exact match on an
+indexed column (a run id, or a business key), and no filter needs a DISTINCT scan.
 """
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from django.contrib import admin
+from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from sagas.models import (
@@ -24,22 +27,41 @@ from sagas.models import (
 )
 
 
+class ExactRunSearch(admin.ModelAdmin):
+    """Search box: a run id finds that run's rows; anything else is matched exactly against
+    ``text_field`` (if any). Both use an index."""
+
+    run_field = "run_id"
+    text_field = ""
+
+    def get_search_results(self, request: HttpRequest, queryset: QuerySet, search_term: str) -> tuple[QuerySet, bool]:
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        try:
+            return queryset.filter(**{self.run_field: uuid.UUID(term)}), False
+        except ValueError:
+            return (queryset.filter(**{self.text_field: term}) if self.text_field else queryset.none()), False
+
+
 @admin.register(WorkflowRun)
-class WorkflowRunAdmin(admin.ModelAdmin):
+class WorkflowRunAdmin(ExactRunSearch):
     list_display = ("id", "workflow_name", "version", "status", "status_reason", "tenant", "business_key",
                     "attempts", "steps_used", "created_at", "finished_at")
-    list_filter = ("status", "workflow_name", "tenant")
-    search_fields = ("=id", "business_key")
+    list_filter = ("status",)
+    search_fields = ("id", "business_key")  # see ExactRunSearch
+    search_help_text = "A run id, or a business key (exact)."
+    run_field, text_field = "id", "business_key"
     raw_id_fields = ("started_by",)
     readonly_fields = ("id", "definition_hash", "fence", "last_seq", "created_at", "updated_at")
     show_full_result_count = False
 
 
 @admin.register(JournalEntry)
-class JournalEntryAdmin(admin.ModelAdmin):
+class JournalEntryAdmin(ExactRunSearch):
     list_display = ("run_id", "seq", "kind", "name", "worker_id", "created_at")
-    list_filter = ("kind",)
-    search_fields = ("=run__id",)
+    search_fields = ("run__id",)  # see ExactRunSearch
+    search_help_text = "A run id."
     raw_id_fields = ("run",)
     show_full_result_count = False
 
@@ -67,10 +89,11 @@ class WorkerProcessAdmin(admin.ModelAdmin):
 
 
 @admin.register(ApprovalRequest)
-class ApprovalRequestAdmin(admin.ModelAdmin):
+class ApprovalRequestAdmin(ExactRunSearch):
     list_display = ("run_id", "step", "state", "requested_at", "deadline", "decided_by_label", "decided_at")
     list_filter = ("state",)
-    search_fields = ("=run__id", "step", "decided_by_label")
+    search_fields = ("run__id",)  # see ExactRunSearch
+    search_help_text = "A run id."
     raw_id_fields = ("run", "decided_by")
     show_full_result_count = False
 
@@ -83,10 +106,11 @@ class CompensationItemInline(admin.TabularInline):
 
 
 @admin.register(CompensationPlan)
-class CompensationPlanAdmin(admin.ModelAdmin):
+class CompensationPlanAdmin(ExactRunSearch):
     list_display = ("run_id", "state", "trigger", "created_by_label", "created_at", "finished_at")
-    list_filter = ("state", "trigger")
-    search_fields = ("=run__id", "created_by_label")
+    list_filter = ("state",)
+    search_fields = ("run__id",)  # see ExactRunSearch
+    search_help_text = "A run id."
     raw_id_fields = ("run", "created_by")
     inlines = (CompensationItemInline,)
 
@@ -95,5 +119,5 @@ class CompensationPlanAdmin(admin.ModelAdmin):
 class CompensationItemAdmin(admin.ModelAdmin):
     list_display = ("plan", "position", "step_name", "connector", "state", "compensation_key")
     list_filter = ("state",)
-    search_fields = ("step_name", "compensation_key")
+    search_fields = ("=compensation_key",)
     raw_id_fields = ("plan",)

@@ -46,8 +46,6 @@ def send_run_changed(run_id: Any, status: str, *, cause: str) -> None:
 
 def send_run_changed_now(run_id: Any, status: str, *, cause: str) -> None:
     """Send ``run_changed`` now; the caller has committed (or writes nothing). Never raises."""
-    if not run_changed.has_listeners():
-        return
     for receiver, result in run_changed.send_robust(
         sender=None, run_id=str(run_id), status=str(status), cause=str(cause)
     ):

@@ -11,9 +11,10 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
+from django.template.loader import render_to_string
 from django.views.decorators.http import require_GET
 
-from console import roles, selectors
+from console import live, roles, selectors
 from console.services import Actor
 from sagas.models import WorkflowRun
 
@@ -55,3 +56,8 @@ def overview(request: HttpRequest) -> HttpResponse:
     context = {"overview": selectors.overview()}
     context.update(live_context(["overview"]))
     return render(request, "console/overview.html", context)
+
+
+@live.fragment("overview")
+def _overview_fragment(user: Any, params: dict[str, str]) -> str:
+    return render_to_string("console/overview_live.html", {"overview": selectors.overview(), "user": user})
