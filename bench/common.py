@@ -87,13 +87,15 @@ def percentile(values: list[float], p: float) -> float:
     return ordered[k]
 
 
-def print_table(title: str, rows: list[tuple[str, str, str]]) -> None:
-    width = [max(len(r[i]) for r in rows) for i in range(3)]
+def print_table(title: str, rows: list[tuple[str, ...]]) -> None:
+    """A Markdown table; the first row is the header, every row has as many cells."""
+    columns = len(rows[0])
+    width = [max(len(r[i]) for r in rows) for i in range(columns)]
     print(f"\n{title}")
     for i, row in enumerate(rows):
         print("| " + " | ".join(cell.ljust(width[j]) for j, cell in enumerate(row)) + " |")
         if i == 0:
-            print("| " + " | ".join("-" * width[j] for j in range(3)) + " |")
+            print("| " + " | ".join("-" * width[j] for j in range(columns)) + " |")
 
 
 def wait_for(predicate, timeout: float, interval: float = 0.05) -> bool:  # type: ignore[no-untyped-def]
