@@ -45,7 +45,28 @@ from sagas.engine import set_thread_worker_id
 log = logging.getLogger("sagas.worker")
 
 
-class SagaWorker(SimpleWorker):
+class TakeOverStaleName:
+    """Mixin for RQ workers: restartable under the same name right after a crash."""
+
+    def register_birth(self) -> None:
+        """Take over the RQ registration of a dead predecessor of the same name.
+
+        A process killed without warning (SIGKILL, a second SIGTERM, a crash) leaves
+        its RQ registration for ``worker_ttl`` + 60 s, and RQ refuses to start a worker
+        of the same name meanwhile: a supervisor restarting ``--name w1`` would fail
+        for minutes. Names are unique per process, so a registration under this name
+        that no process on this host owns any more is stale and is dropped.
+        """
+        hostname, pid, death = self.connection.hmget(self.key, "hostname", "pid", "death")
+        if hostname is not None and death is None and pid is not None:
+            stale_pid = int(pid)
+            if hostname.decode() == socket.gethostname() and stale_pid != os.getpid() and not _alive(stale_pid):
+                log.info("worker %s: dropping the RQ registration left by dead process %d", self.name, stale_pid)
+                self.connection.delete(self.key)
+        super().register_birth()
+
+
+class SagaWorker(TakeOverStaleName, SimpleWorker):
     def request_stop(self, signum, frame):  # type: ignore[no-untyped-def]
         shutdown_requested.set()
         return super().request_stop(signum, frame)
@@ -92,7 +113,7 @@ POLL_SECONDS = 1
 HEARTBEAT_MIN_INTERVAL = 1.0
 
 
-class ThreadWorker(SimpleWorker):
+class ThreadWorker(TakeOverStaleName, SimpleWorker):
     """An RQ worker that runs in a thread other than the main one.
 
     What differs from ``SagaWorker`` because it is not in the main thread:
@@ -135,23 +156,6 @@ class ThreadWorker(SimpleWorker):
     @property
     def dequeue_timeout(self) -> int:
         return POLL_SECONDS
-
-    def register_birth(self) -> None:
-        """Take over the RQ registration of a dead predecessor of the same name.
-
-        A process killed without warning (SIGKILL, a second SIGTERM, a crash) leaves
-        its RQ registration for ``worker_ttl`` + 60 s, and RQ refuses to start a worker
-        of the same name meanwhile: a supervisor restarting ``--name w1`` would fail
-        for minutes. Names are unique per process, so a registration under this name
-        that no process on this host owns any more is stale and is dropped.
-        """
-        hostname, pid, death = self.connection.hmget(self.key, "hostname", "pid", "death")
-        if hostname is not None and death is None and pid is not None:
-            stale_pid = int(pid)
-            if hostname.decode() == socket.gethostname() and stale_pid != os.getpid() and not _alive(stale_pid):
-                log.info("worker %s: dropping the RQ registration left by dead process %d", self.name, stale_pid)
-                self.connection.delete(self.key)
-        super().register_birth()
 
     def _install_signal_handlers(self) -> None:
         pass
