@@ -19,6 +19,8 @@ from tests.procs import ROOT
     [
         ("bench/engine.py", ["pure steps per second", "commits per pure step", "replay of a"]),
         ("bench/effects.py", ["pure step", "payments.capture", "email.send"]),
+        ("bench/console.py", ["run list, unfiltered", "run detail", "ambiguous-effects queue", "audit log, unfiltered",
+                              "live update"]),
     ],
 )
 def test_it_runs_each_benchmark_at_tiny_size_and_prints_its_table(script, expected_rows):

@@ -1,0 +1,474 @@
+"""Console page times on a large database, and live-update latency in a real browser.
+
+    .venv/bin/python bench/console.py            # 1,000,000 runs, 10,000,000 journal entries
+    .venv/bin/python bench/console.py --fresh    # regenerate the data even if it is there
+    .venv/bin/python bench/console.py --smoke    # 2,000 runs, 20,000 entries (run by the test suite)
+
+Uses its own database (``saga_bench_console``, ``saga_bench_console_smoke`` with ``--smoke``)
+and Redis db 14. The data is generated with set-based SQL (``INSERT ... SELECT FROM
+generate_series``) and kept: a marker table records the sizes, so a rerun only measures
+(``--smoke`` regenerates its tiny data every time).
+
+Prints one table. Figures:
+
+* server time of console pages, in-process with ``django.test.Client`` logged in as an
+  operator (``force_login``), DEBUG off: 3 warm-ups, then p50 and p95 of N requests;
+* live update: a run detail page of a WAITING run open in Chromium against daphne (on the
+  bench database), its socket open ("live"); the bench cancels the run through
+  ``sagas.services.run_cancel`` and measures from just before the commit (``Date.now()``
+  clock of this machine) to when a MutationObserver in the page sees the header's status
+  badge read CANCELLED. One fresh page and one fresh WAITING run per sample.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench import common  # noqa: E402
+
+SIZES = {
+    # runs, total journal entries (approximate), entries of the long run, requests, live updates
+    "full": dict(runs=1_000_000, entries=10_000_000, long=20_000, requests=30, live=20, effects_unknown=2_000,
+                 audit=200_000, db="saga_bench_console"),
+    "smoke": dict(runs=2_000, entries=20_000, long=2_000, requests=5, live=3, effects_unknown=50,
+                  audit=2_000, db="saga_bench_console_smoke"),
+}
+WARMUPS = 3
+WORKFLOWS = ["order_fulfilment", "payment_refund", "kyc_check", "invoice_sync", "shipment_track",
+             "subscription_renew", "loan_origination", "data_export"]
+TENANTS = 40
+ACTORS = ["olga", "sam", "ann", "vic", "ops-bot", "maria", "li", "kwame", "jon", "eve"]
+OPERATOR = "bench-operator"
+CHROMIUM = "/usr/bin/chromium"
+# As tests/browser/conftest.py.
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+def django_env(db: str) -> dict[str, str]:
+    base = common.BENCH_DB.rsplit("/", 1)[0]
+    return dict(
+        BENCH_DB_URL=f"{base}/{db}",
+        DEBUG="false",
+        SECRET_KEY="bench-console-not-a-secret-0123456789-abcdefghijklmnopqrstuvwxyz",
+        ALLOWED_HOSTS="testserver,127.0.0.1,localhost",
+    )
+
+
+# --- data ---------------------------------------------------------------------------------------
+
+MARKER = "bench_console_marker"
+
+
+def data_present(size: dict) -> bool:
+    from django.db import connection
+
+    with connection.cursor() as cur:
+        cur.execute("SELECT to_regclass(%s)", [MARKER])
+        if cur.fetchone()[0] is None:
+            return False
+        cur.execute(f"SELECT runs, long_entries, audit FROM {MARKER}")
+        row = cur.fetchone()
+    return row == (size["runs"], size["long"], size["audit"])
+
+
+def generate(size: dict) -> dict[str, float]:
+    """Fill the bench database; returns seconds per phase."""
+    from django.db import connection
+
+    runs, long_entries = size["runs"], size["long"]
+    # Entries per ordinary run: 5 + n % k, averaging (entries - long) / (runs - 1).
+    avg = (size["entries"] - long_entries) / max(runs - 1, 1)
+    spread = max(1, int(round(2 * (avg - 5))) + 1)  # 5 + n % spread averages 5 + (spread - 1) / 2
+    timings: dict[str, float] = {}
+
+    def phase(name: str, sql: str, params: list | None = None) -> None:
+        t0 = time.perf_counter()
+        with connection.cursor() as cur:
+            # Modulo is %% to the driver; %s stays a placeholder.
+            cur.execute(sql.replace("%", "%%").replace("%%s", "%s"), params or [])
+        timings[name] = timings.get(name, 0.0) + time.perf_counter() - t0
+
+    with connection.cursor() as cur:
+        cur.execute(f"DROP TABLE IF EXISTS {MARKER}")
+        # The journal and audit triggers refuse UPDATE/DELETE only; TRUNCATE is not a row delete.
+        cur.execute("""TRUNCATE sagas_journalentry, sagas_approvalrequest, sagas_compensationitem,
+                       sagas_compensationplan, sagas_workflowrun, ledger_effectrecord, console_auditentry,
+                       sagas_workflowversion CASCADE""")
+        # This session only: no per-row FK triggers during the bulk load (the data is consistent
+        # by construction, and the constraints are not dropped).
+        cur.execute("SET session_replication_role = replica")
+        cur.execute("SET maintenance_work_mem = '512MB'")
+        cur.execute("SET work_mem = '256MB'")
+        # Built again after the load, from sorted input: much cheaper than 10M random inserts.
+        cur.execute("ALTER TABLE sagas_journalentry DROP CONSTRAINT IF EXISTS journal_unique_run_seq")
+
+    phase("versions", """
+        INSERT INTO sagas_workflowversion (name, version, definition_hash, source, module,
+                                           first_registered_at, last_registered_at)
+        SELECT w, v, md5(w || v), 'def ' || w || '(ctx, data):\n    return ' || v || '\n', 'bench.fake',
+               now() - interval '60 days', now()
+          FROM unnest(%s::text[]) AS w, generate_series(1, 3) AS v""", [WORKFLOWS])
+
+    # Runs. n = 1 is the long run. Status mix (per mille): 940 COMPLETED, 20 WAITING,
+    # 10 NEEDS_ATTENTION, 15 FAILED, 10 CANCELLED, 5 COMPENSATED.
+    phase("runs", f"""
+        INSERT INTO sagas_workflowrun (id, workflow_name, version, definition_hash, input, business_key, tenant,
+            status, status_reason, result, error, lease_owner, fence, attempts, last_seq, steps_used, cost_used,
+            created_at, updated_at, started_at, finished_at, started_via)
+        SELECT id, wf, ver, md5(wf || ver), jsonb_build_object('n', n, 'amount', n % 997), bk, tenant,
+               st, CASE st WHEN 'NEEDS_ATTENTION' THEN (ARRAY['effect_unknown','budget_exceeded','version_mismatch'])[1 + n % 3]
+                           WHEN 'FAILED' THEN 'workflow_error' WHEN 'CANCELLED' THEN 'cancelled' ELSE '' END,
+               CASE WHEN st = 'COMPLETED' THEN jsonb_build_object('ok', true) END,
+               CASE WHEN st = 'FAILED' THEN jsonb_build_object('code', 'workflow_error', 'message', 'boom') END,
+               '', 1 + n % 3, 1 + n % 3, entries, greatest(entries - 3, 0), (n % 50) * 0.01,
+               created, created + entries * interval '50 ms', created + interval '20 ms',
+               CASE WHEN st IN ('COMPLETED','FAILED','CANCELLED','COMPENSATED') THEN created + entries * interval '50 ms' END,
+               'api'
+          FROM (
+            SELECT n,
+                   md5('run' || n)::uuid AS id,
+                   ('{{{",".join(WORKFLOWS)}}}'::text[])[1 + (n * 7) % {len(WORKFLOWS)}] AS wf,
+                   CASE WHEN n % 10 < 6 THEN 3 WHEN n % 10 < 9 THEN 2 ELSE 1 END AS ver,
+                   -- skewed tenants: tenant-01 has the most runs
+                   'tenant-' || lpad((1 + floor({TENANTS} * power(((n * 2654435761) % 1000003) / 1000003.0, 2)))::int::text, 2, '0') AS tenant,
+                   (ARRAY['ORD','PAY','KYC','INV','SHP','SUB','LOAN','EXP'])[1 + (n * 7) % {len(WORKFLOWS)}]
+                       || '-' || lpad(n::text, 8, '0') AS bk,
+                   CASE WHEN n = 1 THEN 'WAITING'
+                        WHEN n % 1000 < 940 THEN 'COMPLETED' WHEN n % 1000 < 960 THEN 'WAITING'
+                        WHEN n % 1000 < 970 THEN 'NEEDS_ATTENTION' WHEN n % 1000 < 985 THEN 'FAILED'
+                        WHEN n % 1000 < 995 THEN 'CANCELLED' ELSE 'COMPENSATED' END AS st,
+                   CASE WHEN n = 1 THEN {long_entries} ELSE 5 + n % {spread} END AS entries,
+                   now() - interval '30 days' * (((n * 40503) % 1000033) / 1000033.0) AS created
+              FROM generate_series(1::bigint, %s) AS n
+          ) AS g""", [runs])
+
+    # Journal: started, claimed, steps..., and the outcome. One run's seqs are 1..last_seq.
+    phase("journal", """
+        INSERT INTO sagas_journalentry (run_id, seq, kind, name, payload, worker_id, created_at)
+        SELECT r.id, s,
+               CASE WHEN s = 1 THEN 'started' WHEN s = 2 THEN 'claimed'
+                    WHEN s = r.last_seq AND r.status = 'COMPLETED' THEN 'completed'
+                    WHEN s = r.last_seq AND r.status = 'FAILED' THEN 'failed'
+                    WHEN s = r.last_seq AND r.status IN ('CANCELLED', 'COMPENSATED') THEN 'cancelled'
+                    WHEN s = r.last_seq AND r.status = 'WAITING' THEN 'yielded'
+                    WHEN s = r.last_seq THEN 'halted'
+                    ELSE 'step' END,
+               CASE WHEN s > 2 AND s < r.last_seq THEN 'step_' || (s - 2) ELSE '' END,
+               jsonb_build_object('value', s, 'ok', true),
+               CASE WHEN s = 1 THEN '' ELSE 'worker-' || (s % 4) END,
+               r.created_at + s * interval '50 ms'
+          FROM sagas_workflowrun r, generate_series(1, r.last_seq) AS s""")
+    phase("journal index", "ALTER TABLE sagas_journalentry ADD CONSTRAINT journal_unique_run_seq UNIQUE (run_id, seq)")
+
+    # Ledger: effect records of completed runs (settled), UNKNOWN ones on runs needing attention.
+    phase("effects", f"""
+        INSERT INTO ledger_effectrecord (tenant, idempotency_key, kind, run_id, step_name, connector, request_payload,
+            payload_hash, status, result, downstream_ref, attempts, error_class, error_message, intent_at,
+            dispatched_at, completed_at, updated_at, checks, next_check_at, resolved_by_label, resolution,
+            resolution_note)
+        SELECT r.tenant, r.id || ':charge', 'effect', r.id, 'charge', 'payments.capture',
+               jsonb_build_object('amount', 10), md5(r.id::text), 'SUCCEEDED', jsonb_build_object('ok', true),
+               'ch_' || left(md5(r.id::text), 12), 1, '', '', r.created_at + interval '100 ms',
+               r.created_at + interval '110 ms', r.created_at + interval '300 ms', r.created_at + interval '300 ms',
+               0, NULL, '', '', ''
+          FROM sagas_workflowrun r WHERE r.status = 'COMPLETED' AND hashtext(r.id::text) % 10 = 0""")
+    phase("effects", """
+        INSERT INTO ledger_effectrecord (tenant, idempotency_key, kind, run_id, step_name, connector, request_payload,
+            payload_hash, status, result, downstream_ref, attempts, error_class, error_message, intent_at,
+            dispatched_at, completed_at, updated_at, checks, next_check_at, resolved_by_label, resolution,
+            resolution_note)
+        SELECT r.tenant, r.id || ':ship', 'effect', r.id, 'ship', 'shipping.create',
+               jsonb_build_object('parcel', 1), md5(r.id::text || 'ship'), 'UNKNOWN', NULL, '', 1, 'Timeout',
+               'no answer within 10 s', r.created_at + interval '100 ms', r.created_at + interval '110 ms', NULL,
+               r.updated_at, 1, now() + interval '1 hour', '', '', ''
+          FROM sagas_workflowrun r WHERE r.status = 'NEEDS_ATTENTION'
+         ORDER BY r.created_at LIMIT %s""", [size["effects_unknown"]])
+
+    # Approvals: open ones on some waiting runs, decided ones on completed runs.
+    phase("approvals", """
+        INSERT INTO sagas_approvalrequest (run_id, step, reason, on_timeout, requested_at, deadline, state,
+                                           decided_by_label, decided_at, comment)
+        SELECT r.id, 'approve_refund', 'amount over the limit', 'escalate', r.created_at,
+               r.created_at + interval '3 days',
+               CASE WHEN r.status = 'WAITING' THEN 'PENDING' ELSE 'APPROVED' END,
+               CASE WHEN r.status = 'WAITING' THEN '' ELSE 'ann' END,
+               CASE WHEN r.status = 'WAITING' THEN NULL ELSE r.created_at + interval '1 hour' END, ''
+          FROM sagas_workflowrun r
+         WHERE r.workflow_name = 'payment_refund' AND r.id <> md5('run1')::uuid
+           AND (r.status = 'WAITING' OR (r.status = 'COMPLETED' AND hashtext(r.id::text) % 4 = 0))""")
+
+    phase("audit", f"""
+        INSERT INTO console_auditentry (actor_id, actor_label, action, object_type, object_id, before, after,
+                                        reason, ip, outcome, message, created_at)
+        SELECT NULL, (%s::text[])[1 + (n * 13) % {len(ACTORS)}], a, split_part(a, '.', 1),
+               md5('run' || (1 + n % %s))::uuid::text,
+               jsonb_build_object('status', 'NEEDS_ATTENTION'), jsonb_build_object('status', 'PENDING'),
+               'ticket OPS-' || n, ('10.0.0.' || (n % 250))::inet, CASE WHEN n % 50 = 0 THEN 'denied' ELSE 'ok' END, '',
+               now() - interval '30 days' * (((n * 7919) % 100003) / 100003.0)
+          FROM generate_series(1::bigint, %s) AS n,
+               LATERAL (SELECT (ARRAY['run.retry','run.cancel','run.compensate','effect.resolve','effect.query',
+                                      'approval.approve','approval.reject'])[1 + (n * 3) % 7] AS a) AS x""",
+          [ACTORS, runs, size["audit"]])
+
+    with connection.cursor() as cur:
+        cur.execute("SET session_replication_role = DEFAULT")
+        for seq_table in ("sagas_journalentry", "ledger_effectrecord", "sagas_approvalrequest", "console_auditentry"):
+            cur.execute(f"SELECT setval(pg_get_serial_sequence('{seq_table}', 'id'), "
+                        f"(SELECT coalesce(max(id), 0) + 1 FROM {seq_table}), false)")
+    # VACUUM cannot run in a transaction block: a connection of its own, in autocommit.
+    t0 = time.perf_counter()
+    _autocommit("VACUUM ANALYZE")
+    timings["vacuum analyze"] = time.perf_counter() - t0
+    with connection.cursor() as cur:
+        cur.execute(f"CREATE TABLE {MARKER} (runs int, long_entries int, audit int, made_at timestamptz)")
+        cur.execute(f"INSERT INTO {MARKER} VALUES (%s, %s, %s, now())", [runs, long_entries, size["audit"]])
+    return timings
+
+
+def _autocommit(sql: str) -> None:
+    import psycopg
+    from django.db import connection
+
+    params = {k: v for k, v in connection.get_connection_params().items()
+              if k in {"host", "port", "user", "password", "dbname"}}
+    with psycopg.connect(autocommit=True, **params) as conn:
+        conn.execute(sql)
+
+
+def counts() -> dict[str, int]:
+    from django.db import connection
+
+    out = {}
+    with connection.cursor() as cur:
+        for label, sql in [
+            ("runs", "SELECT count(*) FROM sagas_workflowrun"),
+            ("journal entries", "SELECT count(*) FROM sagas_journalentry"),
+            ("UNKNOWN effects", "SELECT count(*) FROM ledger_effectrecord WHERE status = 'UNKNOWN'"),
+            ("effect records", "SELECT count(*) FROM ledger_effectrecord"),
+            ("open approvals", "SELECT count(*) FROM sagas_approvalrequest WHERE state = 'PENDING'"),
+            ("audit entries", "SELECT count(*) FROM console_auditentry"),
+            ("runs whose last_seq != their entries",
+             """SELECT count(*) FROM sagas_workflowrun r
+                 WHERE r.last_seq <> (SELECT coalesce(max(seq), 0) FROM sagas_journalentry j WHERE j.run_id = r.id)
+                   AND r.id IN (SELECT id FROM sagas_workflowrun ORDER BY id LIMIT 1000)"""),
+        ]:
+            cur.execute(sql)
+            out[label] = cur.fetchone()[0]
+    return out
+
+
+# --- page timings -------------------------------------------------------------------------------
+
+
+def operator_user():  # type: ignore[no-untyped-def]
+    from django.contrib.auth import get_user_model
+    from django.contrib.auth.models import Group
+
+    from console import roles
+
+    roles.ensure_groups()
+    user, _ = get_user_model().objects.get_or_create(username=OPERATOR)
+    user.groups.add(Group.objects.get(name=roles.OPERATOR))
+    return user
+
+
+def time_get(client, url: str, requests: int) -> tuple[float, float]:  # type: ignore[no-untyped-def]
+    for _ in range(WARMUPS):
+        response = client.get(url)
+        if response.status_code != 200:
+            raise SystemExit(f"GET {url}: {response.status_code}\n{response.content[:2000]!r}")
+    times = []
+    for _ in range(requests):
+        t0 = time.perf_counter()
+        response = client.get(url)
+        times.append((time.perf_counter() - t0) * 1000)
+        assert response.status_code == 200, url
+    return common.percentile(times, 50), common.percentile(times, 95)
+
+
+def page_figures(size: dict) -> list[tuple[str, str, float, float, str]]:
+    from django.db import connection
+    from django.test import Client
+
+    from console import selectors
+
+    client = Client()
+    client.force_login(operator_user())
+    with connection.cursor() as cur:
+        cur.execute("SELECT id, created_at FROM sagas_workflowrun ORDER BY created_at DESC, id DESC OFFSET %s LIMIT 1",
+                    [size["runs"] // 2])
+        mid_id, mid_at = cur.fetchone()
+        cur.execute("SELECT tenant FROM sagas_workflowrun GROUP BY tenant ORDER BY count(*) LIMIT 1")
+        small_tenant = cur.fetchone()[0]
+    with connection.cursor() as cur:
+        cur.execute("SELECT md5('run1')::uuid")  # the long run (n = 1)
+        long_run = str(cur.fetchone()[0])
+
+    first = client.get("/runs/")
+    found = re.search(r"after=([0-9]+_[0-9a-f]{32})", first.content.decode())
+    if not found:
+        raise SystemExit("page 1 of /runs/ has no next link")
+    page2 = found.group(1)
+    deep = selectors.encode_run_cursor(mid_at, mid_id)
+
+    n = size["requests"]
+    pages = [
+        ("run list, unfiltered", "/runs/", "< 100 ms"),
+        ("run list, status=NEEDS_ATTENTION", "/runs/?status=NEEDS_ATTENTION", "< 100 ms"),
+        ("run list, workflow + version", "/runs/?workflow=kyc_check&version=1", "< 100 ms"),
+        ("run list, tenant (busiest)", "/runs/?tenant=tenant-01", "< 100 ms"),
+        (f"run list, tenant (quietest: {small_tenant})", f"/runs/?tenant={small_tenant}", "< 100 ms"),
+        ("run list, business-key prefix", "/runs/?q=KYC-0001", "< 100 ms"),
+        ("run list, page 2 (cursor of page 1's next link)", f"/runs/?after={page2}", "< 100 ms"),
+        (f"run list, deep keyset page (after run {size['runs'] // 2:,})", f"/runs/?after={deep}", "< 100 ms"),
+        (f"run detail, {size['long']:,}-entry run, first page", f"/runs/{long_run}/", "< 200 ms"),
+        ("ambiguous-effects queue", "/effects/", "< 100 ms"),
+        ("approvals inbox", "/approvals/", "-"),
+        ("audit log, unfiltered", "/audit/", "< 100 ms"),
+        ("audit log, actor=olga", "/audit/?actor=olga", "< 100 ms"),
+    ]
+    rows = []
+    for label, url, target in pages:
+        p50, p95 = time_get(client, url, n)
+        rows.append((label, url, p50, p95, target))
+    return rows
+
+
+# --- live update latency ------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+OBSERVER_JS = """() => {
+  window.__seenAt = null;
+  const done = () => {
+    const badge = document.querySelector('#live-run_header .badge');
+    if (badge && badge.textContent.trim() === 'CANCELLED' && window.__seenAt === null) window.__seenAt = Date.now();
+  };
+  new MutationObserver(done).observe(document.body, {subtree: true, childList: true, characterData: true});
+}"""
+
+
+def live_figure(size: dict, env: dict[str, str]) -> list[float]:
+    from django.conf import settings
+    from django.test import Client
+
+    from sagas import services
+    from sagas.models import WorkflowRun
+
+    os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    from playwright.sync_api import sync_playwright
+
+    user = operator_user()
+    client = Client()
+    client.force_login(user)
+    session = client.cookies[settings.SESSION_COOKIE_NAME].value
+    port = _free_port()
+    log = open(Path(os.environ.get("TMPDIR", "/tmp")) / f"bench-console-daphne-{os.getpid()}.log", "w+")
+    daphne = subprocess.Popen(
+        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "config.asgi:application"],
+        cwd=common.ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )
+    latencies: list[float] = []
+    try:
+        def listening() -> bool:
+            log.seek(0)
+            return "Listening on TCP address" in log.read() or daphne.poll() is not None
+
+        common.wait_for(listening, 30)
+        if daphne.poll() is not None:
+            log.seek(0)
+            raise SystemExit("daphne did not start:\n" + log.read()[-3000:])
+        targets = list(
+            WorkflowRun.objects.filter(status="WAITING")
+            .exclude(id__in=WorkflowRun.objects.filter(approvals__isnull=False).values("id"))
+            .order_by("-created_at").values_list("id", flat=True)[1: size["live"] + 1]
+        )
+        if len(targets) < size["live"]:
+            raise SystemExit(f"only {len(targets)} WAITING runs to cancel; run with --fresh")
+        base = f"http://127.0.0.1:{port}"
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            try:
+                context = browser.new_context(base_url=base)
+                context.add_cookies([{"name": settings.SESSION_COOKIE_NAME, "value": session, "url": base}])
+                for run_id in targets:
+                    page = context.new_page()
+                    page.goto(f"/runs/{run_id}/")
+                    page.wait_for_function(
+                        "() => document.getElementById('live-status')?.textContent.trim() === 'live'", timeout=20_000
+                    )
+                    page.evaluate(OBSERVER_JS)
+                    t0 = time.time() * 1000
+                    services.run_cancel(run_id=str(run_id), user=user, reason="bench: live latency", compensate=False)
+                    page.wait_for_function("() => window.__seenAt !== null", timeout=20_000)
+                    seen = page.evaluate("() => window.__seenAt")
+                    latencies.append(seen - t0)
+                    page.close()
+            finally:
+                browser.close()
+    finally:
+        os.killpg(daphne.pid, 15)
+        daphne.wait(timeout=10)
+        log.close()
+    return latencies
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes, for the test suite")
+    parser.add_argument("--fresh", action="store_true", help="regenerate the data even if it is there")
+    parser.add_argument("--no-live", action="store_true", help="skip the browser measurement")
+    args = parser.parse_args()
+    size = SIZES["smoke" if args.smoke else "full"]
+    extra = django_env(size["db"])
+    db_url = extra.pop("BENCH_DB_URL")
+    common.BENCH_DB = db_url
+    common.setup_django(**extra)
+    env = common.bench_env(**extra)
+
+    made: dict[str, float] = {}
+    # --smoke regenerates every time (under a second): each run cancels some WAITING runs.
+    if args.fresh or args.smoke or not data_present(size):
+        t0 = time.perf_counter()
+        made = generate(size)
+        made["total"] = time.perf_counter() - t0
+        print("generated in " + ", ".join(f"{k} {v:.1f} s" for k, v in made.items()))
+    else:
+        print(f"data already in {size['db']} (use --fresh to regenerate)")
+    _autocommit("ANALYZE")
+    have = counts()
+    print("data: " + ", ".join(f"{k} {v:,}" for k, v in have.items()))
+
+    rows = page_figures(size)
+    live = [] if args.no_live else live_figure(size, env)
+
+    table = [("figure", "p50", "p95", "target")]
+    for label, _url, p50, p95, target in rows:
+        table.append((label, f"{p50:.1f} ms", f"{p95:.1f} ms", target))
+    if live:
+        table.append((f"live update, commit to DOM ({len(live)} cancels)",
+                      f"{common.percentile(live, 50):.0f} ms", f"{common.percentile(live, 95):.0f} ms", "< 1000 ms"))
+    common.print_table(
+        f"Console ({have['runs']:,} runs, {have['journal entries']:,} journal entries; server time in-process, "
+        f"{size['requests']} requests after {WARMUPS} warm-ups)", table)
+    if live:
+        print("live update per sample (ms): " + ", ".join(f"{v:.0f}" for v in live))
+
+
+if __name__ == "__main__":
+    main()
