@@ -165,7 +165,10 @@ def _can_lookup(effect: EffectRecord) -> tuple[bool, bool]:
         return False, False
 
 
-def effects_ambiguous_page(*, cursor: str | None = None, size: int = PAGE_SIZE) -> Page:
+EFFECTS_PAGE_SIZE = 50  # each row carries its resolve form; 100 rows rendered in ~110 ms
+
+
+def effects_ambiguous_page(*, cursor: str | None = None, size: int = EFFECTS_PAGE_SIZE) -> Page:
     qs = effects_ambiguous()
     page = _keyset(qs, cursor=cursor, field_name="intent_at", descending=False, size=size, total=qs.count())
     runs = WorkflowRun.objects.in_bulk({e.run_id for e in page.items})
@@ -191,7 +194,7 @@ def effect_current_outcome(effect_id: int) -> str:
 
 # Approvals ----------------------------------------------------------------------------------
 
-INBOX_LIMIT = 500
+INBOX_LIMIT = 100  # rendering dominates: 500 rows cost ~0.7 s at a million runs
 
 
 def approvals_open() -> QuerySet[ApprovalRequest]:

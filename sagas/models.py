@@ -284,7 +284,12 @@ class ApprovalRequest(models.Model):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["run", "step"], name="approval_unique_run_step")]
-        indexes = [models.Index(fields=["deadline"], condition=Q(state="PENDING"), name="approval_pending_deadline")]
+        indexes = [
+            models.Index(fields=["deadline"], condition=Q(state="PENDING"), name="approval_pending_deadline"),
+            models.Index(fields=["state", "deadline", "id"], name="approval_state_deadline"),
+            models.Index(fields=["-decided_at", "-id"], condition=Q(decided_at__isnull=False),
+                         name="approval_recently_decided"),
+        ]
 
     def __str__(self) -> str:
         return f"approval {self.step} of {self.run_id} [{self.state}]"
