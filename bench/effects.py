@@ -16,6 +16,7 @@ import argparse
 import socket
 import statistics
 import subprocess
+import tempfile
 import sys
 import time
 from pathlib import Path
@@ -37,13 +38,17 @@ def start_providers(port: int) -> subprocess.Popen:
     env = common.bench_env(DATABASE_URL=PROVIDER_DB)
     for args in (["sagas_ensuredb"], ["migrate", "-v0"]):
         subprocess.run([sys.executable, "manage.py", *args], cwd=common.ROOT, env=env, check=True)
+    # The server logs a line per request: send it to a file, never to a pipe nobody drains
+    # (a full pipe blocks the server, and every effect then times out).
+    log_path = Path(tempfile.gettempdir()) / f"bench-providers-{port}.log"
+    log = open(log_path, "wb")
     proc = subprocess.Popen(
         [sys.executable, "manage.py", "demo_providers", "--port", str(port)], cwd=common.ROOT, env=env,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
     )
-    line = proc.stdout.readline().decode()
-    if "listening" not in line:
-        raise SystemExit(f"provider server did not start: {line}")
+    log.close()
+    if not common.wait_for(lambda: "listening" in log_path.read_text(errors="replace"), 30):
+        raise SystemExit(f"provider server did not start: {log_path.read_text(errors='replace')[-2000:]}")
     return proc
 
 
