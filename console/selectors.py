@@ -373,7 +373,10 @@ def audit_entries(filters: AuditFilters) -> QuerySet[AuditEntry]:
     return qs.order_by("-created_at", "-id")
 
 
-def audit_page(filters: AuditFilters, *, cursor: str | None = None, size: int = PAGE_SIZE) -> Page:
+AUDIT_PAGE_SIZE = 50  # each entry renders its before/after payloads; 100 put the p95 over 100 ms at scale
+
+
+def audit_page(filters: AuditFilters, *, cursor: str | None = None, size: int = AUDIT_PAGE_SIZE) -> Page:
     qs = audit_entries(filters)
     return _keyset(qs, cursor=cursor, field_name="created_at", descending=True, size=size, total=None)
 
