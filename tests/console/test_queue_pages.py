@@ -33,6 +33,7 @@ from sagas.models import (
     WorkflowRun,
     WorkflowVersion,
 )
+from tests.console.conftest import client_for
 
 pytestmark = pytest.mark.django_db
 
@@ -69,30 +70,6 @@ class BlindConnector(Connector):
 # --- data ---------------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def people():
-    ensure_groups()
-
-    def make(name: str, *roles: str):
-        user = get_user_model().objects.create_user(name, password=f"pw-{name}-long")
-        for role in roles:
-            user.groups.add(Group.objects.get(name=role))
-        return user
-
-    return {
-        "viewer": make("vera", VIEWER),
-        "operator": make("olga", OPERATOR),
-        "operator2": make("oscar", OPERATOR),
-        "approver": make("ann", APPROVER),
-        "approver2": make("abe", APPROVER),
-        "nobody": make("nils"),
-    }
-
-
-def client_for(user) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
 
 
 def make_run(*, status=RunStatus.NEEDS_ATTENTION, reason="effect_unknown", name="qp_orders", version=1,

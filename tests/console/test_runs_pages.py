@@ -34,6 +34,7 @@ from sagas.models import (
     RunStatus,
     WorkflowRun,
 )
+from tests.console.conftest import client_for
 
 pytestmark = pytest.mark.django_db
 
@@ -89,28 +90,6 @@ def rp_budget(ctx: Context, spec: dict) -> list:
 # --- data ---------------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def people():
-    ensure_groups()
-
-    def make(name: str, *roles: str):
-        user = get_user_model().objects.create_user(name, password=f"pw-{name}-long")
-        for role in roles:
-            user.groups.add(Group.objects.get(name=role))
-        return user
-
-    return {
-        "viewer": make("vera", VIEWER),
-        "operator": make("olga", OPERATOR),
-        "approver": make("ann", APPROVER),
-        "nobody": make("nils"),
-    }
-
-
-def client_for(user) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
 
 
 def text(response) -> str:
