@@ -26,9 +26,11 @@ from rq import Queue
 log = logging.getLogger("sagas.queue")
 
 MARKER_PREFIX = "sagas:queued:"
-# Long enough to cover a normal backlog; when it lapses the sweeper may add a
-# duplicate job, which is harmless.
-MARKER_TTL_SECONDS = 300
+# How long a queued wake-up is trusted. A worker SIGKILLed between dequeuing a job and
+# starting it leaves the marker behind with no job: the run then waits this long for the
+# sweeper (the chaos test caught a run stuck for 300 s). When it lapses under a long
+# backlog, the sweeper adds a duplicate job, which is harmless (claims are atomic).
+MARKER_TTL_SECONDS = 20
 ADVANCE_JOB = "sagas.jobs.advance"
 
 
