@@ -10,6 +10,7 @@ connector             idempotent  lookup  compensate  irreversible
 ``inventory.reserve`` no          yes     release     no
 ``email.send``        no          no      no          no
 ``shipping.create``   yes         yes     no          yes
+``model.complete``    yes         no      no          no   (the gateway caches answers by key)
 ====================  ==========  ======  ==========  ============
 """
 
@@ -89,3 +90,14 @@ class CreateShipment(Connector):
 
     def manual_result(self, downstream_ref: str) -> dict[str, Any]:
         return {"shipment_id": downstream_ref, "resolved_manually": True}
+
+
+@connector("model.complete")
+class CompleteModel(Connector):
+    """One billed completion ``{prompt, price}`` through a model gateway that caches answers
+    by key: a retry with the same key is answered again without a second bill."""
+
+    idempotent = True
+
+    def execute(self, payload: dict[str, Any], *, key: str) -> dict[str, Any]:
+        return client.call("POST", "/model/complete", payload, key=key)

@@ -36,6 +36,7 @@ ACTIONS: dict[str, tuple[str, str, Action]] = {
     "/inventory/release": ("inventory", "release", services.inventory_release),
     "/email/send": ("email", "send", services.email_send),
     "/shipping/create": ("shipping", "create", services.shipping_create),
+    "/model/complete": ("model", "complete", services.model_complete),
 }
 STATUS: dict[str, tuple[str, Callable[..., Reply]]] = {
     "/payments/status/": ("payments", services.payment_status),

@@ -176,6 +176,25 @@ def shipping_status(*, key: str) -> Reply:
     })
 
 
+# --- model gateway (bills every call; a call with a key it has seen is answered from its cache, unbilled)
+
+
+def model_complete(*, key: str, body: dict[str, Any], caller_pid: int | None) -> Reply:
+    """A scripted language model behind a gateway. Each execution is one billed completion:
+    its ``cost`` is the request's ``price``. Without an Idempotency-Key every call runs and is
+    billed again; with one, a repeat is a replay of the first answer and costs nothing, as with
+    gateways that cache completions by request key."""
+    prompt, price = _text(body, "prompt"), _positive_number(body, "price")
+
+    def work() -> dict[str, Any]:
+        return {"completion_id": _new_id("cmpl"), "text": f"scripted answer to: {prompt[:80]}", "cost": price}
+
+    with transaction.atomic():
+        if key:
+            return _deduped("model", "complete", key=key, body=body, caller_pid=caller_pid, work=work)
+        return _execute("model", "complete", key=key, body=body, caller_pid=caller_pid, work=work)
+
+
 # --- shared -------------------------------------------------------------------
 
 
@@ -235,6 +254,13 @@ def _positive_int(body: dict[str, Any], field: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise ProviderError(422, f"{field!r} must be a positive integer")
     return value
+
+
+def _positive_number(body: dict[str, Any], field: str) -> float:
+    value = body.get(field)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ProviderError(422, f"{field!r} must be a positive number")
+    return float(value)
 
 
 def _currency(body: dict[str, Any]) -> str:

@@ -161,6 +161,25 @@ def test_it_creates_a_shipment_once_per_key_and_offers_no_cancel(providers):
         client.call("POST", "/shipping/cancel", {"shipment_id": first["shipment_id"]}, key="c")
 
 
+def test_it_bills_every_model_call_without_a_key_and_answers_a_keyed_repeat_from_its_cache(providers):
+    prompt = {"prompt": "plan order-1842 <b>now</b>", "price": 2.0}
+
+    plain = [client.call("POST", "/model/complete", prompt) for _ in range(2)]
+    model = get_connector("model.complete")
+    keyed = model.execute(prompt, key="run-1:plan")
+
+    assert model.execute(prompt, key="run-1:plan") == keyed  # a retry after a crash is not billed again
+    assert plain[0]["completion_id"] != plain[1]["completion_id"]
+    billed = executions("model", "complete")
+    assert billed.count() == 3
+    assert sum(e.response["cost"] for e in billed) == 6.0
+    assert replays("model", "complete", key="run-1:plan").count() == 1
+    assert model.idempotent and not model.can_lookup() and not model.can_compensate()
+    with pytest.raises(Final, match="'price' must be a positive number"):
+        model.execute({"prompt": "x", "price": "free"}, key="run-1:bad")
+    assert executions("model", "complete").count() == 3
+
+
 def test_it_raises_timeout_when_the_provider_acts_but_answers_too_late(providers, settings):
     settings.DEMO_PROVIDER_TIMEOUT = 0.5
     faults.inject("payments", "capture", "timeout_after_work")
