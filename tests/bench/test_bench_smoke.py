@@ -17,7 +17,8 @@ from tests.procs import ROOT
 @pytest.mark.parametrize(
     ("script", "expected_rows"),
     [
-        ("bench/engine.py", ["pure steps per second", "commits per pure step", "replay of a"]),
+        ("bench/engine.py", ["pure steps per second", "commits per pure step", "replay of a", "dispatch latency",
+                              "recovery after SIGKILL", "1 worker process -> 2"]),
         ("bench/effects.py", ["pure step", "payments.capture", "email.send"]),
         ("bench/console.py", ["run list, unfiltered", "run detail", "ambiguous-effects queue", "audit log, unfiltered",
                               "live update"]),
@@ -32,3 +33,21 @@ def test_it_runs_each_benchmark_at_tiny_size_and_prints_its_table(script, expect
     for row in expected_rows:
         [line] = [line for line in table if row in line]
         assert re.search(r"\|\s*[0-9.]+", line), line  # a measured number, not a placeholder
+
+
+def test_the_chaos_benchmark_kills_workers_and_the_product_loses_nothing_and_repeats_nothing(tmp_path):
+    chart = tmp_path / "chaos.png"
+    done = subprocess.run(
+        [sys.executable, "bench/chaos.py", "--smoke", "--png", str(chart)], cwd=ROOT, capture_output=True, text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    rows = {line.split("|")[1].strip(): [cell.strip() for cell in line.split("|")[2:-1]]
+            for line in done.stdout.splitlines() if line.startswith("| ") and "0.20" in line}
+    # columns: crash chance, model cost per run, model calls repeated, restarts per run, duplicates, runs lost, ...
+    product, restart = rows["journal + ledger and keys"], rows["restart from scratch"]
+    assert float(restart[3]) > 0 and float(product[3]) > 0, "no worker was killed: the smoke run proved nothing"
+    assert product[4] == "0" and product[5] == "0"
+    assert float(product[1]) == 8.0  # no model call billed twice
+    assert float(restart[1]) > 8.0
+    assert chart.stat().st_size > 10_000 and chart.read_bytes()[:4] == b"\x89PNG"
