@@ -6,10 +6,15 @@ roles, so it applies the policy to all of them once every admin module is loaded
 (``apply_viewer_policy``, called from ``ConsoleConfig.ready``):
 
 * a staff user with a console role may view every model (auditors read everything);
-* a staff user in the viewer group who is neither operator nor superuser can add,
-  change and delete nothing, whatever Django permissions they were given;
-* append-only tables (audit entries, journal entries) are read-only for everyone,
-  superusers included; their admins say so themselves.
+* the engine's and the ledger's state (every model of ``sagas``, ``ledger`` and
+  ``console``) and the providers' books of executions are read-only for everyone,
+  superusers included. A change there must go through the console's services,
+  which check the user's role, refuse stale pages and write the audit entry in the
+  same transaction; an admin form would do none of that, and an edited run or
+  effect record would silently disagree with its journal;
+* in the remaining models (the demo providers' injected faults) a staff user in the
+  viewer group who is neither operator nor superuser can add, change and delete
+  nothing, whatever Django permissions they were given.
 """
 
 from __future__ import annotations
@@ -26,6 +31,8 @@ from console.models import AuditEntry
 log = logging.getLogger("console.admin")
 
 POLICY_APPS = ("ledger", "sagas", "console", "demo")
+# Read-only in the admin for everyone: only services change them (see the module docstring).
+SERVICE_OWNED = frozenset({"ledger", "sagas", "console", "demo.providerexecution", "demo.providerreplay"})
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -61,14 +68,19 @@ class ConsoleRolePolicy:
     def has_module_permission(self, request: HttpRequest) -> bool:
         return _may_read(request.user) or super().has_module_permission(request)  # type: ignore[misc]
 
+    def _may_write(self, request: HttpRequest) -> bool:
+        meta = self.model._meta  # type: ignore[attr-defined]
+        owned = meta.app_label in SERVICE_OWNED or meta.label_lower in SERVICE_OWNED
+        return not owned and not is_viewer_only(request.user)
+
     def has_add_permission(self, request: HttpRequest, *args: Any) -> bool:
-        return not is_viewer_only(request.user) and super().has_add_permission(request, *args)  # type: ignore[misc]
+        return self._may_write(request) and super().has_add_permission(request, *args)  # type: ignore[misc]
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return not is_viewer_only(request.user) and super().has_change_permission(request, obj)  # type: ignore[misc]
+        return self._may_write(request) and super().has_change_permission(request, obj)  # type: ignore[misc]
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return not is_viewer_only(request.user) and super().has_delete_permission(request, obj)  # type: ignore[misc]
+        return self._may_write(request) and super().has_delete_permission(request, obj)  # type: ignore[misc]
 
 
 def apply_viewer_policy(site: admin.AdminSite = admin.site) -> None:

@@ -1,5 +1,6 @@
 """Django admin for the side-effect ledger. Plain Django: the console applies its role
-policy (read-only for viewers) on top, see console/admin.py."""
+policy on top (read-only for everyone: changes go through the console), see
+console/admin.py."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """Django admin for the engine's tables. Plain Django: the console applies its role
-policy (read-only for viewers) on top, see console/admin.py.
+policy on top (read-only for everyone: changes go through the console), see
+console/admin.py.
 
 The journal is append-only (a database trigger refuses UPDATE and DELETE), so its admin
 is read-only for everyone. The tables grow to millions of rows, so: foreign keys to runs

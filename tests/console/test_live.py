@@ -346,8 +346,8 @@ def test_it_makes_the_admin_read_only_for_viewers():
     change_run = Permission.objects.get(codename="change_workflowrun")
     viewer = _user("auditor", roles.VIEWER, is_staff=True)
     viewer.user_permissions.add(change_run)  # even an explicit permission does not let a viewer write
-    operator = _user("opal", roles.VIEWER, roles.OPERATOR, is_staff=True)
-    operator.user_permissions.add(change_run)
+    for codename in ("add_providerfault", "change_providerfault"):
+        viewer.user_permissions.add(Permission.objects.get(codename=codename))
 
     client = Client()
     client.force_login(viewer)
@@ -357,11 +357,29 @@ def test_it_makes_the_admin_read_only_for_viewers():
     assert client.get("/admin/ledger/effectrecord/").status_code == 200
     assert client.get("/admin/sagas/workflowrun/add/").status_code == 403
     assert client.post(f"/admin/sagas/workflowrun/{run.id}/delete/", {"post": "yes"}).status_code == 403
+    assert client.get("/admin/demo/providerfault/add/").status_code == 403
     assert WorkflowRun.objects.filter(id=run.id).exists()
 
-    client.force_login(operator)
-    page = client.get(f"/admin/sagas/workflowrun/{run.id}/change/")
-    assert page.status_code == 200 and 'name="_save"' in page.content.decode()
+
+def test_it_lets_nobody_edit_runs_or_effects_in_the_admin_because_that_would_bypass_roles_and_audit():
+    run = start("live_two_steps", {})
+    operator = _user("opal", roles.VIEWER, roles.OPERATOR, is_staff=True)
+    operator.user_permissions.add(*Permission.objects.filter(content_type__app_label__in=["sagas", "ledger", "demo"]))
+    root = User.objects.create_superuser("root", password="pw-for-tests")
+
+    for user in (operator, root):
+        client = Client()
+        client.force_login(user)
+        page = client.get(f"/admin/sagas/workflowrun/{run.id}/change/")
+        assert page.status_code == 200 and 'name="_save"' not in page.content.decode()
+        posted = client.post(f"/admin/sagas/workflowrun/{run.id}/change/", {"status": "COMPLETED"})
+        assert posted.status_code == 403
+        assert client.post(f"/admin/sagas/workflowrun/{run.id}/delete/", {"post": "yes"}).status_code == 403
+        assert client.get("/admin/ledger/effectrecord/add/").status_code == 403
+        assert client.get("/admin/demo/providerexecution/add/").status_code == 403
+        # The demo providers' fault injection stays writable for those allowed to write.
+        assert client.get("/admin/demo/providerfault/add/").status_code == 200
+    assert WorkflowRun.objects.get(id=run.id).status == RunStatus.PENDING
 
 
 def test_it_keeps_the_audit_log_and_the_journal_read_only_for_superusers():
