@@ -11,7 +11,7 @@ from django.conf import settings
 from sagas import start
 from sagas.models import JournalEntry, RunStatus, WorkflowRun
 from sagas.queue import redis_connection
-from tests.procs import wait_until
+from tests.procs import wait_until, worker_env
 from tests.sagas import wf_engine  # noqa: F401  (registers the workflows in this process)
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -147,3 +147,22 @@ def test_it_hands_a_run_back_when_its_worker_is_stopped_gracefully(procs, step_c
     wait_until(lambda: status(run) == RunStatus.COMPLETED, 30, what="w2 to finish the run")
     assert all(n == 1 for n in step_calls.counts(run.id).values())
     assert JournalEntry.objects.filter(run=run, kind="yielded").count() == 1
+
+
+def test_the_standalone_sweeper_reenqueues_a_lost_wakeup_and_stops_cleanly_on_sigterm(procs, step_calls):
+    """``sagas_sweep --loop`` (for deployments whose workers run with --no-sweep) finds a run
+    whose wake-up Redis lost, reports what it did, and exits 0 between passes on SIGTERM."""
+    run = start("five_steps", {})
+    redis_connection().flushdb()  # the run's wake-up is gone; only PostgreSQL knows about it
+    procs.worker("w1", MODULES, "--no-sweep")
+    time.sleep(1.5)
+    assert status(run) == RunStatus.PENDING  # nobody is looking for it
+
+    sweeper = procs.start("sweeper", ["manage.py", "sagas_sweep", "--loop", "--interval", "0.2"],
+                          worker_env(MODULES))
+    wait_until(lambda: status(run) == RunStatus.COMPLETED, 30, what="the swept run to complete")
+    assert "sweep #1: expired=0 orphaned=1" in sweeper.log()
+    sweeper.popen.send_signal(signal.SIGTERM)
+    assert sweeper.popen.wait(timeout=10) == 0
+    assert "sweeper stopped after" in sweeper.log()
+    assert step_calls.counts(run.id) == {f"s{i}": 1 for i in range(1, 6)}

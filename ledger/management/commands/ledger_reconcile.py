@@ -1,38 +1,13 @@
 from __future__ import annotations
 
-import signal
-import threading
-
-from django.core.management.base import BaseCommand
-from django.db import connection
-
-from ledger.reconcile import reconcile_due
+from config.commands import PassLoopCommand
+from ledger.reconcile import ReconcileReport, reconcile_due
 
 
-class Command(BaseCommand):
+class Command(PassLoopCommand):
     help = "Re-query UNKNOWN effects whose connector has a lookup, with back-off, and resolve them."
+    label, stopped_label = "reconcile", "reconciler"
 
-    def add_arguments(self, parser):  # type: ignore[no-untyped-def]
-        parser.add_argument("--loop", action="store_true", help="keep reconciling until SIGTERM/SIGINT")
-        parser.add_argument("--interval", type=float, default=1.0, help="seconds between passes")
-
-    def handle(self, *args, **options):  # type: ignore[no-untyped-def]
-        stop = threading.Event()
-        if options["loop"]:
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                signal.signal(sig, lambda *_: stop.set())
-        passes = 0
-        while True:
-            try:
-                report = reconcile_due()
-                passes += 1
-                if not options["loop"] or report.checked:
-                    self.stdout.write(f"reconcile #{passes}: {report}")
-                    self.stdout.flush()
-            except Exception as exc:  # keep going: a provider or DB blip must not stop reconciliation
-                self.stderr.write(f"reconcile #{passes + 1} failed: {exc}")
-                connection.close()
-            if not options["loop"] or stop.wait(options["interval"]):
-                break
-        if options["loop"]:
-            self.stdout.write(f"reconciler stopped after {passes} pass(es)")
+    def run_pass(self) -> tuple[ReconcileReport, bool]:
+        report = reconcile_due()
+        return report, bool(report.checked)

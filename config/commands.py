@@ -1,0 +1,55 @@
+"""A base for management commands that run one pass, or keep running passes until told to stop.
+
+The sweeper (``sagas_sweep``) and the reconciler (``ledger_reconcile``) share this
+shape: a pass that must never be stopped by a passing database, Redis or provider
+error, a one-line report when the pass did something, and a clean exit on SIGTERM
+or SIGINT between passes.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from typing import Any
+
+from django.core.management.base import BaseCommand
+from django.db import connection
+
+
+class PassLoopCommand(BaseCommand):
+    label = "pass"  # "sweep #3: ...", "reconciler stopped after ..."
+    stopped_label = "loop"
+    default_interval = 1.0
+
+    def add_arguments(self, parser):  # type: ignore[no-untyped-def]
+        parser.add_argument("--loop", action="store_true", help="keep running passes until SIGTERM/SIGINT")
+        parser.add_argument("--interval", type=float, default=None, help="seconds between passes")
+
+    def run_pass(self) -> tuple[Any, bool]:
+        """One pass: its report, and whether it did anything worth a line in a loop."""
+        raise NotImplementedError
+
+    def interval(self) -> float:
+        return self.default_interval
+
+    def handle(self, *args, **options):  # type: ignore[no-untyped-def]
+        interval = options["interval"] or self.interval()
+        stop = threading.Event()
+        if options["loop"]:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(sig, lambda *_: stop.set())
+        passes = 0
+        while True:
+            try:
+                report, eventful = self.run_pass()
+                passes += 1
+                if not options["loop"] or eventful:
+                    self.stdout.write(f"{self.label} #{passes}: {report}")
+                    self.stdout.flush()
+            except Exception as exc:  # keep looping: a blip must not stop recovery
+                self.stderr.write(f"{self.label} #{passes + 1} failed: {exc}")
+                connection.close()
+            if not options["loop"] or stop.wait(interval):
+                break
+        if options["loop"]:
+            self.stdout.write(f"{self.stopped_label} stopped after {passes} pass(es)")
