@@ -2,25 +2,9 @@ from __future__ import annotations
 
 from django.db import migrations
 
+from config.append_only import append_only
+
 ROLES = ("viewer", "operator", "approver")
-
-FORWARD = """
-CREATE FUNCTION console_audit_append_only() RETURNS trigger AS $$
-BEGIN
-    RAISE EXCEPTION 'console_auditentry is append-only: % refused', TG_OP
-        USING ERRCODE = 'insufficient_privilege';
-END;
-$$ LANGUAGE plpgsql;
-
-CREATE TRIGGER console_audit_append_only
-    BEFORE UPDATE OR DELETE ON console_auditentry
-    FOR EACH ROW EXECUTE FUNCTION console_audit_append_only();
-"""
-
-BACKWARD = """
-DROP TRIGGER IF EXISTS console_audit_append_only ON console_auditentry;
-DROP FUNCTION IF EXISTS console_audit_append_only();
-"""
 
 
 def create_roles(apps, schema_editor):
@@ -38,5 +22,5 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.RunPython(create_roles, remove_roles),
-        migrations.RunSQL(FORWARD, BACKWARD),
+        append_only("console_auditentry", "console_audit_append_only"),
     ]

@@ -20,6 +20,7 @@ from channels_redis.core import RedisChannelLayer
 from django.conf import settings
 from django.contrib import admin
 from django.contrib.auth.models import Group, Permission, User
+from django.db import DatabaseError, connection, transaction
 from django.test import Client
 from django.utils.html import format_html, format_html_join
 
@@ -397,6 +398,17 @@ def test_it_keeps_the_audit_log_and_the_journal_read_only_for_superusers():
     assert client.post(f"/admin/sagas/journalentry/{entry.pk}/delete/", {"post": "yes"}).status_code == 403
     assert client.get("/admin/sagas/journalentry/").status_code == 200
     assert RunStatus.PENDING == WorkflowRun.objects.get(id=run.id).status
+
+
+def test_the_database_refuses_to_rewrite_or_delete_an_audit_entry_whoever_asks():
+    audit = AuditEntry.objects.create(actor_label="op", action="run.cancel", object_type="run", object_id="x",
+                                      outcome="ok")
+    for statement in ("UPDATE console_auditentry SET actor_label = 'someone else' WHERE id = %s",
+                      "DELETE FROM console_auditentry WHERE id = %s"):
+        with pytest.raises(DatabaseError, match="console_auditentry is append-only"), transaction.atomic():
+            with connection.cursor() as cur:
+                cur.execute(statement, [audit.pk])
+    assert AuditEntry.objects.get(pk=audit.pk).actor_label == "op"
 
 
 def test_it_finds_runs_and_their_history_in_the_admin_by_run_id_or_business_key():
