@@ -171,7 +171,7 @@ def generate(size: dict) -> dict[str, float]:
     phase("journal index", "ALTER TABLE sagas_journalentry ADD CONSTRAINT journal_unique_run_seq UNIQUE (run_id, seq)")
 
     # Ledger: effect records of completed runs (settled), UNKNOWN ones on runs needing attention.
-    phase("effects", f"""
+    phase("effects", """
         INSERT INTO ledger_effectrecord (tenant, idempotency_key, kind, run_id, step_name, connector, request_payload,
             payload_hash, status, result, downstream_ref, attempts, error_class, error_message, intent_at,
             dispatched_at, completed_at, updated_at, checks, next_check_at, resolved_by_label, resolution,

@@ -399,10 +399,10 @@ from dataclasses import dataclass  # noqa: E402
 from datetime import datetime  # noqa: E402
 from datetime import timezone as dt_timezone  # noqa: E402
 
-from django.db.models import BooleanField, Q, QuerySet  # noqa: E402
+from django.db.models import BooleanField  # noqa: E402
 from django.db.models.expressions import RawSQL  # noqa: E402
 
-from sagas.models import CompensationPlan, JournalEntry, WorkflowVersion  # noqa: E402
+from sagas.models import CompensationPlan, JournalEntry  # noqa: E402
 
 RUNS_PAGE_SIZE = 50
 HISTORY_PAGE_SIZE = 100

@@ -344,7 +344,7 @@ def run_retry(*, run_id: str, user: AbstractBaseUser | None, reason: str) -> Wor
     (non-determinism: deploy the fix as a new version, then cancel or compensate).
     """
     from sagas import selectors
-    from sagas.models import CompensationItem, CompensationItemState, CompensationPlan, CompensationState
+    from sagas.models import CompensationItemState, CompensationPlan, CompensationState
 
     actor = user.get_username() if user is not None else "system"
     with transaction.atomic():

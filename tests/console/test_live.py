@@ -240,14 +240,18 @@ def test_it_coalesces_a_burst_into_few_pushes_and_keeps_the_last_change(viewer_c
         await socket.receive_from(timeout=5)
         await _quiet(socket)
         layer = get_channel_layer()
-        for i in range(30):  # 30 changes in well under 250 ms
+        began = time.monotonic()
+        for i in range(30):  # 30 changes, normally in well under one push interval
             if i == 29:
                 await database_sync_to_async(advance)(str(run.id), owner="t")
             await layer.group_send(group, {"type": live_broadcast.EVENT_TYPE, "topic": f"run.{run.id}"})
+        burst = time.monotonic() - began
         pushes = []
         while not await socket.receive_nothing(timeout=1.0):
             pushes.append(await socket.receive_from())
-        assert 1 <= len(pushes) <= 3
+        # At most one push per interval while the burst lasts, and one after it (a loaded machine
+        # may stretch the burst over several intervals; 30 pushes would mean no coalescing).
+        assert 1 <= len(pushes) <= 2 + int(burst / consumers.PUSH_INTERVAL), (len(pushes), burst)
         assert f"{run.id} COMPLETED" in pushes[-1]
         await socket.disconnect()
 

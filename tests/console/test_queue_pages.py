@@ -10,15 +10,12 @@ import uuid
 from datetime import timedelta
 
 import pytest
-from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Group
 from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
 from console import live
 from console.models import AuditEntry, AuditOutcome
-from console.roles import APPROVER, OPERATOR, VIEWER, ensure_groups
 from ledger import Connector, connector
 from ledger.models import EffectRecord, EffectStatus
 from ledger.outcomes import NotExecuted, Succeeded, Unknown

@@ -11,8 +11,6 @@ from datetime import timezone as dt_timezone
 
 import pytest
 from asgiref.sync import async_to_sync
-from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Group
 from django.db import connection
 from django.test import AsyncClient, Client
 from django.test.utils import CaptureQueriesContext
@@ -20,7 +18,6 @@ from django.urls import reverse
 
 from console import live, selectors
 from console.models import AuditEntry, AuditOutcome
-from console.roles import APPROVER, OPERATOR, VIEWER, ensure_groups
 from console.templatetags.console_tags import REDACTED
 from ledger import Connector, connector
 from ledger.models import EffectRecord, EffectStatus

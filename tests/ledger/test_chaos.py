@@ -14,7 +14,6 @@ from ledger.models import EffectRecord, EffectStatus
 from sagas import start
 from sagas.models import RunStatus, WorkflowRun
 from tests.ledger import wf_orders  # noqa: F401
-from tests.procs import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 SETTLED = (RunStatus.COMPLETED, RunStatus.NEEDS_ATTENTION)

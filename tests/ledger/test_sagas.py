@@ -10,7 +10,7 @@ from django.contrib.auth import get_user_model
 
 from demo.providers.faults import inject
 from demo.providers.selectors import executions, replays
-from ledger.models import EffectKind, EffectRecord, EffectStatus
+from ledger.models import EffectRecord
 from sagas import start
 from sagas.compensation import compensation_preview
 from sagas.errors import AlreadyDecided, FourEyesViolation
