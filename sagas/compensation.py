@@ -143,7 +143,7 @@ def _move_to_compensating(run: WorkflowRun) -> None:
         status=RunStatus.COMPENSATING, status_reason="", error=None, fence=run.fence + 1, lease_owner="",
         lease_expires_at=None, wake_at=None, finished_at=None, updated_at=timezone.now(),
     )
-    queue.enqueue_after_commit(run.id, run.definition_hash)
+    queue.enqueue_after_commit(run.id, run.definition_hash, compensating=True)
     send_run_changed(run.id, RunStatus.COMPENSATING, cause=K.COMPENSATION_STARTED)
 
 

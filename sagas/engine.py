@@ -164,7 +164,10 @@ def advance(run_id: str, *, owner: str | None = None) -> Outcome:
     with Heartbeat(run.id, run.fence, ttl) as beat:
         outcome = _execute(run, owner, beat)
     if outcome in _STATUS_AFTER:  # committed by _execute; LEASE_LOST: whoever took the run reports
-        signals.send_run_changed(run.id, _STATUS_AFTER[outcome], cause=outcome.value)
+        after = _STATUS_AFTER[outcome]
+        if outcome == Outcome.YIELDED and run.status == RunStatus.COMPENSATING:
+            after = RunStatus.COMPENSATING  # handed back, still compensating
+        signals.send_run_changed(run.id, after, cause=outcome.value)
     return outcome
 
 
@@ -334,17 +337,18 @@ def _fail(
 
 
 def _yield(run: ClaimedRun, owner: str) -> Outcome:
+    compensating = run.status == RunStatus.COMPENSATING  # handed back as it is: it must not run forward
     try:
         systemdb.finish(
             run.id,
             fence=run.fence,
-            status=RunStatus.PENDING,
+            status=RunStatus.COMPENSATING if compensating else RunStatus.PENDING,
             kind=K.YIELDED,
             worker=owner,
             payload={"reason": "worker shutting down"},
         )
     except LeaseLost:
         return Outcome.LEASE_LOST
-    queue.enqueue_advance(run.id, run.definition_hash)
+    queue.enqueue_advance(run.id, run.definition_hash, compensating=compensating)
     log.info("run %s: handed back on shutdown", run.id)
     return Outcome.YIELDED

@@ -4,6 +4,9 @@ Runs are routed by code version: each definition hash has its own RQ queue
 (``<SAGAS_QUEUE>:<hash prefix>``) and a worker listens only on the queues of the
 definitions it has registered. During a rolling deploy, old runs therefore go
 to workers that still have their code, never to one that would refuse them.
+A COMPENSATING run needs no workflow code, only connectors, so it goes to one
+queue every worker reads (``<SAGAS_QUEUE>:compensation``): undoing a run's
+effects never waits for its old code to be deployed again.
 
 ``enqueue_advance(run_id, definition_hash)`` puts an ``advance`` job on that queue and
 sets a short-lived marker ``sagas:queued:<run_id>``. The job deletes the marker
@@ -43,6 +46,10 @@ def queue_name_for(definition_hash: str) -> str:
     return f"{settings.SAGAS_QUEUE}:{definition_hash[:16]}"
 
 
+def compensation_queue_name() -> str:
+    return f"{settings.SAGAS_QUEUE}:compensation"
+
+
 @lru_cache(maxsize=256)
 def get_queue(name: str) -> Queue:
     return Queue(name, connection=redis_connection(), default_timeout=-1)
@@ -52,14 +59,15 @@ def marker_key(run_id: str) -> str:
     return f"{MARKER_PREFIX}{run_id}"
 
 
-def enqueue_advance(run_id: str, definition_hash: str) -> bool:
-    """Wake a worker that has this code version for ``run_id``. Returns False (and logs)
-    when Redis is unreachable: the run is still safe in PostgreSQL and the sweeper
-    will enqueue it later."""
+def enqueue_advance(run_id: str, definition_hash: str, *, compensating: bool = False) -> bool:
+    """Wake a worker that has this code version for ``run_id`` (any worker, when the run
+    is ``compensating``). Returns False (and logs) when Redis is unreachable: the run is
+    still safe in PostgreSQL and the sweeper will enqueue it later."""
     run_id = str(run_id)
+    name = compensation_queue_name() if compensating else queue_name_for(definition_hash)
     try:
         redis_connection().set(marker_key(run_id), "1", ex=MARKER_TTL_SECONDS)
-        get_queue(queue_name_for(definition_hash)).enqueue(
+        get_queue(name).enqueue(
             ADVANCE_JOB,
             run_id,
             job_timeout=-1,
@@ -73,10 +81,10 @@ def enqueue_advance(run_id: str, definition_hash: str) -> bool:
     return True
 
 
-def enqueue_after_commit(run_id: str, definition_hash: str) -> None:
+def enqueue_after_commit(run_id: str, definition_hash: str, *, compensating: bool = False) -> None:
     """Enqueue once the surrounding transaction commits (immediately in autocommit)."""
     run_id = str(run_id)
-    transaction.on_commit(lambda: enqueue_advance(run_id, definition_hash))
+    transaction.on_commit(lambda: enqueue_advance(run_id, definition_hash, compensating=compensating))
 
 
 def clear_marker(run_id: str) -> None:

@@ -3,11 +3,13 @@
 PostgreSQL is the truth; Redis only carries wake-ups. One pass:
 
 * enqueues runs whose lease expired (their worker died or hung): ``expired``;
-* enqueues PENDING runs with no queued wake-up (lost to a Redis flush or
-  restart, or a crash between commit and enqueue): ``orphaned``;
+* enqueues PENDING runs, and COMPENSATING runs that no worker holds, with no
+  queued wake-up (lost to a Redis flush or restart, or a crash between commit
+  and enqueue): ``orphaned``;
 * parks runs that no live worker has the code for, so they are never silently
   stuck in a queue nobody reads (NEEDS_ATTENTION, ``version_mismatch``):
-  ``parked``;
+  ``parked``. Never a COMPENSATING run: it needs connectors, not workflow code,
+  and goes to the compensation queue that every worker reads;
 * resumes runs parked that way once a live worker has their code again:
   ``resumed``;
 * wakes WAITING runs whose timer or deadline is due: ``woken``;
@@ -57,23 +59,25 @@ class SweepReport:
         return self.expired + self.orphaned + self.parked + self.resumed + self.reconciled + self.woken
 
 
-def _rows(sql: str, params: list) -> list[tuple[str, str]]:
+def _rows(sql: str, params: list) -> list[tuple[str, str, str]]:
+    """(run id, definition hash, status) of each run the query finds."""
     with connection.cursor() as cur:
         cur.execute(sql, params)
-        return [(str(run_id), definition_hash) for run_id, definition_hash in cur.fetchall()]
+        return [(str(run_id), definition_hash, status) for run_id, definition_hash, status in cur.fetchall()]
 
 
-def _route(rows: list[tuple[str, str]], live: set[str] | None, report: SweepReport) -> int:
+def _route(rows: list[tuple[str, str, str]], live: set[str] | None, report: SweepReport) -> int:
     """Enqueue each run that has no wake-up marker; park those no live worker can run."""
     if not rows:
         return 0
-    held = queue.queued_markers([run_id for run_id, _ in rows])
+    held = queue.queued_markers([run_id for run_id, _, _ in rows])
     count = 0
-    for run_id, definition_hash in rows:
-        if live is not None and definition_hash not in live:
+    for run_id, definition_hash, status in rows:
+        compensating = status == RunStatus.COMPENSATING
+        if live is not None and definition_hash not in live and not compensating:
             if services.run_park_unroutable(run_id=run_id, live_hashes=live):
                 report.parked += 1
-        elif run_id not in held and queue.enqueue_advance(run_id, definition_hash):
+        elif run_id not in held and queue.enqueue_advance(run_id, definition_hash, compensating=compensating):
             count += 1
     return count
 
@@ -83,17 +87,18 @@ def sweep() -> SweepReport:
     live = selectors.live_definition_hashes()
     grace = max(1.0, 2 * settings.SAGAS_SWEEP_INTERVAL)
     expired = _rows(
-        """SELECT id, definition_hash FROM sagas_workflowrun
+        """SELECT id, definition_hash, status FROM sagas_workflowrun
             WHERE status = ANY(%s) AND lease_expires_at < now()
             ORDER BY lease_expires_at LIMIT %s""",
         [sorted(LEASED_STATUSES), BATCH],
     )
     report.expired = _route(expired, live, report)
     orphaned = _rows(
-        """SELECT id, definition_hash FROM sagas_workflowrun
-            WHERE status = %s AND updated_at < now() - make_interval(secs => %s::float8)
+        """SELECT id, definition_hash, status FROM sagas_workflowrun
+            WHERE (status = %s OR (status = %s AND lease_expires_at IS NULL))
+              AND updated_at < now() - make_interval(secs => %s::float8)
             ORDER BY updated_at LIMIT %s""",
-        [RunStatus.PENDING, grace, BATCH],
+        [RunStatus.PENDING, RunStatus.COMPENSATING, grace, BATCH],
     )
     report.orphaned = _route(orphaned, live, report)
     if live:

@@ -183,6 +183,8 @@ def run_park_unroutable(*, run_id: str, live_hashes: set[str]) -> bool:
     with transaction.atomic():
         run = WorkflowRun.objects.select_for_update().get(id=run_id)
         leased_out = run.status in LEASED_STATUSES and run.lease_expires_at and run.lease_expires_at < timezone.now()
+        if run.status == RunStatus.COMPENSATING:
+            return False  # needs no workflow code: any worker compensates it
         if not (run.status == RunStatus.PENDING or leased_out) or run.definition_hash in live_hashes:
             return False
         check_transition(run.status, RunStatus.NEEDS_ATTENTION)
@@ -291,7 +293,7 @@ def run_wake_if_unblocked(*, run_id: str, reason: str) -> bool:
     )
     systemdb.append_event(str(run.id), kind=JournalKind.RESUMED, name="", worker="system",
                           payload=dumps({"reason": reason}))
-    queue.enqueue_after_commit(run.id, run.definition_hash)
+    queue.enqueue_after_commit(run.id, run.definition_hash, compensating=target == RunStatus.COMPENSATING)
     send_run_changed(run.id, target, cause=JournalKind.RESUMED)
     return True
 
@@ -401,6 +403,6 @@ def run_retry(*, run_id: str, user: AbstractBaseUser | None, reason: str) -> Wor
         run.status, run.status_reason, run.error = target, "", None
         run.save(update_fields=["status", "status_reason", "error", "max_steps", "max_cost", "max_duration",
                                 "updated_at"])
-        queue.enqueue_after_commit(run.id, run.definition_hash)
+        queue.enqueue_after_commit(run.id, run.definition_hash, compensating=target == RunStatus.COMPENSATING)
         send_run_changed(run.id, target, cause=JournalKind.OPERATOR_ACTION)
     return run

@@ -23,7 +23,7 @@ from sagas.models import (
     RunStatus,
     WorkflowRun,
 )
-from sagas.queue import get_queue, queue_name_for
+from sagas.queue import get_queue, queue_name_for, redis_connection
 from sagas.services import run_cancel
 from sagas.waits import approval_decide, signal_send
 from tests.ledger import wf_sagas  # noqa: F401
@@ -245,3 +245,24 @@ def test_it_previews_a_plan_with_irreversible_items_listed(stack):
     preview = compensation_preview(run=WorkflowRun.objects.get(id=run.id))
     assert [(p.step_name, p.reversible) for p in preview] == [("ship", False), ("capture", True)]
     assert "irreversible" in preview[0].why_not
+
+
+def test_a_worker_without_the_workflows_code_still_compensates_it_even_after_its_wakeup_was_lost(stack):
+    """Compensation needs connectors, not workflow code: after a deploy that removed a
+    workflow, its runs can still be undone. And a COMPENSATING run whose wake-up Redis lost
+    is found by the sweeper like any other."""
+    run = start("capture_then_wait", {"id": "o-112"})
+    first = worker(stack, "w1")
+    wait_status(run, RunStatus.WAITING)
+    first.kill()
+    run_cancel(run_id=str(run.id), user=user("olga"), reason="order withdrawn after the deploy", compensate=True)
+    assert status(run) == RunStatus.COMPENSATING
+    redis_connection().flushdb()  # the wake-up is lost too
+
+    other_code = stack.procs.worker("w2", "tests.sagas.wf_engine", DEMO_PROVIDERS_URL=stack.url)
+    wait_status(run, RunStatus.COMPENSATED)
+    assert executions("payments", "refund").count() == 1
+    refund = JournalEntry.objects.filter(run=run, kind="compensation_result").get()
+    assert refund.worker_id == "w2"
+    assert not JournalEntry.objects.filter(run=run, kind="halted").exists()  # never parked as version_mismatch
+    assert other_code.alive()

@@ -41,15 +41,19 @@ class Command(BaseCommand):
         background = BackgroundThread(name=name, started_at=timezone.now(), sweep=not options["no_sweep"])
         background.beat()
         resumed = services.runs_resume_stranded(hashes={d.definition_hash for d in definitions})
-        queue_names = sorted({queue.queue_name_for(d.definition_hash) for d in definitions})
+        # Compensations first: undoing effects is rarer and more urgent than new work.
+        queue_names = [queue.compensation_queue_name()] + sorted(
+            {queue.queue_name_for(d.definition_hash) for d in definitions}
+        )
         self.stdout.write(
-            f"sagas worker {name}: {len(definitions)} workflow version(s) on {len(queue_names)} queue(s), "
+            f"sagas worker {name}: {len(definitions)} workflow version(s) on {len(queue_names) - 1} queue(s) "
+            f"and the compensation queue, "
             f"lease {settings.SAGAS_LEASE_TTL:g}s, sweep every {settings.SAGAS_SWEEP_INTERVAL:g}s"
             + (f", {concurrency} threads ({name}/1..{name}/{concurrency})" if concurrency > 1 else "")
             + (f", resumed {len(resumed)} stranded run(s)" if resumed else "")
         )
         self.stdout.flush()
-        if not queue_names:
+        if not definitions:
             self.stderr.write("no workflows are registered: set SAGAS_MODULES or add workflows.py to an app")
             return
         if options["burst"]:
