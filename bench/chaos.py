@@ -71,7 +71,12 @@ class WorkerPool:
     """``size`` worker processes forked from this one; each that dies is replaced at once."""
 
     def __init__(self, size: int, log_path: Path) -> None:
+        from django.core.management import load_command_class
+
         self.size, self.log_path = size, log_path
+        # Loaded here, before any fork: every worker then runs the code this process loaded
+        # at its start, even if the checkout changes while the benchmark runs.
+        self.command = load_command_class("sagas", "sagas_worker")
         self.pids: set[int] = set()
         self.kills = 0  # children that died of SIGKILL: the crashes
         self.other_exits: list[str] = []
@@ -101,7 +106,7 @@ class WorkerPool:
                 os.dup2(log, 2)
                 from django.core.management import call_command
 
-                call_command("sagas_worker", "--name", f"chaos-{os.getpid()}")
+                call_command(self.command, "--name", f"chaos-{os.getpid()}")
                 code = 0
             except BaseException:  # noqa: BLE001  (the parent reports the exit; the log has the trace)
                 import traceback
