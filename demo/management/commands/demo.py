@@ -31,8 +31,6 @@ import time
 import urllib.error
 import urllib.request
 from collections import Counter
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -43,150 +41,17 @@ from django.db import DatabaseError, connection
 from redis import RedisError
 
 from demo import embedded
+from demo.supervisor import ROOT, Supervisor, forget_rq_worker, shown
 
 if TYPE_CHECKING:
     from demo.loadgen import LoadGenerator
 
-ROOT = Path(settings.BASE_DIR)
 LEASE_TTL = "5"
 STATUS_EVERY = 10.0
-STOP_GRACE = 10.0
 # (username, role); the passwords are random, kept in <run dir>/demo-users.txt
 USERS = (("operator", "operator"), ("approver", "approver"), ("auditor", "viewer"))
 ROLE_HINTS = {"operator": "reconcile, retry, cancel, compensate", "approver": "approve or reject shipments",
               "viewer": "reads everything, changes nothing"}
-
-
-@dataclass
-class Child:
-    name: str
-    argv: list[str]
-    popen: subprocess.Popen
-    log: Path
-    exits: list[float] = field(default_factory=list)  # when it exited unasked (monotonic)
-
-
-class Supervisor:
-    """Starts children each in a new session (process group == pid) and stops whole groups."""
-
-    def __init__(self, run_dir: Path, env: dict[str, str], say: Callable[[str], None]) -> None:
-        self.run_dir, self.env, self.say = run_dir, env, say
-        self.children: dict[str, Child] = {}
-        self.groups: list[int] = []  # every group ever started: a leader's children may outlive it
-        self.pid_file = run_dir / "demo-children.pids"
-
-    def reap_leftovers(self) -> None:
-        """Kill the process groups an earlier demo started and left running (it was SIGKILLed)."""
-        if self.pid_file.exists():
-            for line in self.pid_file.read_text().splitlines():
-                pgid, _, name = line.partition(" ")
-                if pgid.isdigit() and _started_here(int(pgid)):
-                    _killpg(int(pgid), signal.SIGKILL)
-                    self.say(f"killed {name} (pid {pgid}), left running by an earlier demo")
-        self.pid_file.write_text("")
-
-    def spawn(self, name: str, *argv: str, quiet: bool = False) -> Child:
-        log = self.run_dir / f"{name}.log"
-        with open(log, "ab") as handle:
-            popen = subprocess.Popen(
-                [sys.executable, *argv], cwd=ROOT, env=self.env, stdout=handle, stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        self.groups.append(popen.pid)
-        with open(self.pid_file, "a") as handle:
-            handle.write(f"{popen.pid} {name}\n")
-        exits = self.children[name].exits if name in self.children else []
-        self.children[name] = Child(name, list(argv), popen, log, exits)
-        if not quiet:
-            self.say(f"  started {name:<10} pid {popen.pid:<7} log {shown(log)}")
-        return self.children[name]
-
-    def kill(self, name: str) -> int:
-        """SIGKILL ``name``'s whole process group; its pid."""
-        child = self.children[name]
-        _killpg(child.popen.pid, signal.SIGKILL)
-        child.popen.wait()
-        return child.popen.pid
-
-    def restart(self, name: str) -> Child:
-        if "sagas_worker" in self.children[name].argv:
-            forget_rq_worker(name)
-        return self.spawn(name, *self.children[name].argv, quiet=True)
-
-    def exited(self) -> list[Child]:
-        return [c for c in self.children.values() if c.popen.poll() is not None]
-
-    def stop_all(self, last: tuple[str, ...] = ()) -> int:
-        """SIGTERM every group, SIGKILL what is left after ``STOP_GRACE`` s; the number stopped.
-
-        The children named in ``last`` are stopped after the others have exited (the
-        providers outlive the workers, so no call in flight is cut off at shutdown).
-        """
-        running = [c for c in self.children.values() if c.popen.poll() is None]
-        first = [c for c in running if c.name not in last]
-        for wave in (first, [c for c in running if c.name in last]):
-            for child in wave:
-                _killpg(child.popen.pid, signal.SIGTERM)
-            deadline = time.monotonic() + STOP_GRACE
-            for child in wave:
-                try:
-                    child.popen.wait(timeout=max(0.1, deadline - time.monotonic()))
-                except subprocess.TimeoutExpired:
-                    self.say(f"  {child.name} did not stop within {STOP_GRACE:g}s: SIGKILL")
-                    _killpg(child.popen.pid, signal.SIGKILL)
-                    child.popen.wait()
-        for pgid in self.groups:  # anything a leader left behind in its group
-            _killpg(pgid, signal.SIGKILL)
-        self.pid_file.write_text("")
-        return len(running)
-
-    def tail(self, name: str, lines: int = 15) -> str:
-        text = self.children[name].log.read_text(errors="replace") if self.children[name].log.exists() else ""
-        return "\n".join(text.strip().splitlines()[-lines:])
-
-
-def shown(path: Path) -> str:
-    """``path`` relative to the working directory where it is inside it."""
-    try:
-        return str(path.relative_to(Path.cwd()))
-    except ValueError:
-        return str(path)
-
-
-def _started_here(pid: int) -> bool:
-    """Whether ``pid`` is a process a demo in this checkout starts (manage.py or daphne, cwd ROOT)."""
-    try:
-        cwd = Path(os.readlink(f"/proc/{pid}/cwd"))
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return False
-    return cwd == ROOT.resolve() and (b"manage.py" in cmdline or b"daphne" in cmdline)
-
-
-def _killpg(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def forget_rq_worker(name: str) -> None:
-    """Record the death of RQ worker ``name``, as RQ does itself on a clean exit.
-
-    A SIGKILLed worker leaves its registration in Redis until its TTL runs out
-    (minutes), and RQ refuses to start another worker of the same name until then.
-    Call it only when no live process has that name.
-    """
-    from rq.worker import Worker
-
-    from sagas.queue import redis_connection
-
-    try:
-        worker = Worker.find_by_key(Worker.redis_worker_namespace_prefix + name, connection=redis_connection())
-        if worker is not None:
-            worker.register_death()
-    except RedisError:
-        pass  # the restarted worker will say what is wrong with Redis
 
 
 def _port_free(port: int) -> bool:
