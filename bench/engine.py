@@ -1,4 +1,4 @@
-"""Engine throughput, commit cost and replay time, on real workers and real PostgreSQL.
+"""Engine throughput, commit cost, replay, dispatch, recovery and scaling, beside DBOS Transact.
 
     .venv/bin/python bench/engine.py            # full sizes
     .venv/bin/python bench/engine.py --smoke    # tiny sizes (run by the test suite)
@@ -17,7 +17,12 @@ Prints one table. Figures:
 * where the time of a run goes at each concurrency, from the journal's
   timestamps (median over runs): claim to completion, and the gap between one
   thread's consecutive runs (finish commit, RQ bookkeeping, dequeue);
-* the time to load and replay a 10,000-entry journal (median of 5).
+* the time to load and replay a 10,000-entry journal (median of 5);
+* DBOS Transact 3.4 on the same 20-step shape, against the same PostgreSQL, in
+  its own virtualenv (``bench/dbos.py``): one DBOS round after each of ours,
+  and the ratio of ours to theirs per worker process;
+* dispatch latency, recovery after SIGKILL and scaling from one worker process
+  to two (``bench/engine_extra.py``).
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import common  # noqa: E402
+from bench import common, dbos, engine_extra  # noqa: E402
 
 STEPS_PER_RUN = 20
 
@@ -168,11 +173,14 @@ def main() -> None:
     concurrencies = (1, 4)
 
     results: dict[int, list[Round]] = {c: [] for c in concurrencies}
+    theirs: list[dict] = []
     for _ in range(rounds):
         for c in concurrencies:
             results[c].append(throughput_round(runs, c))
+        theirs.append(dbos.measure(runs, 1))  # interleaved, so both see the same minutes of a noisy machine
     run_id, commits_long = long_run(entries)
     replay = replay_time(run_id, 1 if args.smoke else 5)
+    extra_rows, extra_notes = engine_extra.measure(smoke=args.smoke, concurrencies=concurrencies)
 
     def med(c: int, field: str, fmt: str) -> str:
         return fmt.format(statistics.median(getattr(r, field) for r in results[c]))
@@ -181,21 +189,33 @@ def main() -> None:
         return tuple(med(c, field, fmt) for c in concurrencies)
 
     none = ("-",) * (len(concurrencies) - 1)
+    dbos_steps = statistics.median(t["steps_per_s"][0] for t in theirs)
+    dbos_commits = statistics.median(t["commits_per_step"] for t in theirs)
     rows = [
         ("figure", *(f"concurrency {c}" for c in concurrencies), "target"),
         ("pure steps per second, one worker process", *per_concurrency("steps_per_s", "{:.0f}"), "> 1000"),
+        (f"DBOS Transact {theirs[0]['dbos_version']}: pure steps per second, one process, one workflow at a time",
+         f"{dbos_steps:.0f}", *none, "-"),
+        ("ours / DBOS, per worker process",
+         *(f"{statistics.median(r.steps_per_s for r in results[c]) / dbos_steps:.2f}x" for c in concurrencies),
+         ">= 2x"),
+        ("DBOS commits per pure step (its default configuration)", f"{dbos_commits:.2f}", *none, "-"),
         (f"commits per pure step ({STEPS_PER_RUN}-step runs, with claim, journal load, finish)",
          *per_concurrency("commits_per_step", "{:.3f}"), "1"),
         (f"commits per step of one {entries}-step run", f"{commits_long:.4f}", *none, "1"),
         (f"time of one {STEPS_PER_RUN}-step run, claim to completed", *per_concurrency("run_ms", "{:.1f} ms"), "-"),
         ("gap between a thread's runs (finish, RQ, dequeue)", *per_concurrency("gap_ms", "{:.1f} ms"), "-"),
         (f"replay of a {entries}-entry journal", f"{replay * 1000:.0f} ms", *none, "< 500 ms"),
+        *extra_rows,
     ]
     common.print_table(
         f"Engine (one worker process; runs={runs}x{STEPS_PER_RUN} steps, rounds={rounds}, median)", rows
     )
     for c in concurrencies:
         print(f"steps/s per round, concurrency {c}: " + ", ".join(f"{r.steps_per_s:.0f}" for r in results[c]))
+    print("DBOS steps/s per round: " + ", ".join(f"{t['steps_per_s'][0]:.0f}" for t in theirs))
+    for line in extra_notes:
+        print(line)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import time
+
 from sagas import Context, workflow
 
 
@@ -42,3 +45,26 @@ def bench_steps10(ctx: Context, spec: dict) -> int:
     for i in range(10):
         ctx.step("s", _pure, i)
     return 10
+
+
+@workflow("bench_dispatch", version=1)
+def bench_dispatch(ctx: Context, _input: dict) -> float:
+    """Returns when its first step began executing (``time.time()`` in the worker), for
+    dispatch latency: the bench compares it with its own clock just before ``start()``."""
+    return ctx.step("t", time.time)
+
+
+def _stamp_then_sleep(seconds: float) -> list[float]:
+    began = time.time()
+    time.sleep(seconds)
+    return [began, os.getpid()]
+
+
+@workflow("bench_sleepy", version=1)
+def bench_sleepy(ctx: Context, spec: dict) -> int:
+    """``spec['steps']`` steps that each journal when they began and in which process, then
+    sleep ``spec['sleep']`` seconds: recovery finds the executing worker, and after a
+    SIGKILL the first step another process journals."""
+    for _ in range(spec["steps"]):
+        ctx.step("s", _stamp_then_sleep, spec["sleep"])
+    return spec["steps"]
