@@ -17,8 +17,9 @@ from tests.procs import ROOT
 @pytest.mark.parametrize(
     ("script", "expected_rows"),
     [
-        ("bench/engine.py", ["pure steps per second", "commits per pure step", "replay of a", "dispatch latency",
-                              "recovery after SIGKILL", "1 worker process -> 2"]),
+        ("bench/engine.py", ["pure steps per second, one worker process", "commits per pure step (20-step",
+                              "replay of a", "DBOS Transact 3.4", "ours / DBOS", "DBOS commits per pure step",
+                              "dispatch latency", "recovery after SIGKILL", "1 worker process -> 2"]),
         ("bench/effects.py", ["pure step", "payments.capture", "email.send"]),
         ("bench/console.py", ["run list, unfiltered", "run detail", "ambiguous-effects queue", "audit log, unfiltered",
                               "live update"]),
