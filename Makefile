@@ -7,7 +7,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test demo demo-quick bench worker sweep clean
+.PHONY: install test demo demo-quick bench bench-chaos worker sweep clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -38,6 +38,9 @@ demo-quick: $(DEMO_STAMP)
 
 bench: $(STAMP)
 	$(PY) bench/engine.py
+
+bench-chaos: $(STAMP)
+	$(PY) bench/chaos.py
 
 worker: $(STAMP)
 	$(PY) manage.py sagas_worker
