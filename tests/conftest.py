@@ -1,11 +1,32 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from django.db import connection
 
 from tests.procs import Procs
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_session_left_at_the_end(django_db_setup, django_db_blocker):
+    """Before the test database is dropped, wait for the PostgreSQL sessions of processes the
+    tests killed to end. A SIGKILLed worker's backend notices its client is gone a moment
+    later; dropping the database in that moment failed with "being accessed by other
+    users". Whatever is still connected after 10 s is named here, then ended."""
+    yield
+    with django_db_blocker.unblock(), connection.cursor() as cur:
+        others = "FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        for _ in range(200):
+            cur.execute(f"SELECT count(*) {others}")
+            if cur.fetchone()[0] == 0:
+                return
+            time.sleep(0.05)
+        cur.execute(f"SELECT pid, application_name, client_port, state, left(query, 80) {others}")
+        for row in cur.fetchall():
+            print(f"a session outlived the tests: {row}")
+        cur.execute(f"SELECT pg_terminate_backend(pid) {others}")
 
 
 @pytest.fixture(autouse=True)

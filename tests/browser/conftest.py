@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
+from django.db import connections
 
 from console import roles
 from tests.procs import ROOT, wait_until, worker_env
@@ -99,3 +100,7 @@ def console(procs, users, settings):
             yield Console(f"http://127.0.0.1:{port}", browser, procs, providers_url)
         finally:
             browser.close()
+            # Django keys connections by context variable, and Playwright's sync API gives this
+            # block a context of its own: the connection the test's queries opened here is not
+            # pytest-django's, and nobody else would close it before the database is dropped.
+            connections.close_all()
