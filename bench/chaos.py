@@ -26,9 +26,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -128,19 +126,6 @@ class WorkerPool:
             else:
                 self.other_exits.append(f"pid {pid}: wait status {status}")
             self._spawn()
-
-
-def start_providers() -> tuple[subprocess.Popen, str]:
-    proc = subprocess.Popen(
-        [sys.executable, "manage.py", "demo_providers", "--port", "0"], cwd=common.ROOT, env=common.bench_env(),
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True,
-    )
-    line = proc.stdout.readline() if proc.stdout else ""
-    found = re.search(r"listening on (http://\S+)", line)
-    if not found:
-        proc.kill()
-        raise SystemExit(f"the demo providers did not start: {line!r}")
-    return proc, found.group(1)
 
 
 def reset() -> None:
@@ -264,7 +249,7 @@ def main() -> None:
                         SAGAS_SWEEP_INTERVAL=str(SWEEP_INTERVAL), BENCH_CRASH_CHANCE="0")
     from django.conf import settings
 
-    providers, url = start_providers()
+    providers, url = common.start_providers(common.bench_env())
     settings.DEMO_PROVIDERS_URL = url  # forked workers inherit it
     log_path = Path(tempfile.mkstemp(prefix="chaos-workers-", suffix=".log")[1])
     cells = []

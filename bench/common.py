@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -71,6 +73,27 @@ def spawn_worker(*args: str, env: dict[str, str] | None = None) -> subprocess.Po
         stderr=subprocess.PIPE,
         start_new_session=True,
     )
+
+
+def start_providers(env: dict[str, str], port: int = 0) -> tuple[subprocess.Popen, str]:
+    """``manage.py demo_providers`` on ``port`` (0: a free one); the process and its URL.
+
+    The server logs a line per request: it goes to a file, never to a pipe nobody drains
+    (a full pipe blocks the server, and every call then times out)."""
+    log_path = Path(tempfile.mkstemp(prefix="bench-providers-", suffix=".log")[1])
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "manage.py", "demo_providers", "--port", str(port)], cwd=ROOT, env=env,
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+
+    def listening() -> re.Match | None:
+        return re.search(r"listening on (http://\S+)", log_path.read_text(errors="replace"))
+
+    if not wait_for(lambda: listening() is not None or proc.poll() is not None, 30) or listening() is None:
+        proc.kill()
+        raise SystemExit(f"the demo providers did not start: {log_path.read_text(errors='replace')[-2000:]}")
+    return proc, listening().group(1)
 
 
 def median(values: list[float]) -> float:

@@ -16,7 +16,6 @@ import argparse
 import socket
 import statistics
 import subprocess
-import tempfile
 import sys
 import time
 from pathlib import Path
@@ -38,18 +37,7 @@ def start_providers(port: int) -> subprocess.Popen:
     env = common.bench_env(DATABASE_URL=PROVIDER_DB)
     for args in (["sagas_ensuredb"], ["migrate", "-v0"]):
         subprocess.run([sys.executable, "manage.py", *args], cwd=common.ROOT, env=env, check=True)
-    # The server logs a line per request: send it to a file, never to a pipe nobody drains
-    # (a full pipe blocks the server, and every effect then times out).
-    log_path = Path(tempfile.gettempdir()) / f"bench-providers-{port}.log"
-    log = open(log_path, "wb")
-    proc = subprocess.Popen(
-        [sys.executable, "manage.py", "demo_providers", "--port", str(port)], cwd=common.ROOT, env=env,
-        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-    )
-    log.close()
-    if not common.wait_for(lambda: "listening" in log_path.read_text(errors="replace"), 30):
-        raise SystemExit(f"provider server did not start: {log_path.read_text(errors='replace')[-2000:]}")
-    return proc
+    return common.start_providers(env, port)[0]
 
 
 def xact_commits() -> int:
