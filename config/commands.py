@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import signal
 import threading
+import time
 from typing import Any
 
 from django.core.management.base import BaseCommand
 from django.db import connection
+
+from config.storage import Backoff, is_storage_error, note_failure, note_success
 
 
 class PassLoopCommand(BaseCommand):
@@ -39,6 +42,7 @@ class PassLoopCommand(BaseCommand):
             for sig in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(sig, lambda *_: stop.set())
         passes = 0
+        backoff = Backoff()
         while True:
             try:
                 report, eventful = self.run_pass()
@@ -47,8 +51,18 @@ class PassLoopCommand(BaseCommand):
                     self.stdout.write(f"{self.label} #{passes}: {report}")
                     self.stdout.flush()
             except Exception as exc:  # keep looping: a blip must not stop recovery
+                if is_storage_error(exc) and options["loop"]:
+                    # One line when the outage starts and one when it ends; retry sooner
+                    # than the interval (backing off), so recovery resumes quickly.
+                    note_failure(exc, doing=self.label)
+                    if not backoff.sleep(stop, until=time.monotonic() + interval):
+                        break
+                    continue
                 self.stderr.write(f"{self.label} #{passes + 1} failed: {exc}")
                 connection.close()
+            else:
+                backoff = Backoff()
+                note_success()
             if not options["loop"] or stop.wait(interval):
                 break
         if options["loop"]:

@@ -13,23 +13,51 @@ Contract: every ``ctx`` call takes the next position in the run's journal.
 
 from __future__ import annotations
 
+import functools
 import json
+import math
 import random as _random
 import threading
+import time
 import uuid as _uuid
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
+from django.db import InterfaceError, OperationalError, connection
 from django.utils import timezone
 
+from config.storage import Backoff, is_database_error, is_storage_error, note_failure, note_success
 from sagas import systemdb
 from sagas.crashpoints import crash_point
-from sagas.errors import BudgetExceeded, NonDeterminismError, NotSerializable, StepFailed, Yield
+from sagas.errors import BudgetExceeded, NonDeterminismError, NotSerializable, StepFailed, StorageUnavailable, Yield
 from sagas.models import CALL_KINDS, JournalKind
 from sagas.systemdb import ClaimedRun, Entry, dumps
 
 K = JournalKind
+
+T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _engine_call(method: F) -> F:
+    """A ``ctx`` method: a PostgreSQL or Redis failure inside it is the engine's, not the
+    workflow's. It leaves as ``StorageUnavailable`` (a BaseException), so a workflow's own
+    ``except Exception`` around ``ctx.step``/``ctx.effect`` cannot swallow it and carry on
+    as if the step had failed."""
+
+    @functools.wraps(method)
+    def wrapper(self: Context, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except Exception as exc:
+            if not is_storage_error(exc):
+                raise
+            note_failure(exc, doing=f"advancing run {self.run_id}")
+            raise StorageUnavailable(f"{method.__name__}: {type(exc).__name__}: {exc}") from exc
+
+    return wrapper  # type: ignore[return-value]
+
 
 # Set by the worker on SIGTERM: running workflows hand their run back at the
 # next step boundary instead of holding a warm shutdown hostage.
@@ -64,6 +92,10 @@ class Context:
         self._steps_used = run.steps_used
         self._cost_used = float(run.cost_used)
         self._pending_cost = 0.0
+        # Monotonic time until which this worker surely holds the lease (the claim's or
+        # the last renewal's start + TTL); the heartbeat moves it on. Writes that fail
+        # because the database went away are retried until then.
+        self.lease_until = math.inf
 
     # --- public API --------------------------------------------------------
 
@@ -80,6 +112,7 @@ class Context:
     def cost_used(self) -> float:
         return self._cost_used
 
+    @_engine_call
     def step(self, name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Run ``fn(*args, **kwargs)`` once; journal and return its JSON value.
 
@@ -96,6 +129,10 @@ class Context:
         error: Exception | None = None
         try:
             value = fn(*args, **kwargs)
+        except (OperationalError, InterfaceError):
+            # The step used Django's database and it went away: our infrastructure,
+            # not the step's failure. Not journaled; the step runs again after recovery.
+            raise
         except Exception as exc:  # EngineSignal is a BaseException and passes through
             error = exc
         if error is None:
@@ -116,18 +153,22 @@ class Context:
             raise StepFailed(name, type(error).__name__, str(error)[:4000]) from error
         return entry.payload["value"]
 
+    @_engine_call
     def now(self) -> datetime:
         """The current time, recorded on first execution and replayed afterwards."""
         return datetime.fromisoformat(self._recorded(K.NOW, lambda: timezone.now().isoformat()))
 
+    @_engine_call
     def random(self) -> float:
         """A float in [0, 1), recorded on first execution and replayed afterwards."""
         return self._recorded(K.RANDOM, _random.random)
 
+    @_engine_call
     def uuid(self) -> _uuid.UUID:
         """A random UUID4, recorded on first execution and replayed afterwards."""
         return _uuid.UUID(self._recorded(K.UUID, lambda: str(_uuid.uuid4())))
 
+    @_engine_call
     def approval(
         self, name: str, reason: str, timeout: timedelta, on_timeout: str = "escalate"
     ) -> dict[str, Any]:
@@ -136,18 +177,21 @@ class Context:
 
         return waits.approval(self, name, reason, timeout, on_timeout)
 
+    @_engine_call
     def sleep(self, duration: timedelta) -> None:
         """A journaled timer: the run waits (holding no worker) and the sweeper wakes it."""
         from sagas import waits
 
         waits.sleep(self, duration)
 
+    @_engine_call
     def wait_for(self, signal_name: str, timeout: timedelta) -> Any:
         """Wait for a signal sent with ``sagas.waits.signal_send``; see ``sagas.waits.wait_for``."""
         from sagas import waits
 
         return waits.wait_for(self, signal_name, timeout)
 
+    @_engine_call
     def effect(self, name: str, connector_name: str, payload: dict, key: str | None = None) -> Any:
         """A ledgered external effect; see ``sagas.effects.run_effect`` for the contract."""
         from sagas.effects import run_effect
@@ -231,20 +275,61 @@ class Context:
                 )
 
     def _append(self, kind: str, name: str, payload: str, *, steps: int = 0, cost: float = 0.0) -> int:
-        seq = systemdb.append(
-            self.run_id,
-            fence=self._run.fence,
-            kind=kind,
-            name=name,
-            payload=payload,
-            worker=self._worker,
-            steps=steps,
-            cost=cost,
-        )
+        """Append under the fence. Outside a transaction a write the database failed is
+        retried (see ``_durably``): a step's result survives a PostgreSQL restart."""
+
+        def write() -> int:
+            return systemdb.append(
+                self.run_id,
+                fence=self._run.fence,
+                kind=kind,
+                name=name,
+                payload=payload,
+                worker=self._worker,
+                steps=steps,
+                cost=cost,
+            )
+
+        seq = write() if connection.in_atomic_block else self._durably(write, kind=kind, name=name, recorded=int)
         self._steps_used += steps
         self._cost_used += cost
         self.last_seq = seq
         return seq
+
+    def _durably(self, write: Callable[[], T], *, kind: str, name: str, recorded: Callable[[int], T]) -> T:
+        """``write()`` (one commit that appends the journal entry ``kind``/``name``), retried
+        with back-off while the database is unreachable and this worker holds the lease.
+
+        A failed commit is ambiguous: it may have gone through before the connection
+        died. Before each retry the journal is asked whether this worker's entry is there;
+        if it is, ``recorded(seq)`` is returned and nothing is written twice. Past the
+        lease, ``StorageUnavailable``: recovery takes over (a step runs again; an effect
+        follows the ledger's rules). The fence makes a late write safe either way.
+        """
+        backoff = Backoff()
+        retrying = False
+        while True:
+            try:
+                if retrying:
+                    seq = systemdb.find_own_entry(
+                        self.run_id, after_seq=self.last_seq, kind=kind, name=name, worker=self._worker
+                    )
+                    if seq is not None:
+                        note_success()
+                        return recorded(seq)
+                value = write()
+                note_success()
+                return value
+            except Exception as exc:
+                if not is_database_error(exc):
+                    raise
+                note_failure(exc, doing=f"recording {kind} {name!r} of run {self.run_id}")
+                if time.monotonic() >= self.lease_until:
+                    raise StorageUnavailable(
+                        f"could not record {kind} {name!r} before the lease ran out: {type(exc).__name__}: {exc}"
+                    ) from exc
+                retrying = True
+                backoff.sleep(until=self.lease_until)
 
     def _check_fence(self) -> None:
         """Inside a transaction: hold the run's row (FOR SHARE) if our fence is current, else LeaseLost."""

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -252,6 +253,31 @@ def _journal_result(ctx: Context, name: str, effect: EffectRecord) -> None:
     ctx._append(_KINDS[effect.kind][1], name, dumps(result_payload(effect)))
 
 
+def _settle(ctx: Context, name: str, effect: EffectRecord, write: Callable[[EffectRecord], None]) -> EffectRecord:
+    """Commit an outcome: ``write(record)`` in one transaction with its journal entry.
+
+    The outcome came from the provider and exists only in this worker's memory until
+    it commits, so a database that went away does not lose it: the commit is retried
+    with back-off while the lease lasts (``Context._durably``), each time on a fresh
+    copy of the record, and not at all once the lost commit turns out to have gone
+    through. Returns the record as committed.
+    """
+    state: dict[str, Any] = {"record": effect, "tries": 0}
+
+    def attempt() -> EffectRecord:
+        if state["tries"]:  # a failed attempt may have changed the copy in memory
+            state["record"] = EffectRecord.objects.get(id=effect.id)
+        state["tries"] += 1
+        record = state["record"]
+        with transaction.atomic():
+            write(record)
+        return record
+
+    return ctx._durably(
+        attempt, kind=_KINDS[effect.kind][1], name=name, recorded=lambda _seq: EffectRecord.objects.get(id=effect.id)
+    )
+
+
 def _settle_succeeded(
     ctx: Context, op: Operation, name: str, effect: EffectRecord, result: Any, ref: str,
     *, already: bool = False, resolution: str = "",
@@ -261,15 +287,18 @@ def _settle_succeeded(
     If the run's fence moved on, the ledger still records what the provider said
     (it is evidence, whoever holds the run) and the caller stops with LeaseLost.
     """
+
+    def write(record: EffectRecord) -> None:
+        if not already and record.status != EffectStatus.SUCCEEDED:
+            effect_transition(record, EffectStatus.SUCCEEDED, result=result, downstream_ref=ref)
+            if resolution:
+                record.resolution, record.resolved_by_label, record.resolved_at = resolution, "engine", timezone.now()
+                record.save(update_fields=["resolution", "resolved_by_label", "resolved_at"])
+        crash_point("after_outcome", name)
+        _journal_result(ctx, name, record)
+
     try:
-        with transaction.atomic():
-            if not already:
-                effect_transition(effect, EffectStatus.SUCCEEDED, result=result, downstream_ref=ref)
-                if resolution:
-                    effect.resolution, effect.resolved_by_label, effect.resolved_at = resolution, "engine", timezone.now()
-                    effect.save(update_fields=["resolution", "resolved_by_label", "resolved_at"])
-            crash_point("after_outcome", name)
-            _journal_result(ctx, name, effect)
+        _settle(ctx, name, effect, write)
     except LeaseLost:
         if not already:
             with transaction.atomic():
@@ -281,17 +310,23 @@ def _settle_succeeded(
 
 
 def _settle_failed(ctx: Context, name: str, effect: EffectRecord, exc: BaseException, note: str = "") -> Any:
-    with transaction.atomic():
-        effect_transition(effect, EffectStatus.FAILED_FINAL, error=exc)
-        if note:
-            effect.error_message = f"{effect.error_message} ({note})"
-            effect.save(update_fields=["error_message"])
-        _journal_result(ctx, name, effect)
-    return _recorded_outcome(result_payload(effect), effect.idempotency_key)
+    def write(record: EffectRecord) -> None:
+        if record.status != EffectStatus.FAILED_FINAL:
+            effect_transition(record, EffectStatus.FAILED_FINAL, error=exc)
+            if note:
+                record.error_message = f"{record.error_message} ({note})"
+                record.save(update_fields=["error_message"])
+        _journal_result(ctx, name, record)
+
+    record = _settle(ctx, name, effect, write)
+    return _recorded_outcome(result_payload(record), record.idempotency_key)
 
 
 def _settle_unknown(ctx: Context, op: Operation, name: str, effect: EffectRecord, exc: BaseException) -> None:
-    """Record UNKNOWN (never "failed") and halt the run for reconciliation or a person."""
+    """Record UNKNOWN (never "failed") and halt the run for reconciliation or a person.
+
+    If the database is unreachable the record stays IN_PROGRESS, which recovery
+    treats the same way (lookup, same-key retry, else UNKNOWN)."""
     with transaction.atomic():
         effect_transition(
             effect, EffectStatus.UNKNOWN, error=exc, next_check_in=BASE_SECONDS if op.can_lookup else None

@@ -22,8 +22,9 @@ import threading
 import time
 
 from django.conf import settings
-from django.db import connection
+from django.db import InterfaceError, OperationalError, connection
 
+from config.storage import is_storage_error, note_failure, note_success, wait_for_database
 from sagas import queue, registry, signals, systemdb
 from sagas.context import Context
 from sagas.crashpoints import crash_point
@@ -34,6 +35,7 @@ from sagas.errors import (
     NotSerializable,
     RunHalted,
     StepFailed,
+    StorageUnavailable,
     Suspend,
     VersionMismatch,
     Yield,
@@ -54,6 +56,7 @@ class Outcome(str, enum.Enum):
     LEASE_LOST = "lease_lost"
     WAITING = "waiting"
     COMPENSATED = "compensated"
+    STORAGE_UNAVAILABLE = "storage_unavailable"
 
 
 _worker_id: tuple[int, str] | None = None
@@ -99,9 +102,12 @@ class Heartbeat:
     one commit per step with nothing else.
     """
 
-    def __init__(self, run_id: str, fence: int, ttl: float) -> None:
+    def __init__(self, run_id: str, fence: int, ttl: float, *, claimed_at: float | None = None) -> None:
         self.run_id, self.fence, self.ttl = run_id, fence, ttl
         self.lost = False
+        # Monotonic time until which the lease surely holds: a renewal that started at
+        # t and succeeded extends it to t + ttl (the database's clock started later).
+        self.lease_until = (time.monotonic() if claimed_at is None else claimed_at) + ttl
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name=f"heartbeat-{run_id[:8]}", daemon=True)
         self._ctx: Context | None = None
@@ -111,6 +117,7 @@ class Heartbeat:
     def watch(self, ctx: Context) -> Context:
         self._seen_seq = ctx.last_seq
         self._ctx = ctx
+        ctx.lease_until = self.lease_until
         return ctx
 
     def _report_progress(self) -> None:
@@ -139,30 +146,61 @@ class Heartbeat:
                 self._report_progress()
                 if time.monotonic() < renew_at:
                     continue
-                renew_at = time.monotonic() + every
+                started = time.monotonic()
+                renew_at = started + every
                 try:
                     if not systemdb.renew_lease(self.run_id, fence=self.fence, ttl=self.ttl):
                         self.lost = True
                         log.warning("run %s: heartbeat found the lease taken over", self.run_id)
                         return
-                except Exception:  # a transient DB error: try again next beat
-                    log.exception("run %s: heartbeat failed", self.run_id)
+                    note_success()
+                    self.lease_until = started + self.ttl
+                    if self._ctx is not None:
+                        self._ctx.lease_until = self.lease_until
+                except Exception as exc:  # try again soon; the lease may still hold
+                    if not is_storage_error(exc):
+                        log.exception("run %s: heartbeat failed", self.run_id)
+                    note_failure(exc, doing="renewing leases")
                     connection.close()
+                    renew_at = time.monotonic() + min(every, 0.5)
         finally:
             connection.close()
 
 
 def advance(run_id: str, *, owner: str | None = None) -> Outcome:
+    """Claim the run and take it as far as it goes under this worker.
+
+    Raises ``StorageUnavailable`` only when the claim itself could not reach the
+    database (nothing was done; the caller waits and tries again). A storage failure
+    after the claim is handled here: ``Outcome.STORAGE_UNAVAILABLE``, the run handed
+    back or left to its lease, never FAILED.
+    """
     owner = owner or worker_id()
     ttl = settings.SAGAS_LEASE_TTL
-    run = systemdb.claim(str(run_id), owner=owner, ttl=ttl)
+    claimed_at = time.monotonic()
+    try:
+        run = systemdb.claim(str(run_id), owner=owner, ttl=ttl)
+    except Exception as exc:
+        if not is_storage_error(exc):
+            raise
+        note_failure(exc, doing="claiming runs")
+        raise StorageUnavailable(f"could not claim run {run_id}: {type(exc).__name__}: {exc}") from exc
+    note_success()
     if run is None:
         log.debug("run %s: not claimable, skipping", run_id)
         return Outcome.NOT_CLAIMED
     log.info("run %s: claimed by %s (attempt %d, fence %d)", run.id, owner, run.attempts, run.fence)
     signals.send_run_changed(run.id, run.status, cause="claimed")
-    with Heartbeat(run.id, run.fence, ttl) as beat:
-        outcome = _execute(run, owner, beat)
+    with Heartbeat(run.id, run.fence, ttl, claimed_at=claimed_at) as beat:
+        try:
+            outcome = _execute(run, owner, beat)
+        except StorageUnavailable as exc:
+            outcome = _storage_lost(run, owner, beat, exc)
+        except Exception as exc:  # engine code outside the workflow (load, finish, compensate)
+            if not is_storage_error(exc):
+                raise
+            note_failure(exc, doing=f"advancing run {run.id}")
+            outcome = _storage_lost(run, owner, beat, exc)
     if outcome in _STATUS_AFTER:  # committed by _execute; LEASE_LOST: whoever took the run reports
         after = _STATUS_AFTER[outcome]
         if outcome == Outcome.YIELDED and run.status == RunStatus.COMPENSATING:
@@ -207,6 +245,10 @@ def _execute(run: ClaimedRun, owner: str, beat: Heartbeat | None = None) -> Outc
                 continue  # a decision or signal arrived while we ran: replay with it
             except (RunHalted, Yield, LeaseLost):
                 raise
+            except (OperationalError, InterfaceError) as exc:
+                # The workflow's own query on our database failed because the database
+                # went away: the infrastructure's failure, not the workflow's.
+                raise StorageUnavailable(f"{type(exc).__name__}: {exc}") from exc
             except Exception as exc:
                 return _fail(run, owner, ctx, definition, exc)
             break
@@ -334,6 +376,45 @@ def _fail(
         return Outcome.LEASE_LOST
     log.warning("run %s: failed: %s", run.id, error["message"])
     return Outcome.FAILED
+
+
+def _storage_lost(run: ClaimedRun, owner: str, beat: Heartbeat, exc: BaseException) -> Outcome:
+    """Our storage failed under the run: not the workflow's failure, so nothing about the
+    run is decided. Wait (not past the lease and one more TTL) for PostgreSQL, then hand
+    the run back (PENDING or COMPENSATING, journaled as ``yielded``) and wake a worker
+    for it, so it resumes at once rather than after its lease. If the database does not
+    answer in time, or another worker has taken over, the lease and the sweeper do it.
+    """
+    log.warning("run %s: storage unavailable, handing the run back: %s", run.id, exc)
+    until = max(beat.lease_until, time.monotonic()) + run_lease_grace()
+    if not wait_for_database(until=until, doing=f"handing back run {run.id}"):
+        log.warning("run %s: the database did not answer in time; left to its lease", run.id)
+        return Outcome.STORAGE_UNAVAILABLE
+    compensating = run.status == RunStatus.COMPENSATING
+    try:
+        systemdb.finish(
+            run.id,
+            fence=run.fence,
+            status=RunStatus.COMPENSATING if compensating else RunStatus.PENDING,
+            kind=K.YIELDED,
+            worker=owner,
+            payload={"reason": "storage unavailable", "error": f"{type(exc).__name__}: {str(exc)[:500]}"},
+        )
+    except LeaseLost:
+        return Outcome.LEASE_LOST
+    except Exception as again:
+        if not is_storage_error(again):
+            raise
+        note_failure(again, doing=f"handing back run {run.id}")
+        return Outcome.STORAGE_UNAVAILABLE
+    queue.enqueue_advance(run.id, run.definition_hash, compensating=compensating)
+    signals.send_run_changed(run.id, RunStatus.COMPENSATING if compensating else RunStatus.PENDING,
+                             cause="yielded")
+    return Outcome.STORAGE_UNAVAILABLE
+
+
+def run_lease_grace() -> float:
+    return float(settings.SAGAS_LEASE_TTL)
 
 
 def _yield(run: ClaimedRun, owner: str) -> Outcome:

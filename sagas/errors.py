@@ -125,6 +125,18 @@ class LeaseLost(EngineSignal):
     code = "lease_lost"
 
 
+class StorageUnavailable(EngineSignal):
+    """PostgreSQL or Redis failed under the engine (a restart, a failover, a dropped
+    connection): never the workflow's failure.
+
+    A ``BaseException``, so a workflow's own ``except Exception`` cannot swallow it.
+    The engine never records FAILED or compensates because of it: the worker hands
+    the run back once the database answers again, or leaves it to its lease.
+    """
+
+    code = "storage_unavailable"
+
+
 class Yield(EngineSignal):
     """The worker is shutting down: hand the run back (PENDING) at a step boundary."""
 

@@ -4,11 +4,23 @@ from __future__ import annotations
 
 from django.db import close_old_connections
 
+from config.storage import wait_for_database
 from sagas import engine, queue
+from sagas.context import shutdown_requested
+from sagas.errors import StorageUnavailable
 
 
 def advance(run_id: str) -> str:
+    """Advance one run. While PostgreSQL is unreachable the job waits (backing off, one
+    log line per outage) instead of failing: a worker that failed every job at once
+    would burn its queue and its CPU for nothing. On shutdown it gives up; the run is
+    still PENDING in PostgreSQL and the sweeper wakes it."""
     queue.clear_marker(run_id)
     # Drop a connection that broke since the last job (Django checks it lazily).
     close_old_connections()
-    return engine.advance(run_id).value
+    while True:
+        try:
+            return engine.advance(run_id).value
+        except StorageUnavailable:
+            if not wait_for_database(stop=shutdown_requested, doing="claiming runs"):
+                return engine.Outcome.STORAGE_UNAVAILABLE.value

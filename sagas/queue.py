@@ -26,6 +26,8 @@ from django.conf import settings
 from django.db import transaction
 from rq import Queue
 
+from config.storage import OUTAGES, REDIS, note_failure
+
 log = logging.getLogger("sagas.queue")
 
 MARKER_PREFIX = "sagas:queued:"
@@ -76,8 +78,12 @@ def enqueue_advance(run_id: str, definition_hash: str, *, compensating: bool = F
             description=f"advance {run_id}",
         )
     except redis.RedisError as exc:
-        log.warning("could not enqueue run %s (%s); the sweeper will pick it up", run_id, exc)
+        # One line per outage (not per run); the run is safe in PostgreSQL and the
+        # sweeper enqueues it once Redis answers again.
+        note_failure(exc, doing="enqueueing runs (the sweeper will enqueue them later)")
+        log.debug("could not enqueue run %s (%s)", run_id, exc)
         return False
+    OUTAGES.up(REDIS)
     return True
 
 
@@ -102,4 +108,12 @@ def queued_markers(run_ids: list[str]) -> set[str]:
     pipe = conn.pipeline(transaction=False)
     for run_id in run_ids:
         pipe.exists(marker_key(run_id))
-    return {run_id for run_id, present in zip(run_ids, pipe.execute()) if present}
+    try:
+        present = pipe.execute()
+    except redis.RedisError as exc:
+        # Redis is away: nothing can be enqueued now anyway. Report every run as held
+        # so the caller skips them; a later pass finds them again.
+        note_failure(exc, doing="sweeping")
+        return set(run_ids)
+    OUTAGES.up(REDIS)
+    return {run_id for run_id, flag in zip(run_ids, present) if flag}

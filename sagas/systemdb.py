@@ -17,6 +17,8 @@ so that:
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
@@ -57,15 +59,23 @@ class ClaimedRun:
     status: str = RunStatus.RUNNING
 
 
-def _cursor() -> psycopg.Cursor:
+@contextmanager
+def _cursor() -> Iterator[psycopg.Cursor]:
     """A server-side-binding cursor on Django's connection (same transaction state).
 
     Django's default psycopg cursor binds parameters client-side and never
     prepares; the hot-path statements here run thousands of times per second,
     so they use server-side binding, which psycopg prepares after a few uses.
+
+    Errors go through Django's error wrapper: a psycopg error comes out as
+    ``django.db.OperationalError`` (etc.), and the connection is flagged so that
+    ``close_old_connections()`` drops it if it is dead. A raw cursor without the
+    wrapper left a dead connection in place until ``CONN_MAX_AGE``: after a
+    PostgreSQL restart, workers failed every job for minutes.
     """
     connection.ensure_connection()
-    return psycopg.Cursor(connection.connection)
+    with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cur:
+        yield cur
 
 
 def dumps(value: Any) -> str:
@@ -144,6 +154,23 @@ def load_journal(run_id: str) -> list[Entry]:
         rows = cur.fetchall()
     loads = json.loads
     return [Entry(seq, kind, name, loads(p) if isinstance(p, str) else p) for seq, kind, name, p in rows]
+
+
+def find_own_entry(run_id: str, *, after_seq: int, kind: str, name: str, worker: str) -> int | None:
+    """The seq of an entry ``worker`` appended after ``after_seq`` with this kind and name.
+
+    For a write whose commit was ambiguous (the connection died after the statement
+    was sent): it may have committed. Appending again would record the step twice.
+    """
+    with _cursor() as cur:
+        cur.execute(
+            """SELECT seq FROM sagas_journalentry
+                WHERE run_id = %s AND seq > %s AND kind = %s AND name = %s AND worker_id = %s
+                ORDER BY seq LIMIT 1""",
+            [run_id, after_seq, kind, name, worker],
+        )
+        row = cur.fetchone()
+    return row[0] if row else None
 
 
 _APPEND_SQL = """

@@ -29,6 +29,7 @@ import time
 from datetime import datetime
 from types import FrameType
 
+import redis
 from django.conf import settings
 from django.db import connection
 from redis import Redis
@@ -38,11 +39,107 @@ from rq.exceptions import StopRequested
 from rq.job import Job
 from rq.timeouts import TimerDeathPenalty
 
+from config.storage import OUTAGES, REDIS, is_redis_error, is_storage_error, note_failure, wait_for_redis
 from sagas import recovery, services
 from sagas.context import shutdown_requested
 from sagas.engine import set_thread_worker_id
 
 log = logging.getLogger("sagas.worker")
+
+_REDIS_ERRORS = (redis.ConnectionError, redis.TimeoutError)
+
+
+class RQOutageFilter(logging.Filter):
+    """RQ logs every failed reconnection (an error line per thread every second or two)
+    and a traceback when its loop gives up. While Redis is away we want one line when
+    the outage starts and one when it ends: those come from ``config.storage.OUTAGES``."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = str(record.msg)
+        if "could not connect to Redis instance" in message or "Redis connection timeout" in message:
+            OUTAGES.down(REDIS, "connection refused or timed out", doing="waiting for jobs")
+            return False
+        exc = record.exc_info[1] if record.exc_info else None
+        if exc is not None and is_redis_error(exc):
+            OUTAGES.down(REDIS, exc, doing="waiting for jobs")
+            return False
+        return True
+
+
+def install_rq_outage_filter() -> None:
+    rq_log = logging.getLogger("rq.worker")
+    if not any(isinstance(f, RQOutageFilter) for f in rq_log.filters):
+        rq_log.addFilter(RQOutageFilter())
+
+
+class RideOutRedisOutages:
+    """Mixin for RQ workers: a Redis outage pauses the worker instead of ending it.
+
+    RQ retries a failed dequeue, but any other Redis error in its loop (a heartbeat,
+    a job's bookkeeping, its registration) makes ``work()`` log a traceback and
+    return, and the process would exit with nobody to restart it. Here every such
+    error is noticed on its way out, and ``work()`` waits for Redis (backing off) and
+    starts RQ's loop again. The job that was running when Redis went away has done
+    its work in PostgreSQL; only its RQ bookkeeping is lost, which nothing reads.
+    RQ's own reconnection waits are capped at 2 s, so a worker resumes within about
+    that of Redis coming back.
+    """
+
+    max_connection_wait_time = 2.0
+    _redis_failed: BaseException | None = None
+
+    def _noting_redis(self, fn, *args, **kwargs):  # type: ignore[no-untyped-def]
+        try:
+            return fn(*args, **kwargs)
+        except _REDIS_ERRORS as exc:
+            self._redis_failed = exc
+            raise
+
+    def bootstrap(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        return self._noting_redis(super().bootstrap, *args, **kwargs)
+
+    def teardown(self):  # type: ignore[no-untyped-def]
+        return self._noting_redis(super().teardown)
+
+    def check_for_suspension(self, burst):  # type: ignore[no-untyped-def]
+        return self._noting_redis(super().check_for_suspension, burst)
+
+    def run_maintenance_tasks(self):  # type: ignore[no-untyped-def]
+        return self._noting_redis(super().run_maintenance_tasks)
+
+    def execute_job(self, job, queue):  # type: ignore[no-untyped-def]
+        return self._noting_redis(super().execute_job, job, queue)
+
+    def heartbeat(self, timeout=None, pipeline=None):  # type: ignore[no-untyped-def]
+        return self._noting_redis(super().heartbeat, timeout, pipeline)
+
+    def dequeue_job_and_maintain_ttl(self, timeout, max_idle_time=None):  # type: ignore[no-untyped-def]
+        result = self._noting_redis(super().dequeue_job_and_maintain_ttl, timeout, max_idle_time)
+        OUTAGES.up(REDIS)
+        return result
+
+    def work(self, burst: bool = False, **kwargs):  # type: ignore[no-untyped-def]
+        install_rq_outage_filter()
+        while True:
+            self._redis_failed = None
+            try:
+                worked = super().work(burst=burst, **kwargs)
+            except _REDIS_ERRORS as exc:  # raised by bootstrap or teardown
+                self._redis_failed = exc
+                worked = False
+            failed = self._redis_failed
+            if failed is None or burst or self._stop_requested:
+                return worked
+            OUTAGES.down(REDIS, failed, doing="waiting for jobs")
+            try:
+                self.unsubscribe()
+            except Exception:  # its thread dies with the connection anyway
+                pass
+            while not self._stop_requested:
+                if wait_for_redis(self.connection, until=time.monotonic() + 1.0, doing="waiting for jobs"):
+                    break
+            if self._stop_requested:
+                return worked
 
 
 class TakeOverStaleName:
@@ -60,13 +157,16 @@ class TakeOverStaleName:
         hostname, pid, death = self.connection.hmget(self.key, "hostname", "pid", "death")
         if hostname is not None and death is None and pid is not None:
             stale_pid = int(pid)
-            if hostname.decode() == socket.gethostname() and stale_pid != os.getpid() and not _alive(stale_pid):
-                log.info("worker %s: dropping the RQ registration left by dead process %d", self.name, stale_pid)
+            if hostname.decode() == socket.gethostname() and (stale_pid == os.getpid() or not _alive(stale_pid)):
+                # Our own pid: this process's earlier round of work(), whose teardown a
+                # Redis outage cut short (RideOutRedisOutages starts it again).
+                if stale_pid != os.getpid():
+                    log.info("worker %s: dropping the RQ registration left by dead process %d", self.name, stale_pid)
                 self.connection.delete(self.key)
         super().register_birth()
 
 
-class SagaWorker(TakeOverStaleName, SimpleWorker):
+class SagaWorker(RideOutRedisOutages, TakeOverStaleName, SimpleWorker):
     def request_stop(self, signum, frame):  # type: ignore[no-untyped-def]
         shutdown_requested.set()
         return super().request_stop(signum, frame)
@@ -95,8 +195,11 @@ class BackgroundThread(threading.Thread):
                         report = recovery.try_sweep_locked()
                         if report is not None and report.total:
                             log.info("sweep: %s", report)
-                except Exception:
-                    log.exception("background pass failed; retrying next interval")
+                except Exception as exc:
+                    if is_storage_error(exc):  # one line per outage, not a traceback per pass
+                        note_failure(exc, doing="sweeping")
+                    else:
+                        log.exception("background pass failed; retrying next interval")
                     connection.close()
         finally:
             connection.close()
@@ -113,7 +216,7 @@ POLL_SECONDS = 1
 HEARTBEAT_MIN_INTERVAL = 1.0
 
 
-class ThreadWorker(TakeOverStaleName, SimpleWorker):
+class ThreadWorker(RideOutRedisOutages, TakeOverStaleName, SimpleWorker):
     """An RQ worker that runs in a thread other than the main one.
 
     What differs from ``SagaWorker`` because it is not in the main thread:
