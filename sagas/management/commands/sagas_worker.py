@@ -4,6 +4,7 @@ import logging
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
+from django.db import connection, connections
 from django.utils import timezone
 
 from sagas import queue, recovery, registry, services
@@ -36,6 +37,10 @@ class Command(BaseCommand):
         if options["name"]:
             set_worker_id(options["name"])
         name = worker_id()
+        # Name this process's PostgreSQL sessions (pg_stat_activity.application_name), so an
+        # operator can tell which worker holds which backend; every thread connects with it.
+        connections.settings["default"].setdefault("OPTIONS", {})["application_name"] = f"sagas_worker {name}"[:63]
+        connection.close()
         definitions = registry.all_definitions()
         services.versions_sync_all()
         background = BackgroundThread(name=name, started_at=timezone.now(), sweep=not options["no_sweep"])
