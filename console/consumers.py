@@ -36,6 +36,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.contrib.auth import get_user_model
 from django.urls import get_resolver
 
+from config.storage import is_storage_error, note_failure
 from console import live, roles
 from console.broadcast import LIST_TOPICS, group_for, run_topic
 
@@ -179,8 +180,11 @@ class LiveConsumer(AsyncWebsocketConsumer):
             try:
                 for group in self.live_groups:
                     await self.channel_layer.group_add(group, self.channel_name)
-            except Exception:
-                log.exception("could not renew live group membership; trying again later")
+            except Exception as exc:
+                if is_storage_error(exc):  # Redis is away: one line per outage, not per socket
+                    note_failure(exc, doing="renewing live group membership")
+                else:
+                    log.exception("could not renew live group membership; trying again later")
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         """Pages send nothing; anything sent is ignored."""
