@@ -1,0 +1,54 @@
+"""Redis stopped for 20 s under real workers and a client starting runs (issue 10).
+
+Redis only carries wake-ups: while it is down, ``start()`` still commits the run in
+PostgreSQL and returns, workers keep their process and reconnect by themselves,
+and once it is back the sweeper enqueues every run that no queue holds.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests.faults.conftest import assert_one_outage_logged
+from tests.procs import wait_until
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+OUTAGE = 20.0
+
+
+def test_it_starts_and_completes_every_run_across_a_redis_outage(faults):
+    w1 = faults.worker("w1", "--concurrency", "2")
+    w2 = faults.worker("w2", "--concurrency", "2")
+    faults.workers_ready(w1, w2)
+    driver = faults.driver()
+    before = [driver.start_ok("ticks", {"steps": 8, "pause": 0.3}) for _ in range(4)]
+    wait_until(lambda: len(faults.calls()) >= 4, 30, what="runs to be under way")
+    marks = {w.name: len(w.log()) for w in (w1, w2)}
+
+    faults.redis.stop()
+    down_at = time.monotonic()
+    during = []
+    while time.monotonic() - down_at < OUTAGE:
+        answer = driver.start("ticks", {"steps": 3, "pause": 0.1}, timeout=60)
+        assert answer["ok"], f"start() raised while Redis was down: {answer}"
+        during.append(answer)
+        time.sleep(2.0)
+    waiting = faults.db.statuses([a["run_id"] for a in during])
+    faults.redis.start()
+    back = time.time()
+    runs = before + [a["run_id"] for a in during]
+    after = faults.wait_completed(runs, 120, since=back)
+    time.sleep(2.0)  # the background threads notice the end too
+    slowest = max(a["seconds"] for a in during)
+    print(f"\nRedis down {OUTAGE:g}s: {len(during)} start() calls meanwhile, slowest {slowest:.2f}s; "
+          f"all {len(runs)} runs completed {after:.2f}s after Redis was back")
+
+    assert waiting == {"PENDING": len(during)}, f"runs started without Redis: {waiting}"
+    assert w1.alive() and w2.alive(), "a worker died with Redis"
+    assert faults.repeated_steps() == {}
+    for w in (w1, w2):
+        log = w.log()[marks[w.name]:]
+        assert_one_outage_logged(w.name, log)
