@@ -5,10 +5,18 @@ next one must not find a worker, daphne or provider of the last one still runnin
 (ports taken, RQ worker names registered). So every child gets its own process group
 (a SIGKILL of the group takes whatever it started), and their group ids are written
 to ``<run dir>/demo-children.pids`` for the next demo to clean up.
+
+"The next demo" is one started after this one has ended: a run directory belongs to
+one live demo at a time (``RunDirLock``), so a second demo started beside a live one
+refuses to start and touches none of its processes.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
+import json
 import os
 import signal
 import subprocess
@@ -23,6 +31,120 @@ from redis import RedisError
 
 ROOT = Path(settings.BASE_DIR)
 STOP_GRACE = 10.0
+LOCK_FILE = "demo.lock"
+STATE_FILE = "demo-state.json"
+
+
+class DemoRunning(Exception):
+    """The run directory belongs to a live demo; the message names it (console URL, pid)."""
+
+
+class RunDirLock:
+    """One live demo per run directory: ``<run dir>/demo.lock``, ``flock``ed for the demo's whole life.
+
+    The lock belongs to the open file, so the kernel drops it when the last process
+    holding that file exits, however it exits (SIGKILL included): a lock file left by a
+    dead demo never blocks the next one, and of two demos started at the same moment
+    exactly one gets it. Nothing else decides: no pid is read and then checked.
+    ``<run dir>/demo-state.json`` says who holds it (pid, console URL), for the message
+    a refused demo prints; it is written by the holder only, replaced atomically, and
+    removed when the holder releases the lock.
+
+    The file is opened close-on-exec, so the processes a demo starts do not hold it;
+    the demo run again against embedded servers is given ``fd`` on purpose and takes
+    it over with ``inherited()``, so the lock lasts until both have exited.
+    """
+
+    def __init__(self, run_dir: Path, fd: int, state: dict) -> None:
+        self.run_dir, self.fd, self.state = run_dir, fd, state
+        self.state_path = run_dir / STATE_FILE
+
+    @classmethod
+    def acquire(cls, run_dir: Path, *, mode: str) -> RunDirLock:
+        """Take the lock and write the state file, or raise ``DemoRunning`` having changed nothing."""
+        run_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(run_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            os.close(fd)
+            if exc.errno in (errno.EWOULDBLOCK, errno.EACCES):
+                raise DemoRunning(_running_message(run_dir)) from None
+            raise
+        lock = cls(run_dir, fd, {"pid": os.getpid(), "mode": mode, "url": None,
+                                 "started": time.strftime("%Y-%m-%d %H:%M:%S")})
+        lock._write()
+        return lock
+
+    @classmethod
+    def inherited(cls, run_dir: Path, fd: int) -> RunDirLock:
+        """The lock a parent demo holds and passed on as ``fd``; raises ``DemoRunning`` if it is not that."""
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # the same open file: granted to it again at once
+            same = os.fstat(fd).st_ino == os.stat(run_dir / LOCK_FILE).st_ino
+        except OSError:
+            same = False
+        if not same:
+            raise DemoRunning(_running_message(run_dir))
+        return cls(run_dir, fd, _read_state(run_dir) or {})
+
+    def publish(self, **fields: object) -> None:
+        """Add ``fields`` (the console's URL, say) to what a refused demo is told."""
+        self.state = {**(_read_state(self.run_dir) or self.state), **fields}
+        self._write()
+
+    def release(self, *, forget: bool = True) -> None:
+        """Drop the lock; ``forget``: remove the state file first (the holder that wrote it)."""
+        if self.fd < 0:
+            return
+        if forget:
+            with contextlib.suppress(FileNotFoundError):
+                self.state_path.unlink()
+        os.close(self.fd)
+        self.fd = -1
+
+    def _write(self) -> None:
+        tmp = self.state_path.with_name(f".{STATE_FILE}.{os.getpid()}")
+        tmp.write_text(json.dumps(self.state) + "\n")
+        os.replace(tmp, self.state_path)
+
+
+def _read_state(run_dir: Path) -> dict | None:
+    try:
+        state = json.loads((run_dir / STATE_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return state if isinstance(state, dict) else None
+
+
+def _running_message(run_dir: Path) -> str:
+    state = _read_state(run_dir) or {}
+    pid = state.get("pid")
+    if not isinstance(pid, int) or not _alive(pid):
+        who = "(it is just starting)"
+        stop = "stop it first"
+    else:
+        if state.get("url"):
+            who = f"console {state['url']}, pid {pid}"
+        elif state.get("mode") == "quick":
+            who = f"manage.py demo --quick, pid {pid}"
+        else:
+            who = f"pid {pid}, still starting"
+        if state.get("started"):
+            who += f", started {state['started']}"
+        stop = f"stop it first (Ctrl-C in its terminal, or kill {pid})"
+    return (f"a demo is already running in {shown(run_dir)}: {who}. It keeps running untouched; "
+            f"{stop}, or start this one with another --run-dir.")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 @dataclass
@@ -32,6 +154,7 @@ class Child:
     popen: subprocess.Popen
     log: Path
     exits: list[float] = field(default_factory=list)  # when it exited unasked (monotonic)
+    restart_at: float | None = None  # set once its exit is seen: when to restart it (monotonic)
 
 
 class Supervisor:
@@ -77,6 +200,7 @@ class Supervisor:
         return child.popen.pid
 
     def restart(self, name: str) -> Child:
+        """Start ``name`` again with the same arguments (``Child.argv`` as it is now)."""
         if "sagas_worker" in self.children[name].argv:
             forget_rq_worker(name)
         return self.spawn(name, *self.children[name].argv, quiet=True)

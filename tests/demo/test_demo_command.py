@@ -6,77 +6,16 @@ from __future__ import annotations
 import os
 import re
 import signal
-import subprocess
-import sys
 import time
-import urllib.error
-import urllib.request
-from pathlib import Path
 
 import pytest
 
 from ledger.models import EffectRecord, EffectStatus
 from sagas.models import ApprovalRequest, ApprovalState, RunStatus, WorkflowRun
-from tests.procs import ROOT, wait_until, worker_env
+from tests.demo.demoproc import http_status
+from tests.procs import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-class Demo:
-    def __init__(self, tmp_path: Path) -> None:
-        self.out_path = tmp_path / "demo.out"
-        self.run_dir = tmp_path / "run"
-        self.popen: subprocess.Popen | None = None
-
-    def start(self, *args: str) -> subprocess.Popen:
-        with open(self.out_path, "wb") as out:
-            self.popen = subprocess.Popen(
-                [sys.executable, "manage.py", "demo", "--run-dir", str(self.run_dir), *args],
-                cwd=ROOT, env=worker_env(""), stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-            )
-        return self.popen
-
-    def output(self) -> str:
-        return self.out_path.read_text(errors="replace") if self.out_path.exists() else ""
-
-    def child_pids(self) -> set[int]:
-        """Every process the demo said it started (each leads its own process group)."""
-        return {int(pid) for pid in re.findall(r"\bpid (\d+)", self.output())}
-
-    def kill_everything(self) -> None:
-        for pgid in self.child_pids() | ({self.popen.pid} if self.popen else set()):
-            try:
-                os.killpg(pgid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-        if self.popen is not None:
-            self.popen.wait(timeout=10)
-
-
-@pytest.fixture
-def demo(tmp_path, request):
-    demo = Demo(tmp_path)
-    yield demo
-    demo.kill_everything()  # whatever a failed test left running
-    rep = getattr(request.node, "rep_call", None)
-    if rep is not None and rep.failed:
-        print(demo.output()[-8000:])
-        for log in sorted(demo.run_dir.glob("*.log")):
-            print(f"----- {log.name} -----\n{log.read_text(errors='replace')[-3000:]}")
-
-
-def http_status(url: str) -> int:
-    """The status of a GET, redirects not followed."""
-
-    class NoRedirect(urllib.request.HTTPRedirectHandler):
-        def redirect_request(self, *args, **kwargs):  # type: ignore[no-untyped-def]
-            return None
-
-    try:
-        with urllib.request.build_opener(NoRedirect).open(url, timeout=10) as response:
-            return response.status
-    except urllib.error.HTTPError as exc:
-        return exc.code
 
 
 def test_it_runs_the_quick_demo_to_its_summary(demo):

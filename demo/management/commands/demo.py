@@ -9,6 +9,16 @@ bot for most shipments, and a SIGKILL of a worker every ``--kill-every`` seconds
 every 10 s. SIGINT or SIGTERM (or ``--duration``) stops every process it started,
 the embedded servers last, and exits 0.
 
+One demo per run directory: a demo holds ``<run dir>/demo.lock`` for its whole life
+(``demo.supervisor.RunDirLock``). A second one started beside it exits 1 at once,
+naming the running demo's URL and pid, and touches none of its processes. Processes
+left running by a demo that was SIGKILLed are stopped by the next demo, as before.
+
+The simulated providers keep one address for the demo's whole life: the workers are
+given it at start, so a providers process that exits is restarted on the same port.
+The load generator pauses (with backoff) while PostgreSQL or Redis is unreachable and
+resumes when they answer; so does a child that keeps exiting meanwhile.
+
 Which PostgreSQL and Redis: see ``demo.embedded``. When an embedded server is needed,
 this command starts it, then runs itself again as a child pointed at it
 (``DATABASE_URL``/``REDIS_URL``), since this process's settings are already loaded.
@@ -37,11 +47,11 @@ from typing import TYPE_CHECKING
 from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
-from django.db import DatabaseError, connection
+from django.db import DatabaseError
 from redis import RedisError
 
 from demo import embedded
-from demo.supervisor import ROOT, Supervisor, forget_rq_worker, shown
+from demo.supervisor import ROOT, DemoRunning, RunDirLock, Supervisor, forget_rq_worker, shown
 
 if TYPE_CHECKING:
     from demo.loadgen import LoadGenerator
@@ -82,13 +92,26 @@ class Command(BaseCommand):
         parser.add_argument("--embedded", action="store_true",
                             help="use embedded PostgreSQL and Redis even if local servers answer")
         parser.add_argument("--embedded-child", action="store_true", help=argparse.SUPPRESS)
+        parser.add_argument("--lock-fd", type=int, default=None, help=argparse.SUPPRESS)  # the parent's lock
 
     def handle(self, *args, **options):  # type: ignore[no-untyped-def]
         if options["interval"] <= 0 or options["kill_every"] < 0 or options["duration"] < 0:
             raise CommandError("--interval must be positive; --kill-every and --duration cannot be negative")
         self.options = options
         self.run_dir = Path(options["run_dir"]).resolve()
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            if options["lock_fd"] is not None:
+                self.lock = RunDirLock.inherited(self.run_dir, options["lock_fd"])
+            else:
+                self.lock = RunDirLock.acquire(self.run_dir, mode="quick" if options["quick"] else "product")
+        except DemoRunning as exc:
+            raise CommandError(str(exc)) from None
+        try:
+            self._handle_locked(options)
+        finally:
+            self.lock.release(forget=options["lock_fd"] is None)  # the parent removes what it wrote
+
+    def _handle_locked(self, options: dict) -> None:
         self.stop = threading.Event()
         self.stop_signal = 0
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -139,10 +162,11 @@ class Command(BaseCommand):
         argv = [sys.executable, "manage.py", "demo", "--embedded-child", "--run-dir", str(self.run_dir),
                 "--port", str(o["port"]), "--duration", str(o["duration"]), "--kill-every", str(o["kill_every"]),
                 "--interval", str(o["interval"]), "--runs", str(o["runs"]), "--timeout", str(o["timeout"])]
-        argv += ["--quick"] * o["quick"] + ["--no-kill"] * o["no_kill"]
+        argv += ["--quick"] * o["quick"] + ["--no-kill"] * o["no_kill"] + ["--lock-fd", str(self.lock.fd)]
         env = dict(os.environ, DATABASE_URL=servers.database_url, REDIS_URL=servers.redis_url)
         # Same process group: a Ctrl-C in the terminal reaches it directly; SIGTERM is passed on.
-        child = subprocess.Popen(argv, cwd=ROOT, env=env)
+        # It holds the run directory's lock too, so the lock outlasts this process if it is killed.
+        child = subprocess.Popen(argv, cwd=ROOT, env=env, pass_fds=(self.lock.fd,))
 
         def forward(signum: int, frame) -> None:  # type: ignore[no-untyped-def]
             if child.poll() is None:
@@ -187,15 +211,18 @@ class Command(BaseCommand):
         url = self._start_console(o["port"])
         if url is None:
             return
+        self.lock.publish(url=url)  # what a second demo started in this run directory is told
         self.workers = ("worker-1", "worker-2")
         for name in self.workers:
             forget_rq_worker(name)  # a registration left by a demo that was SIGKILLed
             self.sup.spawn(name, "manage.py", "sagas_worker", "--name", name, "--no-sweep")
         self.sup.spawn("sweeper", "manage.py", "sagas_sweep", "--loop")
         self.sup.spawn("reconciler", "manage.py", "ledger_reconcile", "--loop")
-        load = LoadGenerator(interval=o["interval"], log=self.say)
+        t0 = time.monotonic()
+        load = LoadGenerator(interval=o["interval"],
+                             log=lambda line: self.say(f"{time.monotonic() - t0:6.0f}s  {line}"))
         self._banner(url, users, o)
-        self._loop(load, o)
+        self._loop(load, o, t0)
 
     def _users(self) -> list[tuple[str, str, str]]:
         """The three demo logins; passwords kept in demo-users.txt so a restarted demo prints the same."""
@@ -227,6 +254,8 @@ class Command(BaseCommand):
                 handle.seek(offset)
                 found = re.search(r"listening on (http://\S+)", handle.read().decode(errors="replace"))
             if found:
+                # The workers are told this address once: a restart must listen on the same port.
+                child.argv = ["manage.py", "demo_providers", "--port", found.group(1).rsplit(":", 1)[1]]
                 return found.group(1)
             if child.popen.poll() is not None or time.monotonic() > deadline:
                 raise CommandError(f"the simulated providers did not start:\n{self.sup.tail('providers')}")
@@ -271,10 +300,9 @@ class Command(BaseCommand):
             + "\n"
         )
 
-    def _loop(self, load: LoadGenerator, o: dict) -> None:
+    def _loop(self, load: LoadGenerator, o: dict, t0: float) -> None:
         from demo.loadgen import status
 
-        t0 = time.monotonic()
         next_status, kills = t0 + STATUS_EVERY, 0
         next_kill = t0 + o["kill_every"] if o["kill_every"] else float("inf")
         rng = random.Random()
@@ -283,20 +311,20 @@ class Command(BaseCommand):
             if o["duration"] and now - t0 >= o["duration"]:
                 self.say(f"{now - t0:6.0f}s  --duration {o['duration']:g}s reached")
                 break
-            try:
-                load.tick(now)
-                if now >= next_kill:
-                    self._kill_worker(rng.choice(self.workers), f"{now - t0:6.0f}s")
-                    kills += 1
-                    next_kill = now + o["kill_every"]
-                if now >= next_status:
-                    next_status += STATUS_EVERY
-                    self.say(f"{now - t0:6.0f}s  {status().line()} | orders started: {load.started}, "
-                             f"worker kills: {kills}")
-            except (DatabaseError, RedisError) as exc:  # a blip of PostgreSQL or Redis: the demo goes on
-                self.say(f"{now - t0:6.0f}s  {type(exc).__name__}, retrying: {str(exc).strip().splitlines()[0]}")
-                connection.close()
-            self._restart_exited(now - t0)
+            # While PostgreSQL or Redis is away, tick() backs off and logs the outage's start and end.
+            if load.tick(now):
+                try:
+                    if now >= next_kill:
+                        self._kill_worker(rng.choice(self.workers), f"{now - t0:6.0f}s")
+                        kills += 1
+                        next_kill = now + o["kill_every"]
+                    if now >= next_status:
+                        self.say(f"{now - t0:6.0f}s  {status().line()} | orders started: {load.started}, "
+                                 f"worker kills: {kills}")
+                        next_status = now + STATUS_EVERY
+                except (DatabaseError, RedisError) as exc:
+                    load.outage.failed(exc, now)
+            self._restart_exited(now - t0, outage=load.outage.recent(now, within=60.0))
             self.stop.wait(0.25)
         if self.stop.is_set():
             name = signal.Signals(self.stop_signal).name if self.stop_signal else "stop"
@@ -318,13 +346,24 @@ class Command(BaseCommand):
         self.say(f"{elapsed}  ** SIGKILL {name} (pid {pid}){note}; restarted as pid {child.popen.pid}; "
                  f"its runs resume on a worker once the {LEASE_TTL}s lease expires **")
 
-    def _restart_exited(self, elapsed: float) -> None:
+    def _restart_exited(self, elapsed: float, *, outage: bool = False) -> None:
+        """Restart the children that exited: at once the first time in a minute, then after 1, 2, 4... s.
+
+        A child exiting more than 5 times in a minute ends the demo with its log (a bug, a
+        port taken), unless PostgreSQL or Redis is away or was within the last minute
+        (``outage``): then it is restarted, with that backoff, until they are back.
+        """
+        now = time.monotonic()
         for child in self.sup.exited():
-            now = time.monotonic()
-            child.exits[:] = [t for t in child.exits if now - t < 60] + [now]
-            if len(child.exits) > 5:
-                raise CommandError(f"{child.name} keeps exiting (status {child.popen.returncode}); "
-                                   f"its log:\n{self.sup.tail(child.name)}")
+            if child.restart_at is None:  # an exit not seen before
+                child.exits[:] = [t for t in child.exits if now - t < 60] + [now]
+                if len(child.exits) > 5 and not outage:
+                    raise CommandError(f"{child.name} keeps exiting (status {child.popen.returncode}); "
+                                       f"its log:\n{self.sup.tail(child.name)}")
+                recent = min(len(child.exits), 6)
+                child.restart_at = now + (0.0 if recent == 1 else 2.0 ** (recent - 2))
+            if now < child.restart_at:
+                continue
             new = self.sup.restart(child.name)
             self.say(f"{elapsed:6.0f}s  {child.name} exited with status {child.popen.returncode}; "
                      f"restarted as pid {new.popen.pid} (log {shown(child.log)})")

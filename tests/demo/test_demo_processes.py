@@ -1,0 +1,153 @@
+"""The demo's processes: one demo per run directory, the providers' one address, and a load
+generator that outlives its database connection. Real ``manage.py demo`` processes, real
+SIGKILLs, a real ``pg_terminate_backend``."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+from sagas.models import RunStatus, WorkflowRun
+from tests.demo.demoproc import http_status, pg_client_ports, running
+from tests.procs import wait_until
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+# A product demo that keeps running until the test stops it, with no worker kills of its own.
+KEEP_RUNNING = ("--port", "0", "--kill-every", "0", "--duration", "600")
+CHILDREN = {"providers", "daphne", "worker-1", "worker-2", "sweeper", "reconciler"}
+
+agents = WorkflowRun.objects.filter(workflow_name="order_agent")
+
+
+def started_and_serving(demo) -> str:
+    """Wait for ``demo`` to print its console's URL; the URL."""
+    wait_until(lambda: demo.url() or demo.popen.poll() is not None, 120, interval=0.2,
+               what=f"{demo.out_path.name} to print the console's URL")
+    assert demo.popen.poll() is None, demo.output()
+    assert set(demo.started()) == CHILDREN, demo.output()
+    return demo.url()
+
+
+def completed_since(moment) -> int:
+    """Orders started after ``moment`` that have completed."""
+    return agents.filter(created_at__gt=moment, status=RunStatus.COMPLETED).count()
+
+
+def test_it_refuses_a_second_demo_in_the_same_run_dir_and_leaves_the_first_one_running(demos):
+    first = demos("first")
+    first.start(*KEEP_RUNNING)
+    url = started_and_serving(first)
+    children = first.started()
+
+    second = demos("second")
+    second.start(*KEEP_RUNNING)
+    code = second.popen.wait(timeout=90)
+    refused_at = timezone.now()
+    said = second.output()
+    assert code != 0, said
+    assert "a demo is already running" in said and url in said and f"pid {first.popen.pid}" in said, said
+    assert not re.search(r"^  started |killed|migrated", said, re.M), said  # it did nothing
+
+    # The first demo did not notice: same processes, nothing exited or restarted, and it still
+    # serves the console and completes new orders (its workers still reach its providers).
+    assert first.popen.poll() is None, first.output()
+    for name, pid in children.items():
+        assert running(pid), f"{name} (pid {pid}) of the first demo is gone"
+    assert first.started() == children
+    assert "exited with status" not in first.output() and "restarted" not in first.output()
+    assert http_status(url + "login/") in (200, 302)
+    wait_until(lambda: completed_since(refused_at) > 0, 90, interval=0.5,
+               what="the first demo to complete an order started after the second was refused")
+
+    os.kill(first.popen.pid, signal.SIGINT)
+    assert first.popen.wait(timeout=60) == 0, first.output()
+    for pid in first.child_pids():
+        assert not running(pid)
+
+
+def test_it_starts_over_the_lock_of_a_demo_that_was_killed_and_stops_what_it_left_running(demos):
+    dead = demos("dead")
+    dead.start(*KEEP_RUNNING)
+    started_and_serving(dead)
+    left = dead.started()
+    os.kill(dead.popen.pid, signal.SIGKILL)  # only the demo itself: its children keep running
+    dead.popen.wait(timeout=10)
+    assert all(running(pid) for pid in left.values())
+    state = (dead.run_dir / "demo-state.json").read_text()
+    assert f'"pid": {dead.popen.pid}' in state  # what it left behind names a dead process
+
+    new = demos("new")
+    new.start(*KEEP_RUNNING)
+    url = started_and_serving(new)
+    out = new.output()
+    assert "already running" not in out
+    for name, pid in left.items():
+        assert f"killed {name} (pid {pid}), left running by an earlier demo" in out, out
+        wait_until(lambda pid=pid: not running(pid), 10, what=f"{name} of the killed demo to be gone")
+    assert http_status(url + "login/") in (200, 302)
+    serving_since = timezone.now()
+    wait_until(lambda: completed_since(serving_since) > 0, 90, interval=0.5, what="the new demo to complete an order")
+
+    os.kill(new.popen.pid, signal.SIGTERM)
+    assert new.popen.wait(timeout=60) == 0, new.output()
+
+
+def providers_urls(demo) -> list[str]:
+    log = demo.run_dir / "providers.log"
+    return re.findall(r"listening on (http://\S+)", log.read_text()) if log.exists() else []
+
+
+def test_it_restarts_killed_providers_on_the_same_port_and_orders_keep_completing(demo):
+    demo.start(*KEEP_RUNNING)
+    started_and_serving(demo)
+    [address] = providers_urls(demo)
+    wait_until(lambda: agents.filter(status=RunStatus.COMPLETED).exists(), 90, interval=0.5,
+               what="a first completed order")
+
+    os.killpg(demo.started()["providers"], signal.SIGKILL)
+    found = wait_until(lambda: re.search(r"providers exited with status -9; restarted as pid (\d+)", demo.output()),
+                       30, interval=0.2, what="the demo to restart the providers")
+    wait_until(lambda: len(providers_urls(demo)) == 2, 60, interval=0.2, what="the restarted providers to listen")
+    assert providers_urls(demo) == [address, address]
+    assert running(int(found.group(1)))
+
+    # Orders started from now on reach the providers: they complete (the fault table makes some
+    # compensate or wait for a person; most complete).
+    restarted_at = timezone.now()
+    wait_until(lambda: completed_since(restarted_at) >= 3, 120, interval=0.5,
+               what="three orders started after the restart to complete")
+    assert demo.popen.poll() is None, demo.output()
+    assert "keeps exiting" not in demo.output()
+
+    os.kill(demo.popen.pid, signal.SIGINT)
+    assert demo.popen.wait(timeout=60) == 0, demo.output()
+
+
+def test_it_keeps_starting_orders_after_its_database_connection_is_terminated(demo):
+    demo.start(*KEEP_RUNNING)
+    started_and_serving(demo)
+    db_port = int(connection.settings_dict["PORT"] or 5432)
+
+    for outage in (1, 2):
+        ports = wait_until(lambda: pg_client_ports(demo.popen.pid, db_port), 30, interval=0.2,
+                           what="the demo's own connection to PostgreSQL")
+        with connection.cursor() as cur:
+            cur.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                        "WHERE datname = current_database() AND client_port = ANY(%s)", [list(ports)])
+            assert [ok for (ok,) in cur.fetchall()] == [True] * len(ports)
+        terminated_at = timezone.now()
+        wait_until(lambda: agents.filter(created_at__gt=terminated_at).count() >= 3, 90, interval=0.5,
+                   what=f"three orders started after the demo's connection was terminated ({outage})")
+        out = demo.output()
+        assert out.count("PostgreSQL unreachable") == outage, out
+        assert len(re.findall(r"PostgreSQL answers again after [\d.]+s", out)) == outage, out
+        assert demo.popen.poll() is None, out
+
+    os.kill(demo.popen.pid, signal.SIGINT)
+    assert demo.popen.wait(timeout=60) == 0, demo.output()
