@@ -23,10 +23,17 @@ close to it. Caps keep the queues at a size a person can work through: no new em
 fault while ``UNKNOWN_EMAIL_CAP`` emails are UNKNOWN, no approval left for a person
 while ``HUMAN_APPROVAL_CAP`` are open, no new order while ``BACKLOG_CAP`` wait for a
 worker. Nothing here is needed for correctness: it only feeds the demo.
+
+PostgreSQL or Redis going away does not stop it (``Outage``): ``tick()`` closes the
+dead database connection, logs one line when the outage starts and one when it ends
+(with its length), tries again after a backoff with jitter (up to 4 s), and carries on
+where it was: an order whose start failed is started again with the same input and
+business key, so it is started once however the failure fell.
 """
 
 from __future__ import annotations
 
+import contextlib
 import random
 import time
 from collections import Counter
@@ -36,8 +43,10 @@ from datetime import timedelta
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser, Group
+from django.db import DatabaseError, connection
 from django.db.models import Count
 from django.utils import timezone
+from redis import RedisError
 
 from console import roles
 from demo.models import ProviderFault
@@ -46,6 +55,7 @@ from ledger.models import EffectKind, EffectRecord, EffectStatus
 from sagas import start
 from sagas.errors import AlreadyDecided, RunFinished
 from sagas.models import OPEN_APPROVAL_STATES, TERMINAL_STATUSES, ApprovalRequest, ApprovalState, RunStatus, WorkflowRun
+from sagas.queue import redis_connection
 from sagas.waits import approval_decide
 
 WORKFLOW = "order_agent"
@@ -53,6 +63,8 @@ BOT_USERNAME = "demo-bot"
 UNKNOWN_EMAIL_CAP = 6
 HUMAN_APPROVAL_CAP = 8
 BACKLOG_CAP = 25
+BACKOFF_FIRST = 0.25  # seconds before the first retry in an outage; doubled on each failure...
+BACKOFF_MAX = 4.0  # ...up to this; each wait is 50-100% of it (jitter)
 
 # (order number modulo 10) -> (provider, operation, fault, what the console will show)
 FAULTS: dict[int, tuple[str, str, str, str]] = {
@@ -124,6 +136,58 @@ def status() -> Status:
     )
 
 
+class Outage:
+    """PostgreSQL or Redis unreachable, as seen by whoever reports failures and successes here.
+
+    ``failed()`` closes the database connection (Django would keep failing on a dead
+    one), logs one line if this starts an outage, and sets ``retry_at``, the
+    monotonic time before which nothing should be tried again. ``succeeded()`` logs one
+    line if this ends an outage, with its length. Neither raises.
+    """
+
+    def __init__(self, log: Callable[[str], None], rng: random.Random | None = None) -> None:
+        self.log = log
+        self.rng = rng or random.Random()
+        self.since: float | None = None  # when the current outage began (monotonic)
+        self.failures = 0
+        self.retry_at = 0.0
+        self.ended_at: float | None = None  # when the last one ended (monotonic)
+        self._what: set[str] = set()
+
+    @property
+    def active(self) -> bool:
+        return self.since is not None
+
+    def due(self, now: float) -> bool:
+        return now >= self.retry_at
+
+    def recent(self, now: float, *, within: float) -> bool:
+        """Whether an outage is going on or ended less than ``within`` seconds ago."""
+        return self.since is not None or (self.ended_at is not None and now - self.ended_at < within)
+
+    def failed(self, exc: BaseException, now: float) -> None:
+        with contextlib.suppress(DatabaseError):
+            connection.close()  # the next query opens a new connection
+        what = "Redis" if isinstance(exc, RedisError) else "PostgreSQL"
+        if self.since is None:
+            self.since, self.failures = now, 0
+            first = (str(exc).strip().splitlines() or [""])[0]
+            self.log(f"{what} unreachable ({type(exc).__name__}: {first}): the load pauses, retrying with backoff")
+        self._what.add(what)
+        self.failures += 1
+        delay = min(BACKOFF_MAX, BACKOFF_FIRST * 2 ** (self.failures - 1))
+        self.retry_at = now + delay * self.rng.uniform(0.5, 1.0)
+
+    def succeeded(self, now: float) -> None:
+        if self.since is None:
+            return
+        what = " and ".join(sorted(self._what))
+        self.log(f"{what} answers again after {now - self.since:.1f}s ({self.failures} failed attempt(s)): "
+                 f"the load resumes")
+        self.since, self.failures, self.retry_at, self.ended_at = None, 0, 0.0, now
+        self._what.clear()
+
+
 @dataclass
 class LoadGenerator:
     """Starts ``order_agent`` runs every ``interval`` seconds, injects faults, plays the approver bot."""
@@ -139,36 +203,57 @@ class LoadGenerator:
 
     def __post_init__(self) -> None:
         self._rng = random.Random(self.seed)
+        self.outage = Outage(self.log, random.Random(self.seed))
         self._bot = bot_user()
         self._for_bot: set[str] = set()
         self._next_start = 0.0
         self._next_purge = 0.0
+        self._order: dict | None = None  # the next order (number started + 1), kept until its start succeeds
+        self._faulted = False  # whether that order's fault has been decided
 
-    def tick(self, now: float) -> None:
-        """Start an order if one is due, and approve the bot's orders that have waited long enough."""
-        if now >= self._next_start:
-            self._next_start = now + self.interval
-            self._start_order()
-        self._approve_due()
-        if now >= self._next_purge:
-            self._next_purge = now + 30
-            finished = WorkflowRun.objects.filter(id__in=self._for_bot, status__in=TERMINAL_STATUSES)
-            self._for_bot -= {str(i) for i in finished.values_list("id", flat=True)}
+    def tick(self, now: float) -> bool:
+        """Start an order if one is due, and approve the bot's orders that have waited long enough.
+
+        Returns whether PostgreSQL and Redis answered. While they do not, it does
+        nothing until ``outage.retry_at``; it never raises ``DatabaseError`` or ``RedisError``.
+        """
+        if not self.outage.due(now):
+            return False
+        try:
+            if now >= self._next_start:
+                self._start_order()
+                self._next_start = now + self.interval
+            self._approve_due()
+            if now >= self._next_purge:
+                finished = WorkflowRun.objects.filter(id__in=self._for_bot, status__in=TERMINAL_STATUSES)
+                self._for_bot -= {str(i) for i in finished.values_list("id", flat=True)}
+                self._next_purge = now + 30
+        except (DatabaseError, RedisError) as exc:
+            self.outage.failed(exc, now)
+            return False
+        self.outage.succeeded(now)
+        return True
 
     def _start_order(self) -> None:
+        redis_connection().ping()  # Redis away: wait for it rather than start runs no worker hears of
         if WorkflowRun.objects.filter(workflow_name=WORKFLOW, status=RunStatus.PENDING).count() >= BACKLOG_CAP:
             return  # the workers are behind (one was just killed, say): let them catch up
         n = self.started + 1
-        order = make_order(n, self.batch, self._rng)
+        if self._order is None:  # kept until started: a retry after a failure starts the same order
+            self._order, self._faulted = make_order(n, self.batch, self._rng), False
+        order = self._order
         fault = FAULTS.get(n % 10)
-        if fault is not None and self._fault_wanted(fault[0], fault[1]):
+        if fault is not None and not self._faulted and self._fault_wanted(fault[0], fault[1]):
             inject(fault[0], fault[1], fault[2])
             self.injected[fault[3]] += 1
+        self._faulted = True
+        # Idempotent per business key: if an earlier attempt committed, this returns that run.
         run = start(WORKFLOW, order, business_key=order["id"], tenant=_TENANTS[n % len(_TENANTS)],
                     started_via="demo")
-        self.started = n
-        open_approvals = ApprovalRequest.objects.filter(state__in=OPEN_APPROVAL_STATES).count()
-        if n % 3 != 0 or open_approvals >= HUMAN_APPROVAL_CAP:
+        self.started, self._order = n, None
+        if n % 3 != 0:
+            self._for_bot.add(str(run.id))
+        elif ApprovalRequest.objects.filter(state__in=OPEN_APPROVAL_STATES).count() >= HUMAN_APPROVAL_CAP:
             self._for_bot.add(str(run.id))
 
     def _fault_wanted(self, provider: str, operation: str) -> bool:
