@@ -39,7 +39,15 @@ from rq.exceptions import StopRequested
 from rq.job import Job
 from rq.timeouts import TimerDeathPenalty
 
-from config.storage import OUTAGES, REDIS, is_redis_error, is_storage_error, note_failure, wait_for_redis
+from config.storage import (
+    OUTAGES,
+    REDIS,
+    is_redis_error,
+    is_storage_error,
+    note_failure,
+    note_success,
+    wait_for_redis,
+)
 from sagas import recovery, services
 from sagas.context import shutdown_requested
 from sagas.engine import set_thread_worker_id
@@ -191,6 +199,7 @@ class BackgroundThread(threading.Thread):
             while not self.stop_event.wait(self.interval):
                 try:
                     self.beat()
+                    note_success()  # "outage over" even when no job comes to say so
                     if self.sweep:
                         report = recovery.try_sweep_locked()
                         if report is not None and report.total:
