@@ -1,8 +1,11 @@
 """Writes on the ledger. Each runs inside the caller's transaction where it has one.
 
-Resolution (automatic by lookup, or manual by a person with evidence) sends
-``effect_resolved`` inside its transaction, so whoever owns the run (the sagas
-engine) journals it and wakes the run in the same commit.
+Resolution (automatic by lookup, or manual by a person with evidence) sends two
+signals inside its transaction: ``effect_resolving`` before it locks the effect's row,
+so that whoever owns the run (the sagas engine) locks the run first (one lock order
+for every writer: run, then effect) and may refuse; and ``effect_resolved`` after the
+change, so the owner journals it and wakes the run in the same commit. The ledger
+itself knows nothing of runs beyond their id.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import json
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
-from django.db import transaction
+from django.db import OperationalError, transaction
 from django.dispatch import Signal
 from django.utils import timezone
 
@@ -21,6 +24,10 @@ from ledger.errors import AlreadyResolved, ConnectorNotRegistered, InvalidResolu
 from ledger.models import EffectRecord, EffectStatus, check_effect_transition
 from ledger.signals import send_effect_changed
 
+# Sent inside the resolving transaction before the effect's row is locked: effect_id.
+# A receiver locks what must be locked before the effect (its run) and may refuse the
+# resolution by raising a LedgerError; nothing is changed then.
+effect_resolving = Signal()
 # Sent inside the resolving transaction: effect (EffectRecord, already saved),
 # outcome ("succeeded" | "not_executed" | "failed"), actor (a label).
 effect_resolved = Signal()
@@ -77,6 +84,23 @@ def effect_transition(
     return effect
 
 
+def effect_row_lock(*, effect_id: int) -> EffectRecord:
+    """Lock an effect's row for a resolution, without waiting for it.
+
+    Only a worker settling the effect holds that row for long enough to be met here, and it
+    may be about to wait for a lock the caller already holds (the run's): waiting would risk a
+    deadlock, so this refuses with ``InvalidResolution`` instead. ``EffectRecord.DoesNotExist``
+    if there is no such effect.
+    """
+    try:
+        with transaction.atomic():
+            return EffectRecord.objects.select_for_update(nowait=True).get(id=effect_id)
+    except OperationalError:
+        raise InvalidResolution(
+            f"effect #{effect_id}: a worker is recording its outcome at this moment; look again in a few seconds"
+        ) from None
+
+
 def effect_resolve(
     *,
     effect_id: int,
@@ -92,7 +116,8 @@ def effect_resolve(
 
     ``outcome`` is ``succeeded`` (with the downstream reference), ``not_executed``
     (confirmed: it will be retried with the same key) or ``failed``. A second
-    resolution is refused with who resolved it and when.
+    resolution is refused with who resolved it and when. ``effect_resolving`` receivers run
+    first, before the effect's row is locked (see the module's docstring).
     """
     if outcome not in RESOLUTION_OUTCOMES:
         raise InvalidResolution(f"outcome must be one of {', '.join(RESOLUTION_OUTCOMES)}, not {outcome!r}")
@@ -103,7 +128,8 @@ def effect_resolve(
         raise InvalidResolution("a succeeded resolution needs the downstream reference as evidence")
     label = actor or (user.get_username() if user is not None else "system")
     with transaction.atomic():
-        effect = EffectRecord.objects.select_for_update().get(id=effect_id)
+        effect_resolving.send(sender=EffectRecord, effect_id=effect_id)
+        effect = effect_row_lock(effect_id=effect_id)
         if effect.status not in (EffectStatus.UNKNOWN, EffectStatus.IN_PROGRESS):
             if effect.resolved_at:
                 raise AlreadyResolved(

@@ -25,6 +25,7 @@ from sagas import queue, systemdb
 from sagas.signals import send_run_changed
 from sagas.context import Context
 from sagas.crashpoints import crash_point
+from sagas.locks import run_lock
 from sagas.errors import ActionNotAllowed, CompensationStuck, EffectUnknown, RunFinished
 from sagas.models import (
     OPEN_APPROVAL_STATES,
@@ -113,27 +114,30 @@ def plan_create(*, run: WorkflowRun, reason: str, trigger: str, user: AbstractBa
     return plan
 
 
-def _expire_open_approvals(run: WorkflowRun, why: str) -> None:
+def _expire_open_approvals(run: WorkflowRun, why: str, *, by: str = "system") -> None:
+    """Inside the caller's transaction, with the run's row locked first (``sagas.locks``)."""
     ApprovalRequest.objects.filter(run=run, state__in=OPEN_APPROVAL_STATES).update(
-        state=ApprovalState.EXPIRED, decided_by_label=f"system ({why})", decided_at=timezone.now()
+        state=ApprovalState.EXPIRED, decided_by_label=f"{by} ({why})", decided_at=timezone.now()
     )
 
 
 def compensation_start(*, run_id: str, user: AbstractBaseUser | None, reason: str, actor: str = "") -> CompensationPlan:
     """An operator asks to undo a run's effects. The run leaves any worker (fence +1),
-    goes COMPENSATING and is enqueued. Refused for finished runs and running compensations."""
+    goes COMPENSATING and is enqueued. Refused for finished runs and running compensations.
+
+    Locks in ``sagas.locks``' order: the run, its open approvals (expired), then the plan."""
     actor = actor or (user.get_username() if user is not None else "system")
     if not reason.strip():
         raise ActionNotAllowed("a reason is required")
     with transaction.atomic():
-        run = WorkflowRun.objects.select_for_update().get(id=run_id)
+        run = run_lock(run_id=run_id)
         if run.status in (RunStatus.COMPLETED, RunStatus.COMPENSATED, RunStatus.CANCELLED):
             raise RunFinished(f"run {run.id} is {run.status}; there is nothing to compensate")
         if run.status == RunStatus.COMPENSATING:
             raise ActionNotAllowed(f"run {run.id} is already compensating")
         check_transition(run.status, RunStatus.COMPENSATING)
+        _expire_open_approvals(run, "compensation started", by=actor)
         plan = plan_create(run=run, reason=reason, trigger="operator", user=user, actor=actor)
-        _expire_open_approvals(run, "compensation started")
         _move_to_compensating(run)
     return plan
 
@@ -178,12 +182,12 @@ def compensate_claimed(ctx: Context) -> None:
             _item_stuck(ctx, plan, item, I.FAILED, "compensation_failed", str(exc))
         except EffectUnknown as exc:
             _item_stuck(ctx, plan, item, I.UNKNOWN, "compensation_unknown", exc.message)
-        with transaction.atomic():
+        with transaction.atomic():  # the run's row (fenced append) before the item: sagas.locks' order
+            ctx._append(K.COMPENSATION_ITEM, name, dumps({"step": item.step_name, "state": I.SUCCEEDED,
+                                                           "downstream_ref": record.downstream_ref}))
             item.state = I.SUCCEEDED
             item.compensation_effect_id = record.id
             item.save(update_fields=["state", "compensation_effect_id"])
-            ctx._append(K.COMPENSATION_ITEM, name, dumps({"step": item.step_name, "state": I.SUCCEEDED,
-                                                           "downstream_ref": record.downstream_ref}))
             send_run_changed(ctx.run_id, RunStatus.COMPENSATING, cause=K.COMPENSATION_ITEM)
     with transaction.atomic():
         check_compensation_transition(plan.state, CompensationState.COMPLETED)
@@ -193,14 +197,14 @@ def compensate_claimed(ctx: Context) -> None:
 
 
 def _item_stuck(ctx: Context, plan: CompensationPlan, item: CompensationItem, state: str, reason: str, message: str) -> None:
-    with transaction.atomic():
+    with transaction.atomic():  # the plan before its item: sagas.locks' order
+        check_compensation_transition(plan.state, CompensationState.NEEDS_ATTENTION)
+        plan.state = CompensationState.NEEDS_ATTENTION
+        plan.save(update_fields=["state"])
         item.state = state
         record = EffectRecord.objects.filter(tenant=ctx.tenant, idempotency_key=item.compensation_key).first()
         item.compensation_effect_id = record.id if record else None
         item.save(update_fields=["state", "compensation_effect_id"])
-        check_compensation_transition(plan.state, CompensationState.NEEDS_ATTENTION)
-        plan.state = CompensationState.NEEDS_ATTENTION
-        plan.save(update_fields=["state"])
     raise CompensationStuck(
         f"compensating {item.step_name!r} ({item.connector}) {'failed' if state == I.FAILED else 'has an unknown outcome'}: "
         f"{message}. Later compensations wait; nothing is skipped.",
@@ -219,8 +223,8 @@ def plan_for_failure(ctx: Context, *, reason: str, trigger: str) -> None:
         ctx._check_fence()
         run = WorkflowRun.objects.select_for_update().get(id=ctx.run_id)
         check_transition(run.status, RunStatus.COMPENSATING)
-        plan_create(run=run, reason=reason, trigger=trigger, user=None, actor=ctx._worker)
         _expire_open_approvals(run, "compensation started")
+        plan_create(run=run, reason=reason, trigger=trigger, user=None, actor=ctx._worker)
         WorkflowRun.objects.filter(id=run.id).update(status=RunStatus.COMPENSATING, updated_at=timezone.now())
         send_run_changed(run.id, RunStatus.COMPENSATING, cause=K.COMPENSATION_STARTED)
 

@@ -6,8 +6,13 @@ from typing import Any
 
 from django.dispatch import receiver
 
-from ledger.services import effect_resolved
-from sagas.services import run_effect_resolved
+from ledger.services import effect_resolved, effect_resolving
+from sagas.services import run_effect_resolved, run_lock_for_effect_resolution
+
+
+@receiver(effect_resolving, dispatch_uid="sagas.effect_resolving")
+def _on_effect_resolving(sender: Any, effect_id: int, **kwargs: Any) -> None:
+    run_lock_for_effect_resolution(effect_id=effect_id)
 
 
 @receiver(effect_resolved, dispatch_uid="sagas.effect_resolved")

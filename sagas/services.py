@@ -15,6 +15,7 @@ from django.utils import timezone
 from ledger.errors import InvalidResolution
 from ledger.models import EffectRecord, EffectStatus
 from sagas import queue, registry, systemdb
+from sagas.locks import effect_run_lock, run_lock
 from sagas.signals import send_run_changed
 from sagas.errors import ActionNotAllowed, NotSerializable, RunFinished, StartConflict
 from sagas.models import (
@@ -239,22 +240,33 @@ def worker_stopped(*, name: str) -> None:
     WorkerProcess.objects.filter(name=name).update(stopped_at=timezone.now(), last_seen_at=timezone.now())
 
 
-def run_effect_resolved(*, effect: EffectRecord, outcome: str, actor: str) -> None:
-    """Journal an effect's resolution on its run and wake the run if nothing else holds it.
+def run_lock_for_effect_resolution(*, effect_id: int) -> None:
+    """Before an effect's resolution locks the effect: lock its run (``sagas.locks``' order).
 
-    Called inside the resolving transaction (``ledger.services.effect_resolved``).
-    Refuses (rolling the resolution back) when a worker is advancing the run right
-    now: its own recovery will settle the effect.
+    Called inside the resolving transaction (``ledger.services.effect_resolving``). Refuses,
+    before anything is changed, when a worker is advancing the run right now: its own
+    recovery settles the effect.
     """
-    from sagas.effects import _KINDS, result_payload
-
-    run = WorkflowRun.objects.select_for_update().filter(id=effect.run_id).first()
+    run = effect_run_lock(effect_id=effect_id)
     if run is None:
         return
     if run.status in LEASED_STATUSES and run.lease_expires_at and run.lease_expires_at > timezone.now():
         raise InvalidResolution(
             f"run {run.id} is being advanced by {run.lease_owner} right now; its recovery settles this effect"
         )
+
+
+def run_effect_resolved(*, effect: EffectRecord, outcome: str, actor: str) -> None:
+    """Journal an effect's resolution on its run and wake the run if nothing else holds it.
+
+    Called inside the resolving transaction (``ledger.services.effect_resolved``), whose
+    ``effect_resolving`` already locked the run and refused if a worker holds it.
+    """
+    from sagas.effects import _KINDS, result_payload
+
+    run = WorkflowRun.objects.select_for_update().filter(id=effect.run_id).first()
+    if run is None:
+        return
     systemdb.append_event(
         str(run.id), kind=JournalKind.EFFECT_RESOLVED, name=effect.step_name, worker=actor,
         payload=dumps({
@@ -280,8 +292,9 @@ _RESUME_AFTER_RESOLUTION = {
 
 
 def run_wake_if_unblocked(*, run_id: str, reason: str) -> bool:
-    """NEEDS_ATTENTION because of an UNKNOWN effect -> running again once none remains."""
-    run = WorkflowRun.objects.select_for_update().get(id=run_id)
+    """NEEDS_ATTENTION because of an UNKNOWN effect -> running again once none remains.
+    Inside the caller's transaction; locks the run (first, or again)."""
+    run = run_lock(run_id=run_id)
     target = _RESUME_AFTER_RESOLUTION.get(run.status_reason)
     if run.status != RunStatus.NEEDS_ATTENTION or target is None:
         return False
@@ -301,14 +314,16 @@ def run_wake_if_unblocked(*, run_id: str, reason: str) -> bool:
 def run_cancel(*, run_id: str, user: AbstractBaseUser | None, reason: str, compensate: bool) -> WorkflowRun:
     """Cancel a run. The fence moves on, so a worker advancing it stops at its next step
     boundary (its write is refused); a waiting run stops at once. With ``compensate`` and
-    effects to undo, the run goes COMPENSATING instead of CANCELLED. Open approvals expire."""
+    effects to undo, the run goes COMPENSATING instead of CANCELLED. Open approvals expire.
+
+    Locks in ``sagas.locks``' order: the run, its approvals, then the plan it creates."""
     from sagas.compensation import _expire_open_approvals, _move_to_compensating, needs_compensation, plan_create
 
     actor = user.get_username() if user is not None else "system"
     if not reason.strip():
         raise ActionNotAllowed("a reason is required to cancel a run")
     with transaction.atomic():
-        run = WorkflowRun.objects.select_for_update().get(id=run_id)
+        run = run_lock(run_id=run_id)
         if run.status in TERMINAL_STATUSES:
             raise RunFinished(f"run {run.id} is already {run.status}")
         if run.status == RunStatus.COMPENSATING:
@@ -317,7 +332,7 @@ def run_cancel(*, run_id: str, user: AbstractBaseUser | None, reason: str, compe
             str(run.id), kind=JournalKind.CANCELLED, name="", worker=actor,
             payload=dumps({"by": actor, "reason": reason, "compensate": compensate, "previous_status": run.status}),
         )
-        _expire_open_approvals(run, "run cancelled")
+        _expire_open_approvals(run, "run cancelled", by=actor)
         if compensate and needs_compensation(str(run.id)):
             check_transition(run.status, RunStatus.COMPENSATING)
             plan_create(run=run, reason=f"cancelled: {reason}", trigger="cancel", user=user, actor=actor)
@@ -350,7 +365,7 @@ def run_retry(*, run_id: str, user: AbstractBaseUser | None, reason: str) -> Wor
 
     actor = user.get_username() if user is not None else "system"
     with transaction.atomic():
-        run = WorkflowRun.objects.select_for_update().get(id=run_id)
+        run = run_lock(run_id=run_id)  # then its plan: sagas.locks' order
         if run.status != RunStatus.NEEDS_ATTENTION:
             raise ActionNotAllowed(f"only a run that needs attention can be retried; this one is {run.status}")
         target, details = RunStatus.PENDING, {}

@@ -18,8 +18,10 @@ from django.db import transaction
 from django.utils import timezone
 
 from sagas import queue, systemdb
+from sagas.locks import approval_lock, run_lock
 from sagas.signals import send_run_changed
 from sagas.errors import (
+    ActionNotAllowed,
     AlreadyDecided,
     ApprovalEscalated,
     ApprovalRejected,
@@ -29,6 +31,7 @@ from sagas.errors import (
     WaitTimedOut,
 )
 from sagas.models import (
+    LEASED_STATUSES,
     OPEN_APPROVAL_STATES,
     TERMINAL_STATUSES,
     ApprovalRequest,
@@ -89,10 +92,17 @@ def approval(ctx: Context, name: str, reason: str, timeout: timedelta, on_timeou
 
 
 def _decision_or_expiry(ctx: Context, name: str, requested: dict) -> Any:
-    """No decision in the loaded journal: look at the approval now; expire it if due."""
+    """No decision in the loaded journal: look at the approval now; expire it if due.
+
+    Holds the run's row (fenced, FOR SHARE) before the approval's, in ``sagas.locks``'
+    order, so an approver deciding at this moment (run, then approval) queues behind this
+    worker instead of deadlocking with it. Runs only when a replay reaches an undecided
+    approval, never per step.
+    """
     expired = ctx._events.get((K.APPROVAL_EXPIRED, name))
     deadline = datetime.fromisoformat(requested["deadline"])
     with transaction.atomic():
+        ctx._check_fence()
         request = ApprovalRequest.objects.select_for_update().get(run_id=ctx.run_id, step=name)
         if request.state in (ApprovalState.APPROVED, ApprovalState.REJECTED):
             # Decided after this worker loaded the journal; the decision is journaled too.
@@ -171,10 +181,12 @@ def approval_decide(
     *, approval_id: int, user: AbstractBaseUser, approve: bool, comment: str = "",
 ) -> ApprovalRequest:
     """Approve or reject. Four-eyes: the run's starter cannot decide. A second decision is
-    refused and says who decided and when. The decision is journaled and wakes the run."""
+    refused and says who decided and when. The decision is journaled and wakes the run.
+
+    Locks the run, then the approval (``sagas.locks``' order, the same as cancelling or
+    compensating the run, which expire its approvals)."""
     with transaction.atomic():
-        request = ApprovalRequest.objects.select_for_update().select_related("run").get(id=approval_id)
-        run = WorkflowRun.objects.select_for_update().get(id=request.run_id)
+        run, request = approval_lock(approval_id=approval_id)
         if request.state not in OPEN_APPROVAL_STATES:
             who = request.decided_by_label or "its deadline"
             when = f" at {request.decided_at:%Y-%m-%d %H:%M:%S} UTC" if request.decided_at else ""
@@ -183,6 +195,14 @@ def approval_decide(
             raise RunFinished(f"run {run.id} is {run.status}; its approvals can no longer be decided")
         if run.started_by_id is not None and run.started_by_id == user.pk:
             raise FourEyesViolation(f"{user.get_username()} started this run and cannot approve its steps")
+        if (request.state == ApprovalState.ESCALATED and run.status in LEASED_STATUSES
+                and run.lease_expires_at and run.lease_expires_at > timezone.now()):
+            # The worker that escalated it has committed the escalation and is about to park
+            # the run (NEEDS_ATTENTION); a decision journaled in between would not wake it.
+            raise ActionNotAllowed(
+                f"run {run.id} is being parked by {run.lease_owner} for this escalation right now; "
+                "decide again in a few seconds"
+            )
         new_state = ApprovalState.APPROVED if approve else ApprovalState.REJECTED
         check_approval_transition(request.state, new_state)
         request.state = new_state
@@ -201,14 +221,18 @@ def approval_decide(
 def signal_send(*, run_id: str, name: str, payload: Any = None, actor: str = "api") -> None:
     """Deliver signal ``name`` to a run; it is kept until a ``ctx.wait_for(name)`` takes it."""
     with transaction.atomic():
-        run = WorkflowRun.objects.select_for_update().get(id=run_id)
+        run = run_lock(run_id=run_id)
         if run.status in TERMINAL_STATUSES:
             raise RunFinished(f"run {run.id} is {run.status}; it takes no more signals")
         _wake(run, kind=K.SIGNAL_RECEIVED, name=name, payload={"payload": payload, "by": actor}, actor=actor)
 
 
 def runs_wake_due(*, limit: int = 1000) -> int:
-    """WAITING runs whose ``wake_at`` is due become PENDING (timer fired, deadline reached)."""
+    """WAITING runs whose ``wake_at`` is due become PENDING (timer fired, deadline reached).
+
+    One transaction per run, holding only that run's row (``sagas.locks``' first lock):
+    an approval whose deadline passed is expired by the worker that resumes the run, so
+    the sweeper never holds an approval and cannot deadlock with an operator."""
     woken = 0
     due = list(
         WorkflowRun.objects.filter(status=RunStatus.WAITING, wake_at__lte=timezone.now())
@@ -216,7 +240,7 @@ def runs_wake_due(*, limit: int = 1000) -> int:
     )
     for run_id in due:
         with transaction.atomic():
-            run = WorkflowRun.objects.select_for_update().get(id=run_id)
+            run = run_lock(run_id=run_id)
             if run.status != RunStatus.WAITING or run.wake_at is None or run.wake_at > timezone.now():
                 continue
             _wake(run, kind=K.TIMER_FIRED, name="", actor="sweeper",

@@ -23,7 +23,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
 from console import live, roles, selectors, services
-from console.services import Denied, Refused
+from console.services import Denied, Incomplete, Refused
 from console.views.base import actor_of, live_context, viewer_required
 from ledger.models import EffectRecord
 from sagas.models import ApprovalRequest, ApprovalState, WorkflowVersion
@@ -53,15 +53,18 @@ def _act(
     rerender: Callable[..., HttpResponse],
     back_to: str,
 ) -> HttpResponse:
-    """Run an audited action and answer: 403 (Denied) or 409 (Refused) with the page and the
-    reason; on success a redirect with a message, or the fragment for htmx."""
+    """Run an audited action and answer: 403 (Denied), 400 (Incomplete: the form did not say
+    what the person saw) or 409 (Refused) with the page and the reason; on success a redirect
+    with a message, or the fragment for htmx."""
     try:
         result = action()
     except Denied as exc:
         return rerender(request, status=403, error=str(exc))
+    except Incomplete as exc:
+        return rerender(request, status=400, error=str(exc))
     except Refused as exc:
         message = str(exc)
-        detail = refused_detail()
+        detail = "" if exc.states_now else refused_detail()
         if detail and detail not in message:
             message = f"{message}; {detail}"
         return rerender(request, status=409, error=message)

@@ -37,7 +37,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from console import live, roles, selectors, services
-from console.services import Denied, Refused
+from console.services import Denied, Incomplete, Refused
 from console.templatetags.console_tags import redact
 from console.views.base import actor_of, get_run_for_user, live_context, viewer_required
 from ledger.models import EffectRecord
@@ -370,8 +370,8 @@ def _run_action(
             return failed_page(request, run, status=400, error=problem)
     try:
         call(reason, expected or None)
-    except (Denied, Refused) as exc:
-        status = 403 if isinstance(exc, Denied) else 409
+    except (Denied, Incomplete, Refused) as exc:
+        status = 403 if isinstance(exc, Denied) else 400 if isinstance(exc, Incomplete) else 409
         run.refresh_from_db()
         if request.htmx:
             return _actions_response(request, run, status=status, error=str(exc))

@@ -264,12 +264,15 @@ def test_it_tells_the_second_resolver_who_resolved_it_and_when(people):
     effect.refresh_from_db()
     when = f"{effect.resolved_at:%Y-%m-%d %H:%M:%S} UTC"
 
-    # Same page, loaded before the first resolution (expected UNKNOWN), and a bare POST.
-    for expected in ("UNKNOWN", None):
-        response = resolve(client_for(people["operator2"]), effect, expected=expected, outcome="not_executed",
-                           note="I think it never happened")
-        assert response.status_code == 409
-        assert f"already resolved by olga at {when}" in text(response)
+    # Same page, loaded before the first resolution (expected UNKNOWN).
+    response = resolve(client_for(people["operator2"]), effect, outcome="not_executed",
+                       note="I think it never happened")
+    assert response.status_code == 409
+    assert f"This effect is now SUCCEEDED (already resolved by olga at {when}" in text(response)
+    # A bare POST that does not say what its sender saw is not even compared (400).
+    response = resolve(client_for(people["operator2"]), effect, expected=None, outcome="not_executed",
+                       note="I think it never happened")
+    assert response.status_code == 400 and "which state you saw" in text(response)
     effect.refresh_from_db()
     assert effect.status == EffectStatus.SUCCEEDED and effect.resolved_by == people["operator"]
     assert AuditEntry.objects.filter(action="effect.resolve", outcome=AuditOutcome.REFUSED).count() == 2
