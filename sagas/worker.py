@@ -35,7 +35,7 @@ from django.db import connection
 from redis import Redis
 from redis.client import Pipeline
 from rq import Queue, SimpleWorker
-from rq.exceptions import StopRequested
+from rq.exceptions import InvalidJobOperation, NoSuchJobError, StopRequested
 from rq.job import Job
 from rq.timeouts import TimerDeathPenalty
 
@@ -71,6 +71,12 @@ class RQOutageFilter(logging.Filter):
         if exc is not None and is_redis_error(exc):
             OUTAGES.down(REDIS, exc, doing="waiting for jobs")
             return False
+        if isinstance(exc, (InvalidJobOperation, NoSuchJobError)):
+            # A Redis restart or flush took the job's hash while it ran: its work is done
+            # and journaled in PostgreSQL; only RQ's bookkeeping of it is gone. One line.
+            record.msg, record.args, record.exc_info, record.exc_text = (
+                "RQ lost a job's bookkeeping (Redis restarted or was flushed while it ran): %s", (exc,), None, None
+            )
         return True
 
 
@@ -119,12 +125,36 @@ class RideOutRedisOutages:
         return self._noting_redis(super().execute_job, job, queue)
 
     def heartbeat(self, timeout=None, pipeline=None):  # type: ignore[no-untyped-def]
-        return self._noting_redis(super().heartbeat, timeout, pipeline)
+        # RQ beats before every (re)try of its blocking dequeue, so this is where a worker
+        # idling in that loop first hears that Redis is back.
+        result = self._noting_redis(super().heartbeat, timeout, pipeline)
+        if pipeline is None:
+            self._redis_answered()
+        return result
 
     def dequeue_job_and_maintain_ttl(self, timeout, max_idle_time=None):  # type: ignore[no-untyped-def]
         result = self._noting_redis(super().dequeue_job_and_maintain_ttl, timeout, max_idle_time)
-        OUTAGES.up(REDIS)
+        self._redis_answered()
         return result
+
+    def _redis_answered(self) -> None:
+        OUTAGES.up(REDIS)
+        if OUTAGES.count.get(REDIS, 0) != self._outages_seen:
+            self._outages_seen = OUTAGES.count.get(REDIS, 0)
+            self._register_again_if_lost()
+
+    _outages_seen = 0
+
+    def _register_again_if_lost(self) -> None:
+        """After an outage Redis may have come back empty (a restart without persistence, a
+        flush): register this worker again so ``rq info`` and a restart under its name
+        see a whole registration, not the lone heartbeat field RQ's heartbeat re-created."""
+        try:
+            if not self.connection.hexists(self.key, "birth"):
+                self.connection.delete(self.key)
+                self.register_birth()
+        except _REDIS_ERRORS as exc:
+            OUTAGES.down(REDIS, exc, doing="registering the worker again")
 
     def work(self, burst: bool = False, **kwargs):  # type: ignore[no-untyped-def]
         install_rq_outage_filter()
@@ -163,7 +193,13 @@ class TakeOverStaleName:
         that no process on this host owns any more is stale and is dropped.
         """
         hostname, pid, death = self.connection.hmget(self.key, "hostname", "pid", "death")
-        if hostname is not None and death is None and pid is not None:
+        if death is None and (hostname is None or pid is None) and self.connection.exists(self.key):
+            # Only a heartbeat's fields: Redis restarted or was flushed under the previous
+            # process of this name, and its heartbeat re-created the key without a birth.
+            # Nothing says who owns it; RQ would refuse this name until the key expires.
+            log.info("worker %s: dropping a partial RQ registration (Redis lost the rest)", self.name)
+            self.connection.delete(self.key)
+        elif hostname is not None and death is None and pid is not None:
             stale_pid = int(pid)
             if hostname.decode() == socket.gethostname() and (stale_pid == os.getpid() or not _alive(stale_pid)):
                 # Our own pid: this process's earlier round of work(), whose teardown a
