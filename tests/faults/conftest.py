@@ -242,6 +242,11 @@ class FaultEnv:
         lines = self.calls_path.read_text().splitlines()
         return Counter(tuple(line.split()[:2]) for line in lines if line.strip())
 
+    def started_at(self, run_id: str, step: str) -> list[float]:
+        """When each execution of ``step`` began (epoch seconds)."""
+        lines = [line.split() for line in self.calls_path.read_text().splitlines() if line.strip()]
+        return [float(f[3]) for f in lines if f[0] == run_id and f[1] == step]
+
     def repeated_steps(self) -> dict[tuple[str, str], int]:
         return {key: n for key, n in self.calls().items() if n != 1}
 

@@ -86,8 +86,9 @@ def test_it_runs_new_work_within_seconds_of_a_restart_while_workers_were_idle(fa
 
 
 def test_it_runs_new_work_within_seconds_after_a_workers_connections_are_terminated(faults):
-    """``pg_terminate_backend`` of every session of one worker process (found by its sockets),
-    while it runs one run and idles in its other thread; then new runs arrive."""
+    """``pg_terminate_backend`` of every session of one worker process (found by the
+    application_name it gives them, checked against its sockets), while it runs one run and
+    idles in its other thread; then new runs arrive."""
     worker = faults.worker("w1", "--concurrency", "2")
     faults.workers_ready(worker)
     driver = faults.driver()
@@ -98,9 +99,11 @@ def test_it_runs_new_work_within_seconds_after_a_workers_connections_are_termina
                what="the busy run to be under way")
 
     ports = tcp_client_ports(worker.pid)
-    sessions = [b["pid"] for b in faults.pg.backends(faults.dbname) if b["client_port"] in ports]
-    assert sessions, f"no session of worker pid {worker.pid} found: {faults.pg.backends(faults.dbname)}"
-    ended = faults.pg.terminate_backends(pids=sessions)
+    backends = faults.pg.backends(faults.dbname)
+    # What an operator sees in pg_stat_activity: every session of the process carries its name.
+    names = {b["application_name"] for b in backends if b["client_port"] in ports}
+    assert names == {"sagas_worker w1"}, f"sessions of worker pid {worker.pid}: {backends}"
+    ended = faults.pg.terminate_backends(faults.dbname, application_name="sagas_worker w1")
     ended_at = time.time()
     new = [driver.start_ok("ticks", {"steps": 3}) for _ in range(4)]
     after = faults.wait_completed([busy, *new], 90, since=ended_at)
@@ -129,6 +132,7 @@ def test_it_does_not_let_a_workflows_except_exception_swallow_a_storage_error(fa
         interval=0.1, what="the step to sleep and the email to be dispatched",
     )
 
+    down_at = time.time()
     faults.pg.stop("immediate")  # both answers arrive while it is down
     time.sleep(5.0)
     faults.pg.start()
@@ -136,10 +140,17 @@ def test_it_does_not_let_a_workflows_except_exception_swallow_a_storage_error(fa
     after = faults.wait_completed([step_run, effect_run], 90, since=back)
     print(f"\ncrash for 5s during a step and an effect: both completed {after:.2f}s after the server was back")
 
+    step_began = faults.started_at(step_run, "slow")[0]
+    emails = list(ProviderExecution.objects.filter(provider="email", operation="send").order_by("id"))
+    assert len(emails) == 1, f"the email was sent {len(emails)} times"
+    email = emails[0]
+    # The outage really covered both answers (else this test tested nothing).
+    assert down_at < step_began + 3.0 < back, (down_at, step_began, back)
+    assert down_at < email.created_at.timestamp() < back, (down_at, email.created_at, back)
+
     assert faults.db.run(step_run)["result"] == {"swallowed": False, "value": "slow-done"}
     effect_result = faults.db.run(effect_run)["result"]
     assert effect_result["swallowed"] is False, effect_result
-    [email] = ProviderExecution.objects.filter(provider="email", operation="send")
     assert effect_result["message_id"] == email.response["message_id"]
     assert faults.calls()[(step_run, "slow")] == 1, "the step ran again"
 

@@ -1,7 +1,7 @@
 """Workflows for the infrastructure-fault tests (loaded by workers through SAGAS_MODULES).
 
 Steps count their real executions by appending a line to the file named by
-``FAULTS_CALLS`` (one ``<run_id> <step> <pid>`` line each): the file is outside
+``FAULTS_CALLS`` (one ``<run_id> <step> <pid> <epoch seconds>`` line each): the file is outside
 every server the tests restart, so the count survives them.
 """
 
@@ -18,7 +18,7 @@ def tick(run_id: str, step: str, pause: float = 0.0) -> str:
     path = os.environ.get("FAULTS_CALLS")
     if path:
         with open(path, "a") as calls:  # O_APPEND: one short line per write, never interleaved
-            calls.write(f"{run_id} {step} {os.getpid()}\n")
+            calls.write(f"{run_id} {step} {os.getpid()} {time.time():.3f}\n")
     if pause:
         time.sleep(pause)
     return f"{step}-done"
