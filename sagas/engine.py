@@ -243,7 +243,12 @@ def _execute(run: ClaimedRun, owner: str, beat: Heartbeat | None = None) -> Outc
                 if _suspend(run, owner, ctx, wait):
                     return Outcome.WAITING
                 continue  # a decision or signal arrived while we ran: replay with it
-            except (RunHalted, Yield, LeaseLost):
+            except RunHalted as halt:
+                outcome = _halt(run, owner, halt, expect_last_seq=ctx.last_seq)
+                if outcome is not None:
+                    return outcome
+                continue  # a decision or resolution arrived while we ran: replay with it
+            except (Yield, LeaseLost):
                 raise
             except (OperationalError, InterfaceError) as exc:
                 # The workflow's own query on our database failed because the database
@@ -266,7 +271,7 @@ def _execute(run: ClaimedRun, owner: str, beat: Heartbeat | None = None) -> Outc
         log.info("run %s: completed", run.id)
         return Outcome.COMPLETED
     except RunHalted as halt:
-        return _halt(run, owner, halt)
+        return _halt(run, owner, halt) or Outcome.NEEDS_ATTENTION
     except Yield:
         return _yield(run, owner)
     except LeaseLost as lost:
@@ -321,10 +326,14 @@ def _definition_for(run: ClaimedRun) -> registry.WorkflowDefinition:
     return definition
 
 
-def _halt(run: ClaimedRun, owner: str, halt: RunHalted) -> Outcome:
+def _halt(run: ClaimedRun, owner: str, halt: RunHalted, *, expect_last_seq: int | None = None) -> Outcome | None:
+    """Park the run for a person (NEEDS_ATTENTION). With ``expect_last_seq``, None when
+    something was journaled since (an approval decided just after it escalated, an
+    effect resolved just after it went UNKNOWN): parking on that stale view would leave
+    the run waiting for a person who has already acted."""
     details = halt.as_dict()
     try:
-        systemdb.finish(
+        seq = systemdb.finish(
             run.id,
             fence=run.fence,
             status=RunStatus.NEEDS_ATTENTION,
@@ -333,9 +342,13 @@ def _halt(run: ClaimedRun, owner: str, halt: RunHalted) -> Outcome:
             payload=details,
             reason=halt.reason,
             error=details,
+            expect_last_seq=expect_last_seq,
         )
     except LeaseLost:
         return Outcome.LEASE_LOST
+    if seq is None:
+        log.info("run %s: %s, but something arrived meanwhile; replaying", run.id, halt.reason)
+        return None
     log.warning("run %s: needs attention (%s): %s", run.id, halt.reason, halt.message)
     return Outcome.NEEDS_ATTENTION
 

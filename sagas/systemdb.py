@@ -283,6 +283,7 @@ WITH r AS (
            updated_at = now(),
            last_seq = last_seq + 1
      WHERE id = %(run)s AND fence = %(fence)s AND status = ANY(%(from)s)
+       AND (%(expect)s::bigint IS NULL OR last_seq = %(expect)s::bigint)
  RETURNING id, last_seq
 )
 INSERT INTO sagas_journalentry (run_id, seq, kind, name, payload, worker_id, created_at)
@@ -304,11 +305,15 @@ def finish(
     error: dict[str, Any] | None = None,
     wake_at: datetime | None = None,
     terminal: bool = False,
-) -> int:
+    expect_last_seq: int | None = None,
+) -> int | None:
     """Release the lease and move the run to ``status``, journaling ``kind``; one commit.
 
     The status guard comes from the transition table. Raises ``LeaseLost`` when
-    the fence moved on (another worker or an operator took the run).
+    the fence moved on (another worker or an operator took the run). With
+    ``expect_last_seq``, only if nothing was journaled since the caller's view;
+    otherwise (fence still current) None: a decision or resolution arrived, and the
+    caller replays with it instead of parking the run on stale knowledge.
     """
     with _cursor() as cur:
         cur.execute(
@@ -326,9 +331,15 @@ def finish(
                 "kind": kind,
                 "payload": dumps(payload),
                 "worker": worker,
+                "expect": expect_last_seq,
             },
         )
         row = cur.fetchone()
+        if row is None and expect_last_seq is not None:
+            cur.execute("SELECT fence FROM sagas_workflowrun WHERE id = %s", [run_id])
+            current = cur.fetchone()
+            if current is not None and current[0] == fence:
+                return None  # something was journaled since the caller's view: it replays
     if row is None:
         raise LeaseLost(f"run {run_id}: fence {fence} is stale, could not move it to {status}")
     return row[0]

@@ -21,7 +21,6 @@ from sagas import queue, systemdb
 from sagas.locks import approval_lock, run_lock
 from sagas.signals import send_run_changed
 from sagas.errors import (
-    ActionNotAllowed,
     AlreadyDecided,
     ApprovalEscalated,
     ApprovalRejected,
@@ -31,7 +30,6 @@ from sagas.errors import (
     WaitTimedOut,
 )
 from sagas.models import (
-    LEASED_STATUSES,
     OPEN_APPROVAL_STATES,
     TERMINAL_STATUSES,
     ApprovalRequest,
@@ -195,14 +193,6 @@ def approval_decide(
             raise RunFinished(f"run {run.id} is {run.status}; its approvals can no longer be decided")
         if run.started_by_id is not None and run.started_by_id == user.pk:
             raise FourEyesViolation(f"{user.get_username()} started this run and cannot approve its steps")
-        if (request.state == ApprovalState.ESCALATED and run.status in LEASED_STATUSES
-                and run.lease_expires_at and run.lease_expires_at > timezone.now()):
-            # The worker that escalated it has committed the escalation and is about to park
-            # the run (NEEDS_ATTENTION); a decision journaled in between would not wake it.
-            raise ActionNotAllowed(
-                f"run {run.id} is being parked by {run.lease_owner} for this escalation right now; "
-                "decide again in a few seconds"
-            )
         new_state = ApprovalState.APPROVED if approve else ApprovalState.REJECTED
         check_approval_transition(request.state, new_state)
         request.state = new_state
