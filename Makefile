@@ -7,7 +7,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test demo demo-quick bench bench-chaos worker sweep clean
+.PHONY: install test demo demo-quick bench bench-chaos bench-faults worker sweep clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -41,6 +41,9 @@ bench: $(STAMP)
 
 bench-chaos: $(STAMP)
 	$(PY) bench/chaos.py
+
+bench-faults: $(STAMP)
+	$(PY) bench/faults.py
 
 worker: $(STAMP)
 	$(PY) manage.py sagas_worker
