@@ -16,7 +16,11 @@ Contract:
 * pushes are coalesced: at most one per ``PUSH_INTERVAL`` per connection, and a change
   that arrives while a push is being rendered is followed by another push, so the last
   change is never dropped. A new connection (also a reconnect) gets one push of every
-  fragment at once, so nothing that changed while it was down is missed.
+  fragment at once, so nothing that changed while it was down is missed;
+* when Redis (the channel layer) is unreachable, at connect or while the socket is open,
+  the socket is closed (or refused before the handshake), so the page says it is
+  reconnecting and retries; the process logs one line when the
+  outage starts and one when a socket connects again, not a traceback per socket.
 
 The ORM is reached only through ``database_sync_to_async``.
 """
@@ -36,7 +40,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.contrib.auth import get_user_model
 from django.urls import get_resolver
 
-from config.storage import is_storage_error, note_failure
+from config.storage import OUTAGES, REDIS, is_storage_error, note_failure
 from console import live, roles
 from console.broadcast import LIST_TOPICS, group_for, run_topic
 
@@ -50,6 +54,9 @@ MAX_FRAGMENTS = 12
 MAX_PARAMS = 20
 MAX_PARAM_LENGTH = 500
 CLOSE_FORBIDDEN = 4403  # not in htmx-ext-ws's reconnect list: the page stops retrying
+# Redis is away: the page should retry. 1011-1013 would say so, but daphne (autobahn) lets
+# an application close only with 1000 or 3000-4999, and console.js reconnects after 1000.
+CLOSE_RETRY = 1000
 
 _PARAM_NAME = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
 
@@ -134,11 +141,33 @@ def _user_may_view(user_pk: Any, session: Any) -> Any:
 
 
 class LiveConsumer(AsyncWebsocketConsumer):
+    _flusher: asyncio.Task[None] | None = None
+    _rejoiner: asyncio.Task[None] | None = None
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        # The channel layer's receive loop runs outside any handler: when Redis goes away it
+        # raises here, and daphne would log a traceback per socket (and per reconnect attempt)
+        # and leave this consumer's tasks running.
+        try:
+            await super().__call__(scope, receive, send)
+        except Exception as exc:
+            if not is_storage_error(exc):
+                raise
+            note_failure(exc, doing="serving live pages; open pages say 'reconnecting' and retry")
+            # Before the handshake this refuses the socket; after it, it closes it. Either
+            # way the page retries (console/static/console/console.js) with backoff.
+            await send({"type": "websocket.close", "code": CLOSE_RETRY})
+        finally:
+            self._stop_tasks()
+
+    def _stop_tasks(self) -> None:
+        for task in (self._flusher, self._rejoiner):
+            if task is not None:
+                task.cancel()
+
     async def connect(self) -> None:
         self.live_groups: list[str] = []
         self._dirty: set[str] = set()
-        self._flusher: asyncio.Task[None] | None = None
-        self._rejoiner: asyncio.Task[None] | None = None
         self._last_push = float("-inf")
         self._revoked = False
         user = self.scope.get("user")
@@ -163,16 +192,20 @@ class LiveConsumer(AsyncWebsocketConsumer):
         for topic in self.topic_fragments:
             await self.channel_layer.group_add(group_for(topic), self.channel_name)
             self.live_groups.append(group_for(topic))
+        OUTAGES.up(REDIS)  # logs the end of an outage this process noted, if any
         await self.accept()
         self._rejoiner = asyncio.create_task(self._rejoin())
         self._changed(set(self.fragments))  # catch up on anything since the page was rendered
 
     async def disconnect(self, code: int) -> None:
-        for task in (self._flusher, self._rejoiner):
-            if task is not None:
-                task.cancel()
-        for group in getattr(self, "live_groups", []):
-            await self.channel_layer.group_discard(group, self.channel_name)
+        self._stop_tasks()
+        try:
+            for group in getattr(self, "live_groups", []):
+                await self.channel_layer.group_discard(group, self.channel_name)
+        except Exception as exc:
+            if not is_storage_error(exc):
+                raise
+            note_failure(exc, doing="leaving live groups")  # the membership expires by itself
 
     async def _rejoin(self) -> None:
         while True:
