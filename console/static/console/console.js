@@ -6,11 +6,21 @@
 // connection, a server error or restart). After any other code (a clean close, a proxy
 // or server timeout) we ask it to reconnect, with the same backoff, unless the server
 // closed with a 4xxx code: access ended (role removed, logged out), so the page says so.
+//
+// The extension's own backoff doubles up to 64 s: after a long outage (Redis or the
+// server away for a minute) a page would go on saying "reconnecting" for up to a minute
+// after everything is back. Both retry paths use the same full jitter, capped at 10 s.
 (function () {
   var RETRIED_BY_EXTENSION = [1006, 1011, 1012, 1013];
   var RECONNECTING = "live: disconnected, reconnecting…";
+  var MAX_DELAY = 10000; // ms
   var down = false;
   var retries = 0;
+
+  function reconnectDelay(attempt) {
+    return Math.min(MAX_DELAY, 1000 * Math.pow(2, Math.min(attempt, 10))) * Math.random();
+  }
+  if (window.htmx) htmx.config.wsReconnectDelay = reconnectDelay;
 
   function set(state, text) {
     var el = document.getElementById("live-status");
@@ -40,7 +50,7 @@
     set("closed", RECONNECTING);
     if (RETRIED_BY_EXTENSION.indexOf(code) >= 0 || !detail.socketWrapper) return;
     if (!document.body.contains(evt.target)) return; // the live region was removed: stay closed
-    var delay = 1000 * Math.pow(2, Math.min(retries, 6)) * Math.random();
+    var delay = reconnectDelay(retries);
     retries += 1;
     setTimeout(function () {
       if (document.body.contains(evt.target)) detail.socketWrapper.reconnect();
