@@ -82,6 +82,17 @@ PROVIDER_TIMEOUT = 2.0  # the workers' DEMO_PROVIDER_TIMEOUT
 TIMEOUT_FAULT = "timeout_after_work:5"  # longer than PROVIDER_TIMEOUT: the caller gives up, the work stands
 TIMEOUT_TARGETS = (("payments", "capture"), ("inventory", "reserve"), ("shipping", "create"))
 
+# Our runs that can still move without a person: not finished, and not parked in NEEDS_ATTENTION
+# with a reason and no UNKNOWN effect that the reconciler will look up again.
+UNSETTLED_SQL = """
+SELECT count(*) FROM sagas_workflowrun r
+ WHERE r.workflow_name = %s
+   AND NOT (r.status = ANY(%s)
+            OR (r.status = 'NEEDS_ATTENTION' AND r.status_reason <> ''
+                AND NOT EXISTS (SELECT 1 FROM ledger_effectrecord e
+                                 WHERE e.run_id = r.id AND e.status = 'UNKNOWN' AND e.next_check_at IS NOT NULL)))
+"""
+
 KILL = "worker SIGKILL (process group)"
 PG_FAST = "PostgreSQL restart (-m fast)"
 PG_IMMEDIATE = "PostgreSQL restart (-m immediate)"
@@ -213,9 +224,10 @@ class Sampler(threading.Thread):
     finished run, by their database timestamps. A fault is recovered from when every worker
     has appended an entry since it ended. Reconnects by itself; a failed sample is counted."""
 
-    def __init__(self, dsn: str, names: list[str]) -> None:
+    def __init__(self, dsn: str, names: list[str], all_started: Any) -> None:
         super().__init__(name="sampler", daemon=True)
-        self.dsn, self.names = dsn, names
+        self.dsn, self.names, self.all_started = dsn, names, all_started
+        self.settled_since: float | None = None  # since when no run of ours could move without a person
         self.lock = threading.Lock()
         self.last_entry = dict.fromkeys(names, 0.0)
         self.last_finished = 0.0
@@ -263,8 +275,14 @@ class Sampler(threading.Thread):
                  FROM sagas_workflowrun WHERE workflow_name = %s""",
             [list(TERMINAL), WORKFLOW],
         ).fetchone()
+        started = self.all_started()
+        left = conn.execute(UNSETTLED_SQL, [WORKFLOW, list(TERMINAL)]).fetchone()[0] if started else -1
         now = time.time()
         with self.lock:
+            if left != 0:
+                self.settled_since = None
+            elif self.settled_since is None:
+                self.settled_since = now
             for worker, newest, max_id in rows:
                 self.last_entry[worker] = max(self.last_entry[worker], newest)
                 self._watermark = max(self._watermark, max_id)
@@ -477,47 +495,22 @@ def run_faults(size: Size, injector: Injector, sampler: Sampler, rng: random.Ran
 # --- the end: settled, and what every run became ---------------------------------------
 
 
-def unsettled() -> int:
-    """Our runs that can still move without a person: not finished, and not parked in
-    NEEDS_ATTENTION with a reason and no UNKNOWN effect the reconciler will look up again."""
-    from django.db import connection
-
-    with connection.cursor() as cur:
-        cur.execute(
-            """SELECT count(*) FROM sagas_workflowrun r
-                WHERE r.workflow_name = %s
-                  AND NOT (r.status = ANY(%s)
-                           OR (r.status = 'NEEDS_ATTENTION' AND r.status_reason <> ''
-                               AND NOT EXISTS (SELECT 1 FROM ledger_effectrecord e
-                                                WHERE e.run_id = r.id AND e.status = 'UNKNOWN'
-                                                  AND e.next_check_at IS NOT NULL)))""",
-            [WORKFLOW, list(TERMINAL)],
-        )
-        return cur.fetchone()[0]
-
-
-def wait_settled(starter: Starter, runs: int, since: float, timeout: float) -> float | None:
-    """Seconds from ``since`` until every run was started and none could move any more; None
-    if that did not happen within ``timeout`` of ``since``."""
-    _drop_connection()  # this thread's session did not live through the PostgreSQL restarts
-    errors: Counter[str] = Counter()
-    left, reported = -1, time.monotonic()
-    while time.time() - since < timeout:
-        try:
-            left = unsettled() if len(starter.ids) == runs else -1
-            if left == 0:
-                return max(0.0, time.time() - since)
-        except Exception as exc:  # noqa: BLE001  (the engine's server is still coming back)
-            if not errors[type(exc).__name__]:
-                print(f"  settle check failed: {type(exc).__name__}: {exc}", file=sys.stderr)
-            errors[type(exc).__name__] += 1
-            _drop_connection()
-        if time.monotonic() - reported > 10:
-            reported = time.monotonic()
-            print(f"  {time.strftime('%H:%M:%S')} waiting to settle: {left} run(s) can still move "
-                  f"({len(starter.ids)} of {runs} started)", file=sys.stderr, flush=True)
-        time.sleep(0.25)
-    return None
+def wait_settled(sampler: Sampler, since: float, timeout: float) -> float | None:
+    """Seconds from ``since`` until every run was started and none could move any more (0 if
+    that was already so at ``since`` and stayed so); None if not within ``timeout`` of ``since``."""
+    said = time.monotonic()
+    while True:
+        with sampler.lock:
+            settled, finished = sampler.settled_since, sampler.finished
+        if settled is not None:
+            return max(0.0, settled - since)
+        if time.time() - since > timeout:
+            return None
+        if time.monotonic() - said > 10:
+            said = time.monotonic()
+            print(f"  {time.strftime('%H:%M:%S')} waiting to settle: {finished} run(s) finished", file=sys.stderr,
+                  flush=True)
+        time.sleep(SAMPLE_INTERVAL)
 
 
 @dataclass
@@ -542,6 +535,7 @@ def measure(starter: Starter, runs: int, providers: psycopg.Connection) -> Outco
     from ledger.models import EffectRecord
     from sagas.models import WorkflowRun
 
+    _drop_connection()  # this thread's session did not live through the PostgreSQL restarts
     out = Outcome(runs)
     rows = {r.business_key: r for r in WorkflowRun.objects.filter(workflow_name=WORKFLOW)}
     executed: Counter[str] = Counter()
@@ -734,8 +728,8 @@ def main() -> int:
         workers = Workers(
             names, lambda name: common.bench_env(DATABASE_URL=engine_url, **env), log_dir
         )
-        sampler = Sampler(engine_url, names)
         starter = Starter(size.runs, backlog=3 * size.workers + 4, starter=starter_user, think=size.think)
+        sampler = Sampler(engine_url, names, all_started=lambda: len(starter.ids) == size.runs)
         approver = Approver(approver_user)
         print(f"{time.strftime('%H:%M:%S')} fault soak: {size.runs} runs, {size.workers} workers; engine PostgreSQL :{pg.port}, Redis "
               f":{redis.port}; providers on {PROVIDERS_DB.rsplit('/', 1)[1]} (shared server); logs {log_dir}",
@@ -747,7 +741,7 @@ def main() -> int:
         injector = Injector(pg, redis, workers, providers, rng)
         faults, not_injected = run_faults(size, injector, sampler, rng)
         last_end = max((f.ended for f in faults if f.ended is not None), default=time.time())
-        settle = wait_settled(starter, size.runs, last_end, size.settle_timeout)
+        settle = wait_settled(sampler, last_end, size.settle_timeout)
         time.sleep(2 * SAMPLE_INTERVAL)  # a last sample for the last fault's recovery
         sampler.stop()
         starter.stop_event.set()
