@@ -24,16 +24,15 @@ fault while ``UNKNOWN_EMAIL_CAP`` emails are UNKNOWN, no approval left for a per
 while ``HUMAN_APPROVAL_CAP`` are open, no new order while ``BACKLOG_CAP`` wait for a
 worker. Nothing here is needed for correctness: it only feeds the demo.
 
-PostgreSQL or Redis going away does not stop it (``Outage``): ``tick()`` closes the
+PostgreSQL or Redis going away does not stop it (``Outage``): ``tick()`` drops the
 dead database connection, logs one line when the outage starts and one when it ends
-(with its length), tries again after a backoff with jitter (up to 4 s), and carries on
-where it was: an order whose start failed is started again with the same input and
-business key, so it is started once however the failure fell.
+(with its length; ``config.storage.OUTAGES``), tries again after a backoff with jitter
+(up to 4 s), and carries on where it was: an order whose start failed is started again
+with the same input and business key, so it is started once however the failure fell.
 """
 
 from __future__ import annotations
 
-import contextlib
 import random
 import time
 from collections import Counter
@@ -43,11 +42,11 @@ from datetime import timedelta
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser, Group
-from django.db import DatabaseError, connection
+from django.db import connection
 from django.db.models import Count
 from django.utils import timezone
-from redis import RedisError
 
+from config.storage import OUTAGES, POSTGRES, REDIS, Backoff, is_storage_error, note_failure, note_success
 from console import roles
 from demo.models import ProviderFault
 from demo.providers.faults import FINAL, TIMEOUT_AFTER_WORK, inject
@@ -64,7 +63,7 @@ UNKNOWN_EMAIL_CAP = 6
 HUMAN_APPROVAL_CAP = 8
 BACKLOG_CAP = 25
 BACKOFF_FIRST = 0.25  # seconds before the first retry in an outage; doubled on each failure...
-BACKOFF_MAX = 4.0  # ...up to this; each wait is 50-100% of it (jitter)
+BACKOFF_MAX = 4.0  # ...up to this; each wait is 50-100% of it (jitter, config.storage.Backoff)
 
 # (order number modulo 10) -> (provider, operation, fault, what the console will show)
 FAULTS: dict[int, tuple[str, str, str, str]] = {
@@ -137,22 +136,19 @@ def status() -> Status:
 
 
 class Outage:
-    """PostgreSQL or Redis unreachable, as seen by whoever reports failures and successes here.
+    """When the load may be tried again after PostgreSQL or Redis failed it (``retry_at``, monotonic).
 
-    ``failed()`` closes the database connection (Django would keep failing on a dead
-    one), logs one line if this starts an outage, and sets ``retry_at``, the
-    monotonic time before which nothing should be tried again. ``succeeded()`` logs one
-    line if this ends an outage, with its length. Neither raises.
+    Reporting is the process's own (``config.storage.OUTAGES``): one line when an outage
+    starts and one when it ends, with its length, whoever in this process saw it first
+    (the load generator, or the engine's enqueue inside ``start()``). ``failed()`` also
+    drops the dead database connection, so the next query opens a new one.
     """
 
-    def __init__(self, log: Callable[[str], None], rng: random.Random | None = None) -> None:
-        self.log = log
-        self.rng = rng or random.Random()
-        self.since: float | None = None  # when the current outage began (monotonic)
-        self.failures = 0
+    def __init__(self) -> None:
+        self.since: float | None = None  # when the load generator's current outage began
+        self.ended_at: float | None = None  # when its last one ended
         self.retry_at = 0.0
-        self.ended_at: float | None = None  # when the last one ended (monotonic)
-        self._what: set[str] = set()
+        self._backoff = Backoff(base=BACKOFF_FIRST, cap=BACKOFF_MAX)
 
     @property
     def active(self) -> bool:
@@ -166,26 +162,24 @@ class Outage:
         return self.since is not None or (self.ended_at is not None and now - self.ended_at < within)
 
     def failed(self, exc: BaseException, now: float) -> None:
-        with contextlib.suppress(DatabaseError):
-            connection.close()  # the next query opens a new connection
-        what = "Redis" if isinstance(exc, RedisError) else "PostgreSQL"
+        note_failure(exc, doing="starting the demo's orders (the load pauses)")
         if self.since is None:
-            self.since, self.failures = now, 0
-            first = (str(exc).strip().splitlines() or [""])[0]
-            self.log(f"{what} unreachable ({type(exc).__name__}: {first}): the load pauses, retrying with backoff")
-        self._what.add(what)
-        self.failures += 1
-        delay = min(BACKOFF_MAX, BACKOFF_FIRST * 2 ** (self.failures - 1))
-        self.retry_at = now + delay * self.rng.uniform(0.5, 1.0)
+            self.since, self._backoff = now, Backoff(base=BACKOFF_FIRST, cap=BACKOFF_MAX)
+        self.retry_at = now + self._backoff.next_delay()
 
     def succeeded(self, now: float) -> None:
-        if self.since is None:
-            return
-        what = " and ".join(sorted(self._what))
-        self.log(f"{what} answers again after {now - self.since:.1f}s ({self.failures} failed attempt(s)): "
-                 f"the load resumes")
-        self.since, self.failures, self.retry_at, self.ended_at = None, 0, 0.0, now
-        self._what.clear()
+        """Call after both servers answered (``probe()``)."""
+        if self.since is not None:
+            self.since, self.ended_at, self.retry_at = None, now, 0.0
+
+
+def probe() -> None:
+    """Ask Redis and PostgreSQL whether they answer; say so if one was noted unreachable. Raises if not."""
+    redis_connection().ping()
+    note_success(REDIS)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1")
+    note_success(POSTGRES)
 
 
 @dataclass
@@ -203,7 +197,7 @@ class LoadGenerator:
 
     def __post_init__(self) -> None:
         self._rng = random.Random(self.seed)
-        self.outage = Outage(self.log, random.Random(self.seed))
+        self.outage = Outage()
         self._bot = bot_user()
         self._for_bot: set[str] = set()
         self._next_start = 0.0
@@ -215,11 +209,14 @@ class LoadGenerator:
         """Start an order if one is due, and approve the bot's orders that have waited long enough.
 
         Returns whether PostgreSQL and Redis answered. While they do not, it does
-        nothing until ``outage.retry_at``; it never raises ``DatabaseError`` or ``RedisError``.
+        nothing until ``outage.retry_at``; it never raises for a server that is
+        unreachable or a connection that was dropped (``config.storage.is_storage_error``).
         """
         if not self.outage.due(now):
             return False
         try:
+            if self.outage.active or OUTAGES.is_down(POSTGRES) or OUTAGES.is_down(REDIS):
+                probe()  # an outage ends when both answer, not when a tick happens to need neither
             if now >= self._next_start:
                 self._start_order()
                 self._next_start = now + self.interval
@@ -228,7 +225,9 @@ class LoadGenerator:
                 finished = WorkflowRun.objects.filter(id__in=self._for_bot, status__in=TERMINAL_STATUSES)
                 self._for_bot -= {str(i) for i in finished.values_list("id", flat=True)}
                 self._next_purge = now + 30
-        except (DatabaseError, RedisError) as exc:
+        except Exception as exc:
+            if not is_storage_error(exc):
+                raise
             self.outage.failed(exc, now)
             return False
         self.outage.succeeded(now)

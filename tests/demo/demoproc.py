@@ -23,11 +23,12 @@ class Demo:
         self.run_dir = run_dir or tmp_path / "run"
         self.popen: subprocess.Popen | None = None
 
-    def start(self, *args: str) -> subprocess.Popen:
+    def start(self, *args: str, **env: str) -> subprocess.Popen:
+        """Start it with ``args``; ``env`` overrides the tests' servers (``DATABASE_URL=...``)."""
         with open(self.out_path, "wb") as out:
             self.popen = subprocess.Popen(
                 [sys.executable, "manage.py", "demo", "--run-dir", str(self.run_dir), *args],
-                cwd=ROOT, env=worker_env(""), stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                cwd=ROOT, env=worker_env("", **env), stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
             )
         return self.popen
 

@@ -1,17 +1,20 @@
 """The demo's processes: one demo per run directory, the providers' one address, and a load
-generator that outlives its database connection. Real ``manage.py demo`` processes, real
-SIGKILLs, a real ``pg_terminate_backend``."""
+generator that outlives its database connection and PostgreSQL and Redis outages. Real
+``manage.py demo`` processes, real SIGKILLs, a real ``pg_terminate_backend``, and private
+PostgreSQL and Redis servers stopped and started again (never the shared ones)."""
 
 from __future__ import annotations
 
 import os
 import re
 import signal
+import time
 
 import pytest
 from django.db import connection
 from django.utils import timezone
 
+from bench.servers import PostgresServer, RedisServer
 from sagas.models import RunStatus, WorkflowRun
 from tests.demo.demoproc import http_status, pg_client_ports, running
 from tests.procs import wait_until
@@ -144,10 +147,49 @@ def test_it_keeps_starting_orders_after_its_database_connection_is_terminated(de
         terminated_at = timezone.now()
         wait_until(lambda: agents.filter(created_at__gt=terminated_at).count() >= 3, 90, interval=0.5,
                    what=f"three orders started after the demo's connection was terminated ({outage})")
-        out = demo.output()
-        assert out.count("PostgreSQL unreachable") == outage, out
-        assert len(re.findall(r"PostgreSQL answers again after [\d.]+s", out)) == outage, out
+        out = demo.output()  # one line when the outage starts and one when it ends, each time
+        assert out.count("storage outage: PostgreSQL unreachable while starting the demo's orders") == outage, out
+        assert len(re.findall(r"storage outage over: PostgreSQL answers again after [\d.]+ s", out)) == outage, out
         assert demo.popen.poll() is None, out
 
     os.kill(demo.popen.pid, signal.SIGINT)
     assert demo.popen.wait(timeout=60) == 0, demo.output()
+
+
+def test_it_pauses_the_load_while_postgresql_or_redis_is_stopped_and_resumes_when_it_is_back(demo):
+    pg, redis_server = PostgresServer(), RedisServer()
+    try:
+        pg.start()
+        redis_server.start()
+        demo.start(*KEEP_RUNNING, DATABASE_URL=pg.url("saga_demo"), REDIS_URL=redis_server.url(0))
+        started_and_serving(demo)
+
+        def orders() -> int:
+            with pg.connect("saga_demo") as conn:
+                return conn.execute("SELECT count(*) FROM sagas_workflowrun WHERE workflow_name = 'order_agent'"
+                                    ).fetchone()[0]
+
+        for outage, (what, server) in enumerate((("PostgreSQL", pg), ("Redis", redis_server)), start=1):
+            wait_until(lambda: orders() >= 3 * outage, 60, interval=0.5, what="orders before the outage")
+            server.stop()
+            wait_until(lambda: f"storage outage: {what} unreachable" in demo.output(), 30, interval=0.2,
+                       what=f"the demo to notice {what} is gone")
+            time.sleep(5)  # a few backoffs
+            server.start()
+            after = orders()
+            back = rf"storage outage over: {what} answers again after ([\d.]+) s"
+            found = wait_until(lambda: re.search(back, demo.output()), 30, interval=0.2,
+                               what=f"the demo to notice {what} is back")
+            assert float(found.group(1)) >= 5
+            wait_until(lambda: orders() >= after + 3, 60, interval=0.5, what=f"orders after the {what} outage")
+            out = demo.output()  # the demo's terminal: one line when it starts, one when it ends
+            assert out.count(f"storage outage: {what} unreachable") == 1, out
+            assert out.count(f"storage outage over: {what} answers again") == 1, out
+            assert demo.popen.poll() is None, out
+
+        os.kill(demo.popen.pid, signal.SIGINT)
+        assert demo.popen.wait(timeout=60) == 0, demo.output()
+    finally:
+        demo.kill_everything()
+        pg.cleanup()
+        redis_server.cleanup()

@@ -48,8 +48,8 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 from django.db import DatabaseError
-from redis import RedisError
 
+from config.storage import is_storage_error
 from demo import embedded
 from demo.supervisor import ROOT, DemoRunning, RunDirLock, Supervisor, forget_rq_worker, shown
 
@@ -218,11 +218,9 @@ class Command(BaseCommand):
             self.sup.spawn(name, "manage.py", "sagas_worker", "--name", name, "--no-sweep")
         self.sup.spawn("sweeper", "manage.py", "sagas_sweep", "--loop")
         self.sup.spawn("reconciler", "manage.py", "ledger_reconcile", "--loop")
-        t0 = time.monotonic()
-        load = LoadGenerator(interval=o["interval"],
-                             log=lambda line: self.say(f"{time.monotonic() - t0:6.0f}s  {line}"))
+        load = LoadGenerator(interval=o["interval"], log=self.say)
         self._banner(url, users, o)
-        self._loop(load, o, t0)
+        self._loop(load, o)
 
     def _users(self) -> list[tuple[str, str, str]]:
         """The three demo logins; passwords kept in demo-users.txt so a restarted demo prints the same."""
@@ -300,9 +298,10 @@ class Command(BaseCommand):
             + "\n"
         )
 
-    def _loop(self, load: LoadGenerator, o: dict, t0: float) -> None:
+    def _loop(self, load: LoadGenerator, o: dict) -> None:
         from demo.loadgen import status
 
+        t0 = time.monotonic()
         next_status, kills = t0 + STATUS_EVERY, 0
         next_kill = t0 + o["kill_every"] if o["kill_every"] else float("inf")
         rng = random.Random()
@@ -311,7 +310,8 @@ class Command(BaseCommand):
             if o["duration"] and now - t0 >= o["duration"]:
                 self.say(f"{now - t0:6.0f}s  --duration {o['duration']:g}s reached")
                 break
-            # While PostgreSQL or Redis is away, tick() backs off and logs the outage's start and end.
+            # While PostgreSQL or Redis is away, tick() backs off; the outage's start and end are
+            # logged once each (config.storage.OUTAGES).
             if load.tick(now):
                 try:
                     if now >= next_kill:
@@ -322,7 +322,9 @@ class Command(BaseCommand):
                         self.say(f"{now - t0:6.0f}s  {status().line()} | orders started: {load.started}, "
                                  f"worker kills: {kills}")
                         next_status = now + STATUS_EVERY
-                except (DatabaseError, RedisError) as exc:
+                except Exception as exc:
+                    if not is_storage_error(exc):
+                        raise
                     load.outage.failed(exc, now)
             self._restart_exited(now - t0, outage=load.outage.recent(now, within=60.0))
             self.stop.wait(0.25)
