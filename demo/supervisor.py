@@ -119,20 +119,20 @@ def _read_state(run_dir: Path) -> dict | None:
 
 def _running_message(run_dir: Path) -> str:
     state = _read_state(run_dir) or {}
-    pid = state.get("pid")
-    if not isinstance(pid, int) or not _alive(pid):
-        who = "(it is just starting)"
-        stop = "stop it first"
-    else:
-        if state.get("url"):
-            who = f"console {state['url']}, pid {pid}"
-        elif state.get("mode") == "quick":
-            who = f"manage.py demo --quick, pid {pid}"
-        else:
-            who = f"pid {pid}, still starting"
-        if state.get("started"):
-            who += f", started {state['started']}"
-        stop = f"stop it first (Ctrl-C in its terminal, or kill {pid})"
+    pid = state.get("pid") if isinstance(state.get("pid"), int) and _alive(state["pid"]) else None
+    parts = []
+    if state.get("url"):
+        parts.append(f"console {state['url']}")
+    elif state.get("mode") == "quick":
+        parts.append("manage.py demo --quick")
+    elif pid:
+        parts.append("still starting")
+    if pid:
+        parts.append(f"pid {pid}")
+    if parts and state.get("started"):
+        parts.append(f"started {state['started']}")
+    who = ", ".join(parts) or "it is just starting"
+    stop = f"stop it first (Ctrl-C in its terminal, or kill {pid})" if pid else "stop it first"
     return (f"a demo is already running in {shown(run_dir)}: {who}. It keeps running untouched; "
             f"{stop}, or start this one with another --run-dir.")
 
