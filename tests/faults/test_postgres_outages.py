@@ -176,3 +176,26 @@ def test_it_logs_one_line_when_a_postgres_outage_starts_and_one_when_it_ends(fau
         during = w.log()[marks[w.name]:]
         assert_one_outage_logged(w.name, during)
     assert faults.repeated_steps() == {}
+
+
+def test_it_starts_a_worker_while_postgres_is_down_and_it_waits_instead_of_exiting(faults):
+    """A supervisor restarting workers during an outage: the worker waits for the database
+    (one outage line), then takes work; it does not exit and get restarted in a loop."""
+    driver = faults.driver()
+    queued = [driver.start_ok("ticks", {"steps": 2}) for _ in range(3)]  # PENDING, nobody to run them
+    faults.pg.stop("fast")
+    worker = faults.worker("w1")
+    wait_until(lambda: "storage outage: PostgreSQL unreachable" in worker.log() or not worker.alive(), 60,
+               what="the worker to notice the outage")
+    time.sleep(2.0)
+    assert worker.alive(), worker.log()
+    faults.pg.start()
+    back = time.time()
+    after = faults.wait_completed(queued, 60, since=back)
+    print(f"\nworker started during the outage: the 3 queued runs completed {after:.2f}s after the server was back")
+
+    log = worker.log()
+    assert "storage outage over: PostgreSQL answers again" in log, log
+    assert log.count("storage outage: PostgreSQL unreachable") == 1, log
+    assert "Traceback" not in log, log
+    assert worker.alive()

@@ -7,6 +7,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import connection, connections
 from django.utils import timezone
 
+from config.storage import retry_storage
 from sagas import queue, recovery, registry, services
 from sagas.engine import set_worker_id, worker_id
 from sagas.worker import MAX_CONCURRENCY, BackgroundThread, SagaWorker, WorkerPool
@@ -42,10 +43,16 @@ class Command(BaseCommand):
         connections.settings["default"].setdefault("OPTIONS", {})["application_name"] = f"sagas_worker {name}"[:63]
         connection.close()
         definitions = registry.all_definitions()
-        services.versions_sync_all()
         background = BackgroundThread(name=name, started_at=timezone.now(), sweep=not options["no_sweep"])
-        background.beat()
-        resumed = services.runs_resume_stranded(hashes={d.definition_hash for d in definitions})
+
+        def register() -> list[str]:
+            services.versions_sync_all()
+            background.beat()
+            return services.runs_resume_stranded(hashes={d.definition_hash for d in definitions})
+
+        # A worker started (or restarted by its supervisor) while PostgreSQL is away waits for
+        # it, one log line per outage, instead of exiting and being restarted in a loop.
+        resumed = retry_storage(register, doing="starting the worker")
         # Compensations first: undoing effects is rarer and more urgent than new work.
         queue_names = [queue.compensation_queue_name()] + sorted(
             {queue.queue_name_for(d.definition_hash) for d in definitions}
