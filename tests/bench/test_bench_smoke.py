@@ -54,7 +54,7 @@ def test_the_chaos_benchmark_kills_workers_and_the_product_loses_nothing_and_rep
     assert chart.stat().st_size > 10_000 and chart.read_bytes()[:4] == b"\x89PNG"
 
 
-def test_the_fault_soak_survives_restarts_kills_and_timeouts_without_a_duplicate_or_a_lost_run():
+def test_it_soaks_the_engine_in_faults_without_a_duplicate_a_lost_run_or_a_wrong_failure():
     """bench/faults.py --smoke: 40 order runs on private PostgreSQL and Redis servers through a
     worker SIGKILL, a PostgreSQL restart, a pg_terminate_backend round, a Redis restart and a
     provider timeout; it exits 1 when a target is missed."""
