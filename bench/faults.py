@@ -756,18 +756,17 @@ def main() -> int:
         traceback.print_exc()
         missed = ["the bench itself failed"]
     finally:
+        # Each step on its own: a failing one must not leave workers or servers behind.
         for thread in (starter, approver):
             if thread is not None:
                 thread.stop_event.set()
-        if sampler is not None and sampler.is_alive():
-            sampler.stop()
-        if workers is not None:
-            workers.stop()
-        if providers_proc is not None:
-            providers_proc.terminate()
-            providers_proc.wait(timeout=10)
-        pg.cleanup()
-        redis.cleanup()
+        steps = [sampler.stop if sampler is not None else None, workers.stop if workers is not None else None,
+                 providers_proc.kill if providers_proc is not None else None, pg.cleanup, redis.cleanup]
+        for step in filter(None, steps):
+            try:
+                step()
+            except Exception:  # noqa: BLE001
+                traceback.print_exc()
     if not missed:
         shutil.rmtree(log_dir, ignore_errors=True)
     return 1 if missed else 0
