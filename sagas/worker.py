@@ -37,6 +37,7 @@ from redis.client import Pipeline
 from rq import Queue, SimpleWorker
 from rq.exceptions import InvalidJobOperation, NoSuchJobError, StopRequested
 from rq.job import Job
+from rq.worker import WorkerStatus
 from rq.timeouts import TimerDeathPenalty
 
 from config.storage import (
@@ -126,7 +127,8 @@ class RideOutRedisOutages:
 
     def heartbeat(self, timeout=None, pipeline=None):  # type: ignore[no-untyped-def]
         # RQ beats before every (re)try of its blocking dequeue, so this is where a worker
-        # idling in that loop first hears that Redis is back.
+        # idling in that loop first hears that Redis is back, or that it was asked to stop.
+        self._raise_if_stopping(pipeline)
         result = self._noting_redis(super().heartbeat, timeout, pipeline)
         if pipeline is None:
             self._redis_answered()
@@ -166,18 +168,31 @@ class RideOutRedisOutages:
                 self._redis_failed = exc
                 worked = False
             failed = self._redis_failed
-            if failed is None or burst or self._stop_requested:
+            # RQ sets _stop_requested only when asked to stop mid-job (otherwise it raises
+            # StopRequested out of its loop), so a stop is also read from shutdown_requested:
+            # a teardown that failed on a dead Redis connection must not look like an outage
+            # to wait out, or the worker ignores its SIGTERM.
+            if failed is None or burst or self._stopping():
                 return worked
             OUTAGES.down(REDIS, failed, doing="waiting for jobs")
             try:
                 self.unsubscribe()
             except Exception:  # its thread dies with the connection anyway
                 pass
-            while not self._stop_requested:
+            while not self._stopping():
                 if wait_for_redis(self.connection, until=time.monotonic() + 1.0, doing="waiting for jobs"):
                     break
-            if self._stop_requested:
+            if self._stopping():
                 return worked
+
+    def _stopping(self) -> bool:
+        return bool(self._stop_requested) or shutdown_requested.is_set()
+
+    def _raise_if_stopping(self, pipeline: Pipeline | None = None) -> None:
+        """RQ's dequeue retries a dead Redis forever without looking at its stop flag; a
+        worker asked to stop while idle leaves that loop here instead of waiting for Redis."""
+        if pipeline is None and self._stopping() and self.get_state() != WorkerStatus.BUSY:
+            raise StopRequested()
 
 
 class TakeOverStaleName:
@@ -289,6 +304,7 @@ class ThreadWorker(RideOutRedisOutages, TakeOverStaleName, SimpleWorker):
     _last_beat = float("-inf")
 
     def heartbeat(self, timeout: int | None = None, pipeline: Pipeline | None = None) -> None:
+        self._raise_if_stopping(pipeline)
         if timeout is None and pipeline is None:
             now = time.monotonic()
             if now - self._last_beat < HEARTBEAT_MIN_INTERVAL:

@@ -52,3 +52,24 @@ def test_it_starts_and_completes_every_run_across_a_redis_outage(faults):
     for w in (w1, w2):
         log = w.log()[marks[w.name]:]
         assert_one_outage_logged(w.name, log)
+
+
+@pytest.mark.parametrize("concurrency", ["1", "2"])
+def test_it_stops_on_sigterm_while_redis_is_down(faults, concurrency):
+    """An operator stops workers during a Redis outage (or a deploy overlaps one). The
+    worker's goodbye to RQ fails on the dead connection; that must not be taken for one
+    more outage to wait out: SIGTERM stops the worker promptly, with its runs safe in
+    PostgreSQL."""
+    import signal
+
+    worker = faults.worker("w1", "--concurrency", concurrency)
+    faults.workers_ready(worker)
+    driver = faults.driver()
+    faults.wait_completed([driver.start_ok("ticks", {"steps": 2})], 60)
+    faults.redis.stop()
+    wait_until(lambda: "storage outage: Redis unreachable" in worker.log(), 30, what="the worker to notice")
+    worker.signal(signal.SIGTERM)
+    stopped = time.monotonic()
+    wait_until(lambda: not worker.alive(), 20, what="the worker to stop on SIGTERM while Redis is down")
+    print(f"\n--concurrency {concurrency}: stopped {time.monotonic() - stopped:.2f}s after SIGTERM, Redis down")
+    faults.redis.start()
