@@ -24,6 +24,13 @@ def start(name: str, input: Any = None, **options: Any) -> WorkflowRun:
     return run_start(name=name, input=input, **options)
 
 
+def workers(*, include_stopped: bool = False) -> list:
+    """The workers in the registry; see ``sagas.readiness.workers_status``."""
+    from sagas.readiness import workers_status
+
+    return workers_status(include_stopped=include_stopped)
+
+
 def __getattr__(attr: str) -> Any:
     if attr == "Context":
         from sagas.context import Context

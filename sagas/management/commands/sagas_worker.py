@@ -8,7 +8,7 @@ from django.db import connection, connections
 from django.utils import timezone
 
 from config.storage import retry_storage
-from sagas import queue, recovery, registry, services
+from sagas import queue, readiness, recovery, registry, services
 from sagas.engine import set_worker_id, worker_id
 from sagas.worker import MAX_CONCURRENCY, BackgroundThread, SagaWorker, WorkerPool
 
@@ -27,6 +27,11 @@ class Command(BaseCommand):
             type=int,
             default=None,
             help="runs this process advances at once, one thread each (default: SAGAS_WORKER_CONCURRENCY, 1)",
+        )
+        parser.add_argument(
+            "--ready-file",
+            default=None,
+            help="write this JSON file once registered and taking jobs; removed on a clean exit (sagas.readiness)",
         )
 
     def handle(self, *args, **options):  # type: ignore[no-untyped-def]
@@ -73,6 +78,9 @@ class Command(BaseCommand):
                 recovery.try_sweep_locked()
         else:
             background.start()
+        if options["ready_file"]:
+            readiness.ready_file_write(options["ready_file"], name=name, started_at=background.started_at,
+                                       definitions=definitions, concurrency=concurrency)
         if concurrency == 1:
             worker = SagaWorker(
                 [queue.get_queue(n) for n in queue_names], connection=queue.redis_connection(), name=name
@@ -80,6 +88,8 @@ class Command(BaseCommand):
             try:
                 worker.work(burst=options["burst"], with_scheduler=False, logging_level="WARNING")
             finally:
+                if options["ready_file"]:
+                    readiness.ready_file_remove(options["ready_file"])
                 background.stop_event.set()
                 services.worker_stopped(name=name)
             return
@@ -90,6 +100,8 @@ class Command(BaseCommand):
         try:
             clean = pool.run()
         finally:
+            if options["ready_file"]:
+                readiness.ready_file_remove(options["ready_file"])
             background.stop_event.set()
             services.worker_stopped(name=name)
         if not clean:
