@@ -27,6 +27,9 @@ from ledger.outcomes import Outcome
 
 
 class Connector:
+    """Base class of a connector: override ``execute``, and where the downstream allows,
+    ``lookup`` and ``compensate``; declare ``idempotent`` / ``irreversible`` truthfully."""
+
     name: ClassVar[str] = ""
     idempotent: ClassVar[bool] = False
     irreversible: ClassVar[bool] = False

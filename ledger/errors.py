@@ -15,6 +15,8 @@ from typing import Any
 
 
 class LedgerError(Exception):
+    """Base of every ledger error; ``code`` is stable, ``as_dict()`` is what APIs show."""
+
     code = "ledger_error"
 
     def as_dict(self) -> dict[str, Any]:
@@ -22,14 +24,20 @@ class LedgerError(Exception):
 
 
 class Retryable(LedgerError):
+    """Raised by a connector: known NOT executed downstream; retried with the same key within its policy."""
+
     code = "retryable"
 
 
 class Final(LedgerError):
+    """Raised by a connector: a permanent refusal (validation, authorization); never retried."""
+
     code = "final"
 
 
 class Timeout(LedgerError):
+    """Raised by a connector: no answer in time, the downstream may have acted; the outcome is UNKNOWN."""
+
     code = "timeout"
 
 
@@ -61,4 +69,6 @@ class AlreadyResolved(LedgerError):
 
 
 class InvalidResolution(LedgerError):
+    """A resolution was refused before anything changed (no evidence, a bad outcome, a worker holds the run)."""
+
     code = "invalid_resolution"

@@ -15,6 +15,8 @@ from typing import Any
 
 
 class SagaError(Exception):
+    """Base of the errors callers handle; ``code`` is stable, ``as_dict()`` is what APIs show."""
+
     code = "saga_error"
 
     def as_dict(self) -> dict[str, Any]:
@@ -22,10 +24,14 @@ class SagaError(Exception):
 
 
 class WorkflowNotRegistered(SagaError):
+    """No workflow of that name (or version) is registered in this process."""
+
     code = "workflow_not_registered"
 
 
 class DuplicateWorkflow(SagaError):
+    """A different definition was registered under a ``(name, version)`` already taken: bump the version."""
+
     code = "duplicate_workflow"
 
 
@@ -75,6 +81,8 @@ class WaitTimedOut(SagaError):
 
 
 class AlreadyDecided(SagaError):
+    """The approval was already decided (or expired); the message says by whom and when."""
+
     code = "already_decided"
 
 
