@@ -65,6 +65,10 @@ shutdown_requested = threading.Event()
 
 
 class Context:
+    """What a workflow function receives: ``ctx.step``, ``ctx.effect``, ``ctx.approval``,
+    ``ctx.sleep``, ``ctx.wait_for``, ``ctx.now``/``random``/``uuid``, ``ctx.add_cost``; each is
+    journaled, and on replay returns what was recorded instead of acting again."""
+
     def __init__(
         self, *, run: ClaimedRun, journal: list[Entry], worker_id: str, approve_irreversible: bool = True
     ) -> None:

@@ -12,6 +12,8 @@ from sagas.errors import IllegalTransition
 
 
 class RunStatus(models.TextChoices):
+    """A run's status; the allowed moves between them are ``RUN_TRANSITIONS`` below."""
+
     PENDING = "PENDING"
     RUNNING = "RUNNING"
     WAITING = "WAITING"
