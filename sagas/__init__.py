@@ -1,39 +1,303 @@
-"""Saga Console's durable execution engine. Public API:
+"""Saga Console's durable execution engine: the one public API.
 
-    from sagas import workflow, start, Context
+Everything a workflow author or an integrator calls is importable from here (the
+connector API and ``resolve`` from ``ledger``); the submodules are internal and may
+move. Importing ``sagas`` is cheap and touches no Django model: functions import
+what they need when called, so they need Django set up (``django.setup()``, or
+any code running under ``manage.py``) by then.
+
+Authoring::
+
+    from sagas import workflow, Context
+
+Starting and steering runs (keyword arguments; each is one transaction, and locks
+the run first, so two people acting on one run queue instead of racing)::
+
+    run = start("order_fulfilment", {"id": "o-1"}, business_key="o-1", tenant="acme")
+    get_run(run.id); approvals(run.id); effects(run.id); compensation_preview(run_id=run.id)
+    approve(run_id=run.id, name="ship", user=alice)      # or reject(...), by approval_id too
+    signal(run_id=run.id, name="payment_settled", payload={...})
+    cancel(run_id=run.id, reason="...", compensate=False)
+    compensate(run_id=run.id, reason="...")
+    retry(run_id=run.id, reason="...")
+    workers()
+
+Look-ups return the engine's own model instances (``WorkflowRun``, ``ApprovalRequest``,
+``ledger``'s ``EffectRecord``) as they are at the time of the call: read their fields,
+never ``save()`` them; change state only through these functions. An unknown id
+raises the model's ``DoesNotExist`` (a ``django.core.exceptions.ObjectDoesNotExist``),
+except in ``get_run``, which returns None.
+
+Errors: every error a caller handles is a ``SagaError`` with a stable ``code``
+(``StartConflict``, ``AlreadyDecided``, ``FourEyesViolation`` ...). ``StorageUnavailable``
+and ``NonDeterminismError`` are ``BaseException``s: the engine's, never the workflow's
+to swallow.
 """
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from sagas.errors import NonDeterminismError, StepFailed
+from sagas.errors import (
+    ActionNotAllowed,
+    AlreadyDecided,
+    ApprovalRejected,
+    DuplicateWorkflow,
+    FourEyesViolation,
+    NonDeterminismError,
+    NotSerializable,
+    RunFinished,
+    SagaError,
+    StartConflict,
+    StepFailed,
+    StorageUnavailable,
+    WaitTimedOut,
+    WorkflowNotRegistered,
+)
 from sagas.registry import workflow
 
 if TYPE_CHECKING:
+    from django.contrib.auth.models import AbstractBaseUser
+
+    from ledger.models import EffectRecord
+    from sagas.compensation import PlannedItem
     from sagas.context import Context
-    from sagas.models import WorkflowRun
+    from sagas.models import ApprovalRequest, RunStatus, WorkflowRun
+    from sagas.readiness import WorkerStatus
 
-__all__ = ["workflow", "start", "Context", "NonDeterminismError", "StepFailed"]
+__all__ = [
+    "ActionNotAllowed",
+    "AlreadyDecided",
+    "ApprovalRejected",
+    "Context",
+    "DuplicateWorkflow",
+    "FourEyesViolation",
+    "NonDeterminismError",
+    "NotSerializable",
+    "RunFinished",
+    "RunStatus",
+    "SagaError",
+    "StartConflict",
+    "StepFailed",
+    "StorageUnavailable",
+    "WaitTimedOut",
+    "WorkflowNotRegistered",
+    "approvals",
+    "approve",
+    "cancel",
+    "compensate",
+    "compensation_preview",
+    "effects",
+    "get_run",
+    "reject",
+    "retry",
+    "signal",
+    "start",
+    "workers",
+    "workflow",
+]
 
 
-def start(name: str, input: Any = None, **options: Any) -> WorkflowRun:
-    """Start a run of workflow ``name``; see ``sagas.services.run_start`` for options."""
+# --- runs ---------------------------------------------------------------------------
+
+
+def start(
+    name: str,
+    input: Any = None,
+    *,
+    business_key: str = "",
+    tenant: str = "default",
+    version: int | None = None,
+    started_by: AbstractBaseUser | None = None,
+    started_via: str = "api",
+    max_steps: int | None = None,
+    max_cost: float | None = None,
+    max_duration: timedelta | None = None,
+) -> WorkflowRun:
+    """Start a run of workflow ``name`` (the newest registered version unless ``version``)
+    and return it, PENDING; a worker with that exact code picks it up after the commit.
+
+    Idempotent per ``(tenant, name, business_key)``: the same input returns the existing
+    run; a different input raises ``StartConflict`` and starts nothing. ``input`` must be
+    JSON (``NotSerializable`` otherwise). Budgets default to the workflow's. The person in
+    ``started_by`` cannot approve the run's approvals (four-eyes).
+    ``WorkflowNotRegistered`` if this process does not have the workflow.
+    """
     from sagas.services import run_start
 
-    return run_start(name=name, input=input, **options)
+    return run_start(
+        name=name, input=input, business_key=business_key, tenant=tenant, version=version,
+        started_by=started_by, started_via=started_via, max_steps=max_steps, max_cost=max_cost,
+        max_duration=max_duration,
+    )
 
 
-def workers(*, include_stopped: bool = False) -> list:
-    """The workers in the registry; see ``sagas.readiness.workers_status``."""
+def get_run(run_id: Any) -> WorkflowRun | None:
+    """The run as it is now (``status``, ``status_reason``, ``result``, ``error`` ...), or None
+    when there is no run with that id (or the id is not a UUID)."""
+    from django.core.exceptions import ValidationError
+
+    from sagas.models import WorkflowRun
+
+    try:
+        return WorkflowRun.objects.filter(id=run_id).first()
+    except (ValidationError, ValueError, TypeError):
+        return None
+
+
+def approvals(run_id: Any) -> list[ApprovalRequest]:
+    """The run's approvals, oldest request first: ``step`` (its name, ``#2`` for a repeat),
+    ``state`` (PENDING, APPROVED, REJECTED, EXPIRED, ESCALATED), ``reason``, ``deadline``,
+    ``decided_by_label``, ``decided_at``, ``comment``; ``id`` is what ``approve`` takes."""
+    from sagas.models import ApprovalRequest
+
+    return list(ApprovalRequest.objects.filter(run_id=run_id).order_by("requested_at", "id"))
+
+
+def effects(run_id: Any) -> list[EffectRecord]:
+    """The ledger records of the run, in the order their intents were recorded: ``step_name``,
+    ``connector``, ``kind`` ("effect", or "compensation" for an undo), ``status`` (PENDING,
+    IN_PROGRESS, SUCCEEDED, FAILED_FINAL, UNKNOWN), ``idempotency_key``, ``result``,
+    ``downstream_ref``, ``attempts``, and who resolved it if a person did; ``id`` is what
+    ``ledger.resolve`` takes."""
+    from ledger.models import EffectRecord
+
+    return list(EffectRecord.objects.filter(run_id=run_id).order_by("intent_at", "id"))
+
+
+def compensation_preview(*, run_id: Any) -> list[PlannedItem]:
+    """What ``compensate`` would do now, newest effect first: each item's ``step_name``,
+    ``connector``, ``compensation_key``, and ``reversible`` with ``why_not`` when it cannot
+    be undone (irreversible, no compensation, connector not registered here). Writes nothing."""
+    from sagas.compensation import compensation_preview as preview
+    from sagas.models import WorkflowRun
+
+    return preview(run=WorkflowRun.objects.get(id=run_id))
+
+
+# --- actions on a run ---------------------------------------------------------------
+
+
+def _approval_id(approval_id: int | None, run_id: Any, name: str | None) -> int:
+    if (approval_id is None) == (run_id is None or name is None):
+        raise TypeError("give either approval_id, or run_id and name")
+    if approval_id is not None:
+        return approval_id
+    from sagas.models import ApprovalRequest
+
+    return ApprovalRequest.objects.values_list("id", flat=True).get(run_id=run_id, step=name)
+
+
+def approve(
+    *,
+    user: AbstractBaseUser,
+    approval_id: int | None = None,
+    run_id: Any = None,
+    name: str | None = None,
+    comment: str = "",
+) -> ApprovalRequest:
+    """Approve one approval, named by ``approval_id`` or by ``run_id`` and its ``name`` (as
+    in ``ctx.approval(name, ...)``); the decision is journaled and wakes the run.
+
+    Four-eyes: the person who started the run cannot (``FourEyesViolation``). A second
+    decision raises ``AlreadyDecided`` naming who decided and when; a finished run,
+    ``RunFinished``. An escalated approval (past its deadline) can still be approved.
+    """
+    from sagas.waits import approval_decide
+
+    return approval_decide(approval_id=_approval_id(approval_id, run_id, name), user=user, approve=True,
+                           comment=comment)
+
+
+def reject(
+    *,
+    user: AbstractBaseUser,
+    approval_id: int | None = None,
+    run_id: Any = None,
+    name: str | None = None,
+    comment: str = "",
+) -> ApprovalRequest:
+    """Reject one approval (see ``approve`` for how it is named and what is refused). The
+    workflow's ``ctx.approval`` raises ``ApprovalRejected``; unhandled, the run fails and
+    compensates (``on_failure="compensate"``)."""
+    from sagas.waits import approval_decide
+
+    return approval_decide(approval_id=_approval_id(approval_id, run_id, name), user=user, approve=False,
+                           comment=comment)
+
+
+def signal(*, run_id: Any, name: str, payload: Any = None, actor: str = "api") -> None:
+    """Deliver signal ``name`` (with a JSON ``payload``) to a run. It is kept until a
+    ``ctx.wait_for(name)`` takes it: signals sent before the wait are not lost, and the
+    n-th wait for a name receives the n-th signal. ``RunFinished`` if the run is finished."""
+    from sagas.waits import signal_send
+
+    signal_send(run_id=str(run_id), name=name, payload=payload, actor=actor)
+
+
+def cancel(*, run_id: Any, reason: str, compensate: bool, user: AbstractBaseUser | None = None) -> WorkflowRun:
+    """Cancel a run and return it as it is now. A worker advancing it stops at its next step
+    boundary (its writes are refused); a waiting run stops at once; open approvals expire.
+
+    ``compensate`` is the caller's explicit choice: True undoes the run's succeeded effects
+    (the run goes COMPENSATING, then COMPENSATED) when there are any; False leaves them
+    (CANCELLED). A ``reason`` is required (``ActionNotAllowed``); a finished run raises
+    ``RunFinished``; a compensating one, ``ActionNotAllowed``.
+    """
+    from sagas.services import run_cancel
+
+    return run_cancel(run_id=str(run_id), user=user, reason=reason, compensate=compensate)
+
+
+def compensate(*, run_id: Any, reason: str, user: AbstractBaseUser | None = None) -> WorkflowRun:
+    """Undo a run's succeeded effects, newest first (``compensation_preview`` shows the plan),
+    and return the run, now COMPENSATING. Each undo goes through the ledger under key
+    ``"<effect key>:compensate"``; an effect that cannot be undone is listed as irreversible,
+    and a compensation that fails parks the run (NEEDS_ATTENTION), skipping nothing.
+
+    A ``reason`` is required (``ActionNotAllowed``); a completed, compensated or cancelled run
+    raises ``RunFinished``; one already compensating, ``ActionNotAllowed``.
+    """
+    from sagas.compensation import compensation_start
+    from sagas.models import WorkflowRun
+
+    compensation_start(run_id=str(run_id), user=user, reason=reason)
+    return WorkflowRun.objects.get(id=run_id)
+
+
+def retry(*, run_id: Any, reason: str, user: AbstractBaseUser | None = None) -> WorkflowRun:
+    """Let a run parked in NEEDS_ATTENTION go on, and return it, where retrying means
+    something: an exhausted budget (raised by its original size, recorded), a version
+    mismatch (only once a live worker has the run's code again), failed compensations
+    (retried under a new key). Any other reason raises ``ActionNotAllowed`` saying what to
+    do instead (resolve the effect, decide the approval, deploy a fix as a new version)."""
+    from sagas.services import run_retry
+
+    return run_retry(run_id=str(run_id), user=user, reason=reason)
+
+
+# --- workers ------------------------------------------------------------------------
+
+
+def workers(*, include_stopped: bool = False) -> list[WorkerStatus]:
+    """The workers in the registry, by name, each with the versions it runs and ``live``
+    (beating recently); stopped or silent ones only with ``include_stopped``. A worker
+    started with ``sagas_worker --ready-file`` also writes a file once it is ready
+    (``sagas.readiness``)."""
     from sagas.readiness import workers_status
 
     return workers_status(include_stopped=include_stopped)
 
 
 def __getattr__(attr: str) -> Any:
+    # Names whose modules import Django models: loaded on first use, after apps are ready.
     if attr == "Context":
         from sagas.context import Context
 
         return Context
-    raise AttributeError(attr)
+    if attr == "RunStatus":
+        from sagas.models import RunStatus
+
+        return RunStatus
+    raise AttributeError(f"module 'sagas' has no attribute {attr!r}")
