@@ -300,7 +300,7 @@ def page_figures(size: dict) -> list[tuple[str, str, float, float, str]]:
     from django.db import connection
     from django.test import Client
 
-    from console import selectors
+    from console.selectors.paging import encode_cursor
 
     client = Client()
     client.force_login(operator_user())
@@ -319,7 +319,7 @@ def page_figures(size: dict) -> list[tuple[str, str, float, float, str]]:
     if not found:
         raise SystemExit("page 1 of /runs/ has no next link")
     page2 = found.group(1)
-    deep = selectors.encode_run_cursor(mid_at, mid_id)
+    deep = encode_cursor(mid_at, mid_id)
 
     n = size["requests"]
     pages = [

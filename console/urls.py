@@ -1,21 +1,46 @@
-"""URL map of the console. Each page family keeps its own pattern list in ``console/urls_*.py``."""
+"""URL map of the console, by page family (views in ``console/views/<family>.py``). Every action
+is a POST with CSRF that goes through ``console.services``."""
 
 from __future__ import annotations
 
 from django.contrib.auth import views as auth_views
-from django.urls import include, path
+from django.urls import path
 
-from console import urls_actions, urls_audit, urls_queues, urls_runs
-from console.views import base
+from console.views import (
+    audit,
+    overview,
+    queues,
+    run_actions,
+    run_detail,
+    run_history,
+    run_list,
+    versions,
+)
 
 app_name = "console"
 
 urlpatterns = [
     path("login/", auth_views.LoginView.as_view(template_name="console/login.html"), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
-    path("", base.overview, name="overview"),
-    path("", include(urls_runs)),
-    path("", include(urls_queues)),
-    path("", include(urls_actions)),
-    path("", include(urls_audit)),
+    path("", overview.overview, name="overview"),
+    # Runs: the list, a run's page and its history; the actions (GET compensate/ previews the plan).
+    path("runs/", run_list.runs_list, name="runs"),
+    path("runs/<uuid:run_id>/", run_detail.run_detail, name="run"),
+    path("runs/<uuid:run_id>/history/", run_history.run_history, name="run_history"),
+    path("runs/<uuid:run_id>/history.json", run_history.run_history_json, name="run_history_json"),
+    path("runs/<uuid:run_id>/cancel/", run_actions.run_cancel, name="run_cancel"),
+    path("runs/<uuid:run_id>/retry/", run_actions.run_retry, name="run_retry"),
+    path("runs/<uuid:run_id>/compensate/", run_actions.run_compensate, name="run_compensate"),
+    # The queues: ambiguous effects and the approvals inbox.
+    path("effects/", queues.effects, name="effects"),
+    path("effects/<int:effect_id>/query/", queues.effect_query, name="effect_query"),
+    path("effects/<int:effect_id>/resolve/", queues.effect_resolve, name="effect_resolve"),
+    path("approvals/", queues.approvals, name="approvals"),
+    path("approvals/<int:approval_id>/decide/", queues.approval_decide, name="approval_decide"),
+    # Versions.
+    path("versions/", versions.versions, name="versions"),
+    path("versions/diff/", versions.version_diff, name="version_diff"),
+    # The audit log (read-only: no path changes an entry).
+    path("audit/", audit.audit_log, name="audit"),
+    path("audit.csv", audit.audit_csv, name="audit_csv"),
 ]

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import csv
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any
 from urllib.parse import urlencode
 
 from asgiref.sync import sync_to_async
-from django import forms
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.handlers.asgi import ASGIRequest
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
@@ -19,8 +18,10 @@ from django.template.loader import render_to_string
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
-from console import live, selectors
-from console.models import AuditEntry, AuditOutcome
+from console import live
+from console.forms import AuditFilterForm
+from console.models import AuditEntry
+from console.selectors.audit import AuditFilters, audit_known_values, audit_page
 from console.templatetags.console_tags import redact
 from console.views.base import live_context, viewer_required
 
@@ -32,66 +33,27 @@ CSV_HEADER = ["created_at", "actor", "action", "object_type", "object_id", "outc
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
 
-class AuditFilterForm(forms.Form):
-    actor = forms.CharField(required=False, max_length=200)
-    action = forms.CharField(required=False, max_length=60)
-    object_type = forms.CharField(required=False, max_length=60)
-    object_id = forms.CharField(required=False, max_length=100)
-    outcome = forms.ChoiceField(required=False, choices=[("", "any"), *AuditOutcome.choices])
-    since = forms.DateTimeField(required=False, label="from (UTC)")
-    until = forms.DateTimeField(required=False, label="before (UTC)")
-
-    def clean(self) -> dict[str, Any]:
-        data = super().clean()
-        since, until = data.get("since"), data.get("until")
-        if since and until and since >= until:
-            raise forms.ValidationError("the start of the time range must be before its end")
-        return data
-
-    def filters(self) -> selectors.AuditFilters:
-        d = self.cleaned_data
-        return selectors.AuditFilters(
-            actor=d["actor"].strip(), action=d["action"].strip(), object_type=d["object_type"].strip(),
-            object_id=d["object_id"].strip(), outcome=d["outcome"], since=d["since"], until=d["until"],
-        )
-
-
-FILTER_FIELDS = tuple(AuditFilterForm.base_fields)
-
-
-def _query(params: dict[str, str]) -> dict[str, str]:
-    """The filters that are set, to carry into pager and CSV links."""
-    return {k: params[k] for k in FILTER_FIELDS if params.get(k)}
-
-
-def _audit_context(user: AbstractBaseUser, params: dict[str, str]) -> dict[str, Any]:
-    form = AuditFilterForm(_query(params))
-    cursor = params.get("after") or ""
-    context: dict[str, Any] = {"form": form, "cursor": cursor, "known": selectors.audit_known_values(),
-                               "filter_qs": urlencode(_query(params)), "page": None}
-    if form.is_valid():
-        context["page"] = selectors.audit_page(form.filters(), cursor=cursor or None)
-    return context
+def _audit_context(user: AbstractBaseUser, params: Mapping[str, str]) -> dict[str, Any]:
+    form = AuditFilterForm(params)
+    valid = form.is_valid()
+    return {"form": form, "cursor": form.cursor_text, "known": audit_known_values(),
+            "filter_qs": urlencode(form.filter_params()),
+            "page": audit_page(form.filters(), cursor=form.cursor) if valid else None}
 
 
 @live.fragment(AUDIT_FRAGMENT)
 def audit_fragment(user: AbstractBaseUser, params: dict[str, str]) -> str:
-    try:
-        context = _audit_context(user, params)
-    except selectors.BadCursor:
-        context = _audit_context(user, {k: v for k, v in params.items() if k != "after"})
-    return render_to_string("console/audit_live.html", context)
+    return render_to_string("console/audit_live.html", _audit_context(user, params))
 
 
 @require_GET
 @viewer_required
 def audit_log(request: HttpRequest) -> HttpResponse:
-    params = {k: request.GET.get(k, "") for k in (*FILTER_FIELDS, "after")}
-    try:
-        context = _audit_context(request.user, params)
-    except selectors.BadCursor as exc:
-        return HttpResponse(str(exc), status=400, content_type="text/plain; charset=utf-8")
-    context.update(live_context([AUDIT_FRAGMENT], **_query(params), after=params["after"]))
+    """The log, filtered, a keyset page at a time. Invalid filters (or a damaged page cursor)
+    answer 400 with the form and what is wrong with it, and no entries."""
+    context = _audit_context(request.user, request.GET)
+    form: AuditFilterForm = context["form"]
+    context.update(live_context([AUDIT_FRAGMENT], **form.filter_params(), after=context["cursor"]))
     return render(request, "console/audit.html", context, status=200 if context["page"] is not None else 400)
 
 
@@ -121,30 +83,30 @@ def csv_row(entry: AuditEntry) -> list[str]:
     ]
 
 
-def _rows_sync(filters: selectors.AuditFilters) -> Iterator[str]:
+def _rows_sync(filters: AuditFilters) -> Iterator[str]:
     writer = csv.writer(_Echo())
     yield writer.writerow(CSV_HEADER)
     cursor = None
     while True:
-        page = selectors.audit_page(filters, cursor=cursor, size=CSV_CHUNK)
+        page = audit_page(filters, cursor=cursor, size=CSV_CHUNK)
         for entry in page.items:
             yield writer.writerow(csv_row(entry))
-        if page.next_cursor is None:
+        if page.next is None:
             return
-        cursor = page.next_cursor
+        cursor = page.next
 
 
-async def _rows_async(filters: selectors.AuditFilters) -> AsyncIterator[str]:
+async def _rows_async(filters: AuditFilters) -> AsyncIterator[str]:
     writer = csv.writer(_Echo())
     yield writer.writerow(CSV_HEADER)
     cursor = None
     while True:
-        page = await sync_to_async(selectors.audit_page)(filters, cursor=cursor, size=CSV_CHUNK)
+        page = await sync_to_async(audit_page)(filters, cursor=cursor, size=CSV_CHUNK)
         for entry in page.items:
             yield writer.writerow(csv_row(entry))
-        if page.next_cursor is None:
+        if page.next is None:
             return
-        cursor = page.next_cursor
+        cursor = page.next
 
 
 @require_GET
@@ -153,7 +115,7 @@ def audit_csv(request: HttpRequest) -> HttpResponse:
     """Every entry matching the filters, newest first, read in keyset chunks of CSV_CHUNK so
     that no row limit is needed and no long-lived cursor is held. Under ASGI (daphne) the
     body is an async iterator, so it streams there too instead of being collected first."""
-    form = AuditFilterForm(_query({k: request.GET.get(k, "") for k in FILTER_FIELDS}))
+    form = AuditFilterForm({k: v for k, v in request.GET.items() if k in AuditFilterForm.FILTERS})
     if not form.is_valid():
         errors = "; ".join(f"{k}: {' '.join(v)}" for k, v in form.errors.items())
         return HttpResponse(f"invalid filters: {errors}", status=400, content_type="text/plain; charset=utf-8")

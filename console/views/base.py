@@ -1,4 +1,4 @@
-"""Shared view helpers (role checks, object access, the actor) and the overview page."""
+"""Shared view helpers: role checks, object access, the actor, and the live-page context."""
 
 from __future__ import annotations
 
@@ -8,14 +8,12 @@ from typing import Any
 from urllib.parse import urlencode
 
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
-from django.shortcuts import render
-from django.template.loader import render_to_string
-from django.views.decorators.http import require_GET
 
-from console import live, roles, selectors
-from console.services import Actor
+from console import roles
+from console.selectors.runs import run_get
+from console.services.actions import Actor
 from sagas.models import WorkflowRun
 
 
@@ -38,26 +36,13 @@ def actor_of(request: HttpRequest) -> Actor:
 
 def get_run_for_user(request: HttpRequest, run_id: Any) -> WorkflowRun:
     """The run, or 404 for an unknown or malformed id. (Every role may read every run.)"""
-    try:
-        return WorkflowRun.objects.get(id=run_id)
-    except (WorkflowRun.DoesNotExist, ValidationError, ValueError, TypeError) as exc:
-        raise Http404("no such run") from exc
+    run = run_get(run_id)
+    if run is None:
+        raise Http404("no such run")
+    return run
 
 
 def live_context(fragments: list[str], **params: Any) -> dict[str, Any]:
     """Template context that makes the page subscribe to live updates of ``fragments``."""
     query = urlencode({"fragments": ",".join(fragments), **{k: v for k, v in params.items() if v not in (None, "")}})
     return {"live_fragments": fragments, "live_query": query}
-
-
-@require_GET
-@viewer_required
-def overview(request: HttpRequest) -> HttpResponse:
-    context = {"overview": selectors.overview()}
-    context.update(live_context(["overview"]))
-    return render(request, "console/overview.html", context)
-
-
-@live.fragment("overview")
-def _overview_fragment(user: Any, params: dict[str, str]) -> str:
-    return render_to_string("console/overview_live.html", {"overview": selectors.overview(), "user": user})

@@ -1,4 +1,4 @@
-"""The queues people work through: ambiguous effects and the approvals inbox; and the versions page.
+"""The queues people work through: ambiguous effects and the approvals inbox.
 
 Each page is a live region (``console.live``): the page, the htmx swap after an action and the
 websocket push all render the same ``<page>_live.html`` fragment. Actions are POSTs that go
@@ -16,21 +16,33 @@ from typing import Any
 from django.contrib import messages
 from django.contrib.auth.models import AbstractBaseUser
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadRequest
-from django.shortcuts import get_object_or_404, redirect, render
+from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
-from console import live, roles, selectors, services
-from console.services import Denied, Incomplete, Refused
+from console import live, roles
+from console.forms import EffectsPageForm
+from console.selectors.queues import (
+    INBOX_LIMIT,
+    approval_current_decision,
+    approval_get,
+    approvals_inbox,
+    approvals_recently_decided,
+    effect_current_outcome,
+    effect_get,
+    effects_ambiguous_page,
+)
+from console.services.actions import Denied, Incomplete, Refused
+from console.services.queues import approval_act, effect_manual_resolve
+from console.services.queues import effect_query as effect_query_service
 from console.views.base import actor_of, live_context, viewer_required
 from ledger.models import EffectRecord
-from sagas.models import ApprovalRequest, ApprovalState, WorkflowVersion
+from sagas.models import ApprovalRequest, ApprovalState
 
 EFFECTS_FRAGMENT = "effects_queue"
 APPROVALS_FRAGMENT = "approvals_inbox"
-VERSIONS_FRAGMENT = "versions_list"
 
 RESOLVE_OUTCOMES = [
     ("succeeded", "succeeded: the provider did it (give its reference)"),
@@ -88,11 +100,11 @@ def _respond(
 # --- ambiguous effects ---------------------------------------------------------------------------
 
 
-def _effects_context(user: AbstractBaseUser, params: dict[str, str]) -> dict[str, Any]:
-    cursor = params.get("after") or ""
+def _effects_context(user: AbstractBaseUser, form: EffectsPageForm) -> dict[str, Any]:
+    """The queue's page at ``form``'s cursor (the first page if the cursor is not valid)."""
     return {
-        "page": selectors.effects_ambiguous_page(cursor=cursor or None),
-        "cursor": cursor,
+        "page": effects_ambiguous_page(cursor=form.cursor),
+        "cursor": form.cursor_text,
         "can_query": roles.can(user, "effect.query"),
         "can_resolve": roles.can(user, "effect.resolve"),
         "outcomes": RESOLVE_OUTCOMES,
@@ -101,26 +113,20 @@ def _effects_context(user: AbstractBaseUser, params: dict[str, str]) -> dict[str
 
 @live.fragment(EFFECTS_FRAGMENT)
 def effects_fragment(user: AbstractBaseUser, params: dict[str, str]) -> str:
-    try:
-        context = _effects_context(user, params)
-    except selectors.BadCursor:
-        context = _effects_context(user, {})
-    return render_to_string("console/effects_live.html", context)
+    return render_to_string("console/effects_live.html", _effects_context(user, EffectsPageForm(params)))
 
 
 def _effects_page(request: HttpRequest, *, status: int = 200, error: str = "", notice: str = "") -> HttpResponse:
     if request.method == "POST":  # after an action: the page it came from, or the first one
-        cursor = request.POST.get("after", "")
-        cursor = cursor if _cursor_ok(cursor) else ""
+        form = EffectsPageForm({"after": request.POST.get("after", "")})
     else:
-        cursor = request.GET.get("after", "")
-    try:
-        context = _effects_context(request.user, {"after": cursor})
-    except selectors.BadCursor as exc:
-        return HttpResponseBadRequest(str(exc))
+        form = EffectsPageForm(request.GET)
+        if not form.is_valid():
+            return HttpResponseBadRequest(" ".join(form.problems()))
+    context = _effects_context(request.user, form)
     context.update(error=error, notice=notice)
     return _respond(request, page="console/effects.html", fragment_template="console/effects_live.html",
-                    context=context, live=live_context([EFFECTS_FRAGMENT], after=cursor), status=status)
+                    context=context, live=live_context([EFFECTS_FRAGMENT], after=form.cursor_text), status=status)
 
 
 @require_GET
@@ -130,23 +136,17 @@ def effects(request: HttpRequest) -> HttpResponse:
 
 
 def _effect_or_404(effect_id: int) -> EffectRecord:
-    return get_object_or_404(EffectRecord, id=effect_id)
+    effect = effect_get(effect_id)
+    if effect is None:
+        raise Http404("no such effect")
+    return effect
 
 
 def _effects_url(request: HttpRequest) -> str:
+    """The queue's page the action was taken on (the first page if its cursor is not valid)."""
     url = reverse("console:effects")
-    cursor = request.POST.get("after", "")
-    return f"{url}?after={cursor}" if _cursor_ok(cursor) else url
-
-
-def _cursor_ok(cursor: str) -> bool:
-    if not cursor:
-        return False
-    try:
-        selectors.decode_cursor(cursor)
-    except selectors.BadCursor:
-        return False
-    return True
+    cursor = EffectsPageForm({"after": request.POST.get("after", "")}).cursor_text
+    return f"{url}?after={cursor}" if cursor else url
 
 
 @require_POST
@@ -158,8 +158,8 @@ def effect_query(request: HttpRequest, effect_id: int) -> HttpResponse:
         return f"Provider lookup for effect #{effect.id} ({effect.step_name}): {QUERY_ANSWERS.get(answer, answer)}"
 
     return _act(
-        request, lambda: services.effect_query(actor_of(request), effect_id=effect.id),
-        success=said, refused_detail=lambda: selectors.effect_current_outcome(effect.id),
+        request, lambda: effect_query_service(actor_of(request), effect_id=effect.id),
+        success=said, refused_detail=lambda: effect_current_outcome(effect.id),
         rerender=_effects_page, back_to=_effects_url(request),
     )
 
@@ -178,11 +178,11 @@ def effect_resolve(request: HttpRequest, effect_id: int) -> HttpResponse:
 
     return _act(
         request,
-        lambda: services.effect_manual_resolve(
+        lambda: effect_manual_resolve(
             actor_of(request), effect_id=effect.id, outcome=outcome, downstream_ref=downstream_ref, note=note,
             expected=request.POST.get("expected") or None,
         ),
-        success=done, refused_detail=lambda: selectors.effect_current_outcome(effect.id),
+        success=done, refused_detail=lambda: effect_current_outcome(effect.id),
         rerender=_effects_page, back_to=_effects_url(request),
     )
 
@@ -211,8 +211,7 @@ def remaining_text(deadline: datetime, now: datetime) -> str:
 
 def _approvals_context(user: AbstractBaseUser, params: dict[str, str]) -> dict[str, Any]:
     now = timezone.now()
-    open_qs = selectors.approvals_open()
-    items = list(open_qs[: selectors.INBOX_LIMIT])
+    items, total = approvals_inbox()
     rows = [
         {
             "a": a,
@@ -225,9 +224,9 @@ def _approvals_context(user: AbstractBaseUser, params: dict[str, str]) -> dict[s
     ]
     return {
         "rows": rows,
-        "total": len(items) if len(items) < selectors.INBOX_LIMIT else open_qs.count(),
-        "limit": selectors.INBOX_LIMIT,
-        "recent": list(selectors.approvals_recently_decided()),
+        "total": total,
+        "limit": INBOX_LIMIT,
+        "recent": approvals_recently_decided(),
         "can_approve": roles.can(user, "approval.approve"),
         "can_reject": roles.can(user, "approval.reject"),
     }
@@ -254,7 +253,9 @@ def approvals(request: HttpRequest) -> HttpResponse:
 @require_POST
 @viewer_required
 def approval_decide(request: HttpRequest, approval_id: int) -> HttpResponse:
-    approval = get_object_or_404(ApprovalRequest, id=approval_id)
+    approval = approval_get(approval_id)
+    if approval is None:
+        raise Http404("no such approval")
     decision = request.POST.get("decision", "")
     if decision not in ("approve", "reject"):
         return HttpResponseBadRequest("decision must be approve or reject")
@@ -266,59 +267,10 @@ def approval_decide(request: HttpRequest, approval_id: int) -> HttpResponse:
 
     return _act(
         request,
-        lambda: services.approval_act(
+        lambda: approval_act(
             actor_of(request), approval_id=approval.id, approve=approve,
             comment=request.POST.get("comment", "").strip(), expected=request.POST.get("expected") or None,
         ),
-        success=done, refused_detail=lambda: selectors.approval_current_decision(approval.id),
+        success=done, refused_detail=lambda: approval_current_decision(approval.id),
         rerender=_approvals_page, back_to=reverse("console:approvals"),
     )
-
-
-# --- versions ------------------------------------------------------------------------------------
-
-
-def _versions_context(user: AbstractBaseUser, params: dict[str, str]) -> dict[str, Any]:
-    return {
-        "workflows": selectors.versions_overview(),
-        "stranded": list(selectors.runs_stranded()),
-        "stranded_count": selectors.runs_stranded_count(),
-    }
-
-
-@live.fragment(VERSIONS_FRAGMENT)
-def versions_fragment(user: AbstractBaseUser, params: dict[str, str]) -> str:
-    return render_to_string("console/versions_live.html", _versions_context(user, params))
-
-
-@require_GET
-@viewer_required
-def versions(request: HttpRequest) -> HttpResponse:
-    context = _versions_context(request.user, {})
-    context.update(live_context([VERSIONS_FRAGMENT]))
-    return render(request, "console/versions.html", context)
-
-
-def _version_or_404(value: str | None) -> WorkflowVersion:
-    try:
-        return WorkflowVersion.objects.get(id=int(value or ""))
-    except (ValueError, WorkflowVersion.DoesNotExist) as exc:
-        raise Http404("no such workflow version") from exc
-
-
-@require_GET
-@viewer_required
-def version_diff(request: HttpRequest) -> HttpResponse:
-    a = _version_or_404(request.GET.get("a"))
-    b = _version_or_404(request.GET.get("b"))
-    if a.name != b.name:
-        return HttpResponseBadRequest(
-            f"only versions of one workflow can be compared: {a.name!r} and {b.name!r} differ"
-        )
-    context = {
-        "a": a,
-        "b": b,
-        "lines": selectors.version_diff(a, b),
-        "records": list(WorkflowVersion.objects.filter(name=a.name).order_by("-version", "-last_registered_at")),
-    }
-    return render(request, "console/versions_diff.html", context)

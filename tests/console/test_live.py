@@ -26,8 +26,9 @@ from django.utils.html import format_html, format_html_join
 
 from config.asgi import application
 from console import broadcast as live_broadcast
-from console import consumers, live, roles, selectors
+from console import consumers, live, roles
 from console.models import AuditEntry
+from console.selectors.overview import overview
 from sagas import start
 from sagas.engine import Outcome, advance
 from sagas.models import JournalEntry, RunStatus, WorkflowRun
@@ -81,7 +82,7 @@ def overview_fragment():
         live.fragment("overview")(
             lambda user, params: format_html(
                 '<section id="live-overview">{}</section>',
-                format_html_join("", "<span>{} {}</span>", selectors.overview()["status_counts"]),
+                format_html_join("", "<span>{} {}</span>", overview()["status_counts"]),
             )
         )
 

@@ -1,0 +1,239 @@
+"""The list pages' query strings, validated with Django forms: one form per list page, and one
+field type for the page cursor (``after``) of every keyset-paged list.
+
+A list page builds its form from ``request.GET`` (or a live socket's params, which are the
+page's query string), asks ``is_valid()`` and reads the selector's filters from the form. An
+invalid filter is shown next to the form with what was typed, and the list is not queried
+with it.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime, timedelta
+from typing import Any
+
+from django import forms
+from django.core.exceptions import ValidationError
+from django.utils import timezone
+from django.utils.dateparse import parse_date, parse_datetime
+
+from console.models import AuditOutcome
+from console.selectors.audit import AuditFilters
+from console.selectors.paging import BadCursor, Cursor, decode_cursor, encode_cursor
+from console.selectors.runs import RunFilters
+from sagas.models import RunStatus
+
+MAX_FILTER_CHARS = 200
+
+
+class CursorField(forms.CharField):
+    """A keyset page cursor (``console.selectors.paging``); cleans to a ``Cursor`` or None.
+
+    ``key``: the list's id type (``int`` or ``uuid.UUID``). ``forgiving``: a damaged cursor
+    cleans to None (the first page) instead of being an error."""
+
+    def __init__(self, *, key: type[int | uuid.UUID], forgiving: bool = False, **kwargs: Any) -> None:
+        kwargs.setdefault("required", False)
+        super().__init__(**kwargs)
+        self.key, self.forgiving = key, forgiving
+
+    def to_python(self, value: Any) -> Cursor | None:  # type: ignore[override]
+        text = super().to_python(value)
+        if not text:
+            return None
+        try:
+            return decode_cursor(text, key=self.key)
+        except BadCursor as exc:
+            if self.forgiving:
+                return None
+            raise ValidationError(str(exc), code="bad_cursor") from exc
+
+
+class PageForm(forms.Form):
+    """A list without filters: only its page cursor. Subclasses set ``after``."""
+
+    after: forms.Field
+
+    @property
+    def cursor(self) -> Cursor | None:
+        """The page cursor if it is valid (whatever the other fields), else None."""
+        if not self.is_bound or self.has_error("after"):
+            return None
+        return self.cleaned_data.get("after")
+
+    @property
+    def cursor_text(self) -> str:
+        """The cursor as it goes into links: the one given if it is valid, else ""."""
+        cursor = self.cursor
+        return encode_cursor(cursor.at, cursor.pk) if cursor else ""
+
+    def problems(self) -> list[str]:
+        """Every error, as sentences for the page (empty when the form is valid)."""
+        return [message for messages in self.errors.values() for message in messages]
+
+
+class EffectsPageForm(PageForm):
+    """The ambiguous-effects queue (effect ids)."""
+
+    after = CursorField(key=int)
+
+
+class HistoryPageForm(forms.Form):
+    """A page of a run's history: the entries below ``before`` (a journal seq; none: the newest)."""
+
+    BEFORE_ERROR = "before must be a journal sequence number (a whole number from 1)"
+
+    before = forms.IntegerField(required=False, min_value=1,
+                                error_messages={"invalid": BEFORE_ERROR, "min_value": BEFORE_ERROR})
+
+
+# --- the runs list -------------------------------------------------------------------------
+
+
+def _quoted(text: str) -> str:
+    return f"“{text[:80]}{'…' if len(text) > 80 else ''}”"
+
+
+def _too_long(label: str) -> dict[str, str]:
+    return {"max_length": f"{label} is longer than {MAX_FILTER_CHARS} characters."}
+
+
+def _looks_like_a_whole_run_id(text: str) -> bool:
+    bare = text.replace("-", "")
+    return len(bare) >= 32 and text.count("-") in (0, 4) and all(c.isalnum() for c in bare)
+
+
+class RunFilterForm(PageForm):
+    """The runs list's query string: ``q status workflow version tenant from to`` and ``after``.
+
+    ``from`` and ``to`` take a date (the whole day: its start for ``from``, the next day's start
+    for ``to``) or a date and time, in the server's time zone unless they name one. A damaged
+    cursor shows the first page with a note (``notes``), not an error; so does a search that
+    looks like a run id but is not one (it is searched as a business key prefix).
+    """
+
+    PARAMS = ("q", "status", "workflow", "version", "tenant", "from", "to")
+
+    q = forms.CharField(required=False, max_length=MAX_FILTER_CHARS, error_messages=_too_long("Search"))
+    status = forms.CharField(required=False)
+    workflow = forms.CharField(required=False, max_length=MAX_FILTER_CHARS, error_messages=_too_long("Workflow"))
+    version = forms.CharField(required=False)
+    tenant = forms.CharField(required=False, max_length=MAX_FILTER_CHARS, error_messages=_too_long("Tenant"))
+    after = CursorField(key=uuid.UUID, forgiving=True)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # "from" is a Python keyword: these two fields cannot be declared as attributes.
+        self.fields["from"] = forms.CharField(required=False, label="Created from")
+        self.fields["to"] = forms.CharField(required=False, label="Created to")
+        self.notes: list[str] = []
+
+    @property
+    def values(self) -> dict[str, str]:
+        """The filters as typed (stripped), to refill the form and carry into links."""
+        return {key: str(self.data.get(key) or "").strip() for key in self.PARAMS}
+
+    def link_params(self, **extra: str) -> dict[str, str]:
+        return {**{k: v for k, v in self.values.items() if v}, **extra}
+
+    def clean_status(self) -> str:
+        status = self.cleaned_data["status"]
+        if status and status not in RunStatus.values:
+            raise ValidationError(
+                f"Status: {_quoted(status)} is not a run status; choose one of {', '.join(RunStatus.values)}.")
+        return status
+
+    def clean_version(self) -> int | None:
+        text = self.cleaned_data["version"]
+        if not text:
+            return None
+        try:
+            version = int(text)
+        except ValueError:
+            version = 0
+        if version < 1:
+            raise ValidationError(f"Version: {_quoted(text)} is not a version number (1, 2, 3 …).")
+        return version
+
+    def _when(self, name: str, *, end: bool) -> datetime | None:
+        text = self.cleaned_data[name]
+        if not text:
+            return None
+        try:
+            day = parse_date(text)
+            if day is not None:
+                start = timezone.make_aware(datetime.combine(day, datetime.min.time()))
+                return start + timedelta(days=1) if end else start
+            moment = parse_datetime(text)
+        except ValueError:  # well formed but impossible, such as 2026-13-40
+            moment = None
+        if moment is None:
+            raise ValidationError(f"{self.fields[name].label}: {_quoted(text)} is not a date or a time; "
+                                  f"write 2026-11-29 or 2026-11-29T14:30.")
+        return moment if timezone.is_aware(moment) else timezone.make_aware(moment)
+
+    def clean_from(self) -> datetime | None:
+        return self._when("from", end=False)
+
+    def clean_to(self) -> datetime | None:
+        return self._when("to", end=True)
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        if data.get("version") is not None and not data.get("workflow"):
+            self.add_error("version", "Version: choose a workflow too; version numbers belong to a workflow.")
+        created_from, created_to = data.get("from"), data.get("to")
+        if created_from and created_to and created_from >= created_to:
+            raise ValidationError("Created from must be before created to.")
+        search = data.get("q") or ""
+        if search and _looks_like_a_whole_run_id(search):
+            try:
+                uuid.UUID(search)
+            except ValueError:
+                self.notes.append(f"{_quoted(search)} is not a valid run id; it is searched as a business key prefix.")
+        if str(self.data.get("after") or "").strip() and data.get("after") is None:
+            self.notes.append("The page link was damaged (its cursor is not one this page makes); "
+                              "showing the first page.")
+        return data
+
+    def filters(self) -> RunFilters:
+        d = self.cleaned_data
+        return RunFilters(status=d["status"], workflow=d["workflow"], version=d["version"], tenant=d["tenant"],
+                          created_from=d["from"], created_to=d["to"], search=d["q"])
+
+
+# --- the audit log -------------------------------------------------------------------------
+
+
+class AuditFilterForm(PageForm):
+    """The audit log's query string: the filters (``FILTERS``) and ``after``."""
+
+    FILTERS = ("actor", "action", "object_type", "object_id", "outcome", "since", "until")
+
+    actor = forms.CharField(required=False, max_length=200)
+    action = forms.CharField(required=False, max_length=60)
+    object_type = forms.CharField(required=False, max_length=60)
+    object_id = forms.CharField(required=False, max_length=100)
+    outcome = forms.ChoiceField(required=False, choices=[("", "any"), *AuditOutcome.choices])
+    since = forms.DateTimeField(required=False, label="from (UTC)")
+    until = forms.DateTimeField(required=False, label="before (UTC)")
+    after = CursorField(key=int)
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        since, until = data.get("since"), data.get("until")
+        if since and until and since >= until:
+            raise ValidationError("the start of the time range must be before its end")
+        return data
+
+    def filter_params(self) -> dict[str, str]:
+        """The filters that are set, as given, to carry into pager and CSV links."""
+        return {k: str(self.data[k]) for k in self.FILTERS if self.data.get(k)}
+
+    def filters(self) -> AuditFilters:
+        d = self.cleaned_data
+        return AuditFilters(
+            actor=d["actor"].strip(), action=d["action"].strip(), object_type=d["object_type"].strip(),
+            object_id=d["object_id"].strip(), outcome=d["outcome"], since=d["since"], until=d["until"],
+        )

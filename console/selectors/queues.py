@@ -1,0 +1,136 @@
+"""Reads for the queues people work through: ambiguous effects and the approvals inbox."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.utils import timezone
+
+from console.selectors.paging import Cursor, Page, keyset_page
+from ledger.connectors import Operation, get_connector
+from ledger.errors import ConnectorNotRegistered
+from ledger.models import EffectRecord, EffectStatus
+from sagas.models import (
+    LEASED_STATUSES,
+    OPEN_APPROVAL_STATES,
+    ApprovalRequest,
+    ApprovalState,
+    RunStatus,
+    WorkflowRun,
+)
+
+EFFECTS_PAGE_SIZE = 50  # each row carries its resolve form; 100 rows rendered in ~110 ms
+INBOX_LIMIT = 100  # rendering dominates: 500 rows cost ~0.7 s at a million runs
+
+
+# --- ambiguous effects ---------------------------------------------------------------------
+
+
+def effects_ambiguous() -> QuerySet[EffectRecord]:
+    """Every UNKNOWN effect, and every IN_PROGRESS one whose run no worker holds a live lease
+    on (stuck: nobody will settle it by itself), oldest intent first."""
+    live_lease = WorkflowRun.objects.filter(
+        id=OuterRef("run_id"), status__in=LEASED_STATUSES, lease_expires_at__gt=timezone.now()
+    )
+    return EffectRecord.objects.filter(
+        Q(status=EffectStatus.UNKNOWN) | (Q(status=EffectStatus.IN_PROGRESS) & ~Exists(live_lease))
+    ).order_by("intent_at", "id")
+
+
+@dataclass(frozen=True)
+class EffectRow:
+    effect: EffectRecord
+    can_lookup: bool
+    connector_known: bool
+    run: WorkflowRun | None
+
+    @property
+    def unknown_since(self) -> datetime:
+        """When the outcome stopped being known: the last dispatch (the intent if never dispatched)."""
+        return self.effect.dispatched_at or self.effect.intent_at
+
+
+def _can_lookup(effect: EffectRecord) -> tuple[bool, bool]:
+    try:
+        return Operation(get_connector(effect.connector), effect.kind).can_lookup, True
+    except (ConnectorNotRegistered, ValueError):
+        return False, False
+
+
+def effects_ambiguous_page(*, cursor: Cursor | None = None, size: int = EFFECTS_PAGE_SIZE) -> Page[EffectRow]:
+    """One keyset page of ``effects_ambiguous`` (with how many there are in all), each effect
+    with its run and whether its connector can be asked."""
+    qs = effects_ambiguous()
+    page = keyset_page(qs, field="intent_at", descending=False, cursor=cursor, size=size, total=qs.count())
+    runs = WorkflowRun.objects.in_bulk({e.run_id for e in page.items})
+    rows = []
+    for effect in page.items:
+        can_lookup, known = _can_lookup(effect)
+        rows.append(EffectRow(effect=effect, can_lookup=can_lookup, connector_known=known, run=runs.get(effect.run_id)))
+    return Page(items=rows, next=page.next, total=page.total)
+
+
+def effect_get(effect_id: int) -> EffectRecord | None:
+    return EffectRecord.objects.filter(id=effect_id).first()
+
+
+def effect_current_outcome(effect_id: int) -> str:
+    """What happened to an effect, for a refused action: who resolved it and when."""
+    effect = effect_get(effect_id)
+    if effect is None:
+        return ""
+    if effect.resolved_at:
+        return (f"already resolved by {effect.resolved_by_label} at {effect.resolved_at:%Y-%m-%d %H:%M:%S} UTC "
+                f"({effect.resolution}: {effect.status})")
+    if effect.is_settled:
+        return f"its outcome is already known: {effect.status}"
+    return ""
+
+
+# --- approvals -----------------------------------------------------------------------------
+
+
+def approvals_open() -> QuerySet[ApprovalRequest]:
+    """Undecided approvals (PENDING, or ESCALATED past their deadline) of runs that still wait
+    for them, soonest deadline first."""
+    return (
+        ApprovalRequest.objects.filter(
+            state__in=OPEN_APPROVAL_STATES, run__status__in=[RunStatus.WAITING, RunStatus.NEEDS_ATTENTION]
+        )
+        .select_related("run", "run__started_by")
+        .order_by("deadline", "id")
+    )
+
+
+def approvals_inbox(*, limit: int = INBOX_LIMIT) -> tuple[list[ApprovalRequest], int]:
+    """The first ``limit`` of ``approvals_open`` and how many there are in all (counted only
+    when there are more than fit)."""
+    qs = approvals_open()
+    items = list(qs[:limit])
+    return items, len(items) if len(items) < limit else qs.count()
+
+
+def approvals_recently_decided(limit: int = 20) -> list[ApprovalRequest]:
+    return list(
+        ApprovalRequest.objects.filter(decided_at__isnull=False)
+        .exclude(state__in=OPEN_APPROVAL_STATES)
+        .select_related("run")
+        .order_by("-decided_at", "-id")[:limit]
+    )
+
+
+def approval_get(approval_id: int) -> ApprovalRequest | None:
+    return ApprovalRequest.objects.filter(id=approval_id).first()
+
+
+def approval_current_decision(approval_id: int) -> str:
+    """Who decided an approval and when, for a refused action."""
+    approval = approval_get(approval_id)
+    if approval is None or approval.state in OPEN_APPROVAL_STATES:
+        return ""
+    if approval.state == ApprovalState.EXPIRED or not approval.decided_at:
+        return f"it is {approval.state.lower()}: its deadline passed"
+    return (f"already {approval.state.lower()} by {approval.decided_by_label} at "
+            f"{approval.decided_at:%Y-%m-%d %H:%M:%S} UTC")

@@ -1,0 +1,197 @@
+"""Reads for the runs list and a run's page (header, history, effects, approvals, compensation)."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.db.models import Q, QuerySet
+
+from console.selectors.paging import Cursor, Page, keyset_page
+from ledger.models import EffectRecord
+from sagas.models import (
+    ApprovalRequest,
+    CompensationPlan,
+    JournalEntry,
+    WorkflowRun,
+    WorkflowVersion,
+)
+
+RUNS_PAGE_SIZE = 50
+HISTORY_PAGE_SIZE = 100
+HISTORY_EXPORT_BATCH = 1000
+RUN_EFFECTS_LIMIT = 200
+
+
+# --- the runs list ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunFilters:
+    """The runs list's filters, already validated (console.forms.RunFilterForm). Empty values
+    filter nothing.
+
+    ``search`` matches a run id or a business key: a whole UUID matches that run (or a business
+    key spelled exactly like it); a run id prefix (hex digits, as the list shows them) matches
+    runs whose id starts with it; anything else matches business keys that start with it (which
+    includes the exact key).
+    """
+
+    status: str = ""
+    workflow: str = ""
+    version: int | None = None
+    tenant: str = ""
+    created_from: datetime | None = None  # inclusive
+    created_to: datetime | None = None  # exclusive
+    search: str = ""
+
+
+_HEX_PREFIX = re.compile(r"^[0-9a-f]{1,32}$")
+
+
+def _run_id_range(prefix: str) -> tuple[uuid.UUID, uuid.UUID] | None:
+    """The range of run ids starting with ``prefix`` (hex digits, dashes ignored): PostgreSQL
+    orders uuids byte by byte, so this is a range scan of the primary key."""
+    digits = prefix.replace("-", "").lower()
+    if not _HEX_PREFIX.match(digits):
+        return None
+    return uuid.UUID(digits.ljust(32, "0")), uuid.UUID(digits.ljust(32, "f"))
+
+
+def runs_filtered(filters: RunFilters) -> QuerySet[WorkflowRun]:
+    """Runs matching ``filters`` (unordered: ``runs_page`` orders them, newest first).
+
+    Every filter is an equality or a range that one of the ``run_*_created`` indexes (sagas
+    migration 0006) serves in the list's order, so a page reads about a page of index entries.
+    """
+    qs = WorkflowRun.objects.all()
+    if filters.status:
+        qs = qs.filter(status=filters.status)
+    if filters.workflow:
+        qs = qs.filter(workflow_name=filters.workflow)
+        if filters.version is not None:
+            qs = qs.filter(version=filters.version)
+    if filters.tenant:
+        qs = qs.filter(tenant=filters.tenant)
+    if filters.created_from is not None:
+        qs = qs.filter(created_at__gte=filters.created_from)
+    if filters.created_to is not None:
+        qs = qs.filter(created_at__lt=filters.created_to)
+    if filters.search:
+        term = filters.search
+        try:
+            run_id = uuid.UUID(term)
+        except ValueError:
+            id_range = _run_id_range(term)
+            match = Q(business_key__startswith=term)
+            if id_range is not None:
+                match |= Q(id__range=id_range)
+        else:
+            match = Q(id=run_id) | Q(business_key=term)
+        qs = qs.filter(match)
+    return qs
+
+
+def runs_page(filters: RunFilters, *, cursor: Cursor | None = None, size: int = RUNS_PAGE_SIZE) -> Page[WorkflowRun]:
+    """One keyset page of ``runs_filtered``, newest first (``created_at`` desc, ``id`` desc).
+    No OFFSET and no COUNT: page 1000 costs what page 1 costs."""
+    qs = runs_filtered(filters).defer("input", "result", "error")
+    return keyset_page(qs, field="created_at", descending=True, cursor=cursor, size=size)
+
+
+def workflow_names() -> list[str]:
+    """Names for the workflow filter's suggestions (the versions table, not the runs)."""
+    return list(WorkflowVersion.objects.order_by("name").values_list("name", flat=True).distinct())
+
+
+# --- one run -------------------------------------------------------------------------------
+
+
+def run_get(run_id: Any) -> WorkflowRun | None:
+    """The run (with who started it), or None for an unknown or malformed id."""
+    try:
+        return WorkflowRun.objects.select_related("started_by").filter(id=run_id).first()
+    except (ValidationError, ValueError, TypeError):
+        return None
+
+
+@dataclass(frozen=True)
+class HistoryPage:
+    """Journal entries newest first, and the seq to continue below (None: nothing older)."""
+
+    entries: list[JournalEntry]
+    next_before: int | None
+
+
+def run_history_page(run_id: Any, *, before: int | None = None, size: int = HISTORY_PAGE_SIZE) -> HistoryPage:
+    """The ``size`` newest entries with ``seq < before``: one backward range scan of the
+    ``(run_id, seq)`` unique index, whatever the length of the history."""
+    qs = JournalEntry.objects.filter(run_id=run_id)
+    if before is not None:
+        qs = qs.filter(seq__lt=before)
+    rows = list(qs.order_by("-seq")[: size + 1])
+    more = len(rows) > size
+    rows = rows[:size]
+    return HistoryPage(entries=rows, next_before=rows[-1].seq if more and rows else None)
+
+
+def run_history_since(run_id: Any, *, after: int, size: int = HISTORY_PAGE_SIZE) -> tuple[list[JournalEntry], int]:
+    """Entries with ``seq > after`` (newest first, at most ``size``) and how many there are in
+    all. Counting reads only the new part of the ``(run_id, seq)`` index."""
+    qs = JournalEntry.objects.filter(run_id=run_id, seq__gt=after)
+    rows = list(qs.order_by("-seq")[: size + 1])
+    total = len(rows) if len(rows) <= size else qs.count()
+    return rows[:size], total
+
+
+def run_history_batches(run_id: Any, *, batch: int = HISTORY_EXPORT_BATCH) -> Iterator[list[dict[str, Any]]]:
+    """The whole journal of a run, oldest first, in batches of plain dicts (keyset on seq, so
+    memory stays at one batch however long the history)."""
+    after = 0
+    fields = ("seq", "created_at", "kind", "name", "worker_id", "payload")
+    while True:
+        rows = list(
+            JournalEntry.objects.filter(run_id=run_id, seq__gt=after).order_by("seq").values(*fields)[:batch]
+        )
+        if not rows:
+            return
+        yield rows
+        if len(rows) < batch:
+            return
+        after = rows[-1]["seq"]
+
+
+def run_effects(run_id: Any, *, limit: int = RUN_EFFECTS_LIMIT) -> tuple[list[EffectRecord], bool]:
+    """The run's ledger records (forward effects and compensations), in the order their intents
+    were recorded; at most ``limit``, and whether there are more."""
+    rows = list(
+        EffectRecord.objects.filter(run_id=run_id)
+        .defer("request_payload", "result")
+        .order_by("intent_at", "id")[: limit + 1]
+    )
+    return rows[:limit], len(rows) > limit
+
+
+def effects_by_id(ids: Iterable[int]) -> dict[int, EffectRecord]:
+    return EffectRecord.objects.in_bulk(list(ids))
+
+
+def run_approvals(run_id: Any) -> QuerySet[ApprovalRequest]:
+    return ApprovalRequest.objects.filter(run_id=run_id).order_by("requested_at", "id")
+
+
+def run_compensation(run_id: Any) -> CompensationPlan | None:
+    """The run's compensation plan with its items prefetched (``plan.item_list``), or None."""
+    plan = CompensationPlan.objects.filter(run_id=run_id).first()
+    if plan is not None:
+        plan.item_list = list(plan.items.order_by("position"))
+    return plan
+
+
+def run_has_compensation(run_id: Any) -> bool:
+    return CompensationPlan.objects.filter(run_id=run_id).exists()

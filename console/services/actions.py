@@ -1,0 +1,128 @@
+"""The frame of every operator action (the actions themselves are in ``runs`` and ``queues``):
+role check, locks, stale-state check, the domain service and the audit entry, all in one
+transaction. A denied or refused attempt is audited too (in its own
+transaction, since nothing else is written).
+
+Two people acting on one run at once queue on the run's row: every action takes the locks
+of ``sagas.locks`` in its order (the run, then its approvals, effects and plan) before it
+reads anything, then compares the state it finds with the one the person saw (the form's
+``expected``). So exactly one of them wins; the other is refused (HTTP 409) with what the
+state is now, and both are audited with the state each really found under the lock.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
+
+from console import roles
+from console.models import AuditEntry, AuditOutcome
+from ledger.errors import LedgerError
+from sagas.errors import SagaError
+
+
+class Denied(Exception):
+    """The user's role does not allow the action (HTTP 403)."""
+
+
+class Refused(Exception):
+    """The action is not possible in the object's current state (HTTP 409): a stale page,
+    a double submit, someone faster. The message says what happened.
+
+    ``states_now``: the message already says what the state is now (nothing to add)."""
+
+    def __init__(self, message: str, *, states_now: bool = False) -> None:
+        super().__init__(message)
+        self.states_now = states_now
+
+
+class Incomplete(Exception):
+    """The form left out something the action needs, such as the state the person saw
+    (HTTP 400). Nothing was attempted."""
+
+
+@dataclass(frozen=True)
+class Actor:
+    user: AbstractBaseUser
+    ip: str | None
+
+    @property
+    def label(self) -> str:
+        return self.user.get_username()
+
+
+@dataclass(frozen=True)
+class Target:
+    """What an action is about, and how to lock, describe and compare it."""
+
+    object_type: str
+    object_id: Any
+    lock: Callable[[], Any]  # takes the locks in sagas.locks' order, inside the action's transaction
+    snapshot: Callable[[], dict[str, Any]]  # what the audit log shows as before/after; has "state"
+    stale: Callable[[dict[str, Any], str], str]  # the refusal when the state is not the one seen
+    same: Callable[[str, str], bool] = operator.eq  # (seen, now) -> is it the state the person saw?
+
+
+MISSING_EXPECTED = ("The form did not say which state you saw, so it cannot be checked that nothing changed "
+                    "since; reload the page and try again. Nothing was changed.")
+
+
+def _audit(actor: Actor, action: str, object_type: str, object_id: Any, *, outcome: str, reason: str = "",
+           before: Any = None, after: Any = None, message: str = "") -> AuditEntry:
+    return AuditEntry.objects.create(
+        actor=actor.user, actor_label=actor.label, action=action, object_type=object_type,
+        object_id=str(object_id), before=before, after=after, reason=reason, ip=actor.ip, outcome=outcome,
+        message=message[:4000],
+    )
+
+
+def perform(
+    actor: Actor, action: str, target: Target, *, reason: str, change: Callable[[], Any], expected: str | None,
+    require_expected: bool = True,
+) -> Any:
+    """Run ``change`` as ``actor`` if their role allows ``action``; audit in the same transaction.
+
+    Order: the role (``Denied``, audited, before anything is read); then, in one transaction,
+    ``target.lock()``, the snapshot read under those locks, the check that it is still in the
+    state ``expected`` the person saw (``Incomplete`` when the form did not say, ``Refused``
+    when it moved on), ``change()`` and the audit entry. A refusal rolls everything back and
+    is audited with the snapshot read under the lock, never the page's stale view.
+    """
+    if not roles.can(actor.user, action):
+        _audit(actor, action, target.object_type, target.object_id, outcome=AuditOutcome.DENIED, reason=reason,
+               message=f"role {roles.ACTION_ROLES[action]} required")
+        raise Denied(f"{actor.label} may not {action.replace('.', ' ')}: it needs the {roles.ACTION_ROLES[action]} role")
+    seen: dict[str, Any] | None = None
+    try:
+        with transaction.atomic():
+            target.lock()
+            before = seen = target.snapshot()
+            if not expected:
+                if require_expected:
+                    raise Incomplete(MISSING_EXPECTED)
+            elif not target.same(expected, before["state"]):
+                raise Refused(target.stale(before, expected), states_now=True)
+            result = change()
+            _audit(actor, action, target.object_type, target.object_id, outcome=AuditOutcome.OK, reason=reason,
+                   before=before, after=target.snapshot())
+            return result
+    except (Incomplete, Refused) as exc:
+        _audit(actor, action, target.object_type, target.object_id, outcome=AuditOutcome.REFUSED, reason=reason,
+               before=seen, message=str(exc))
+        raise
+    except (SagaError, LedgerError) as exc:
+        message = str(exc)
+        _audit(actor, action, target.object_type, target.object_id, outcome=AuditOutcome.REFUSED, reason=reason,
+               before=seen, message=message)
+        raise Refused(message) from exc
+
+
+def at_time(when: datetime | None) -> str:
+    """`` at 2026-01-02 03:04:05 UTC``, for the messages that say when something happened."""
+    return f" at {when:%Y-%m-%d %H:%M:%S} UTC" if when else ""

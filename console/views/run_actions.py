@@ -1,0 +1,166 @@
+"""The run actions: cancel, retry and compensate (with a preview of the plan first).
+
+Actions are POSTs that go through ``console.services`` (role check, stale-state check, audit
+entry in the same transaction). Denied answers 403 and refused 409, each with the reason; done
+redirects back with a message, or, for htmx, returns the re-rendered actions region and the
+header (out of band).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+from uuid import UUID
+
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.template.loader import render_to_string
+from django.views.decorators.http import require_http_methods, require_POST
+
+from console import roles
+from console.selectors.runs import (
+    effects_by_id,
+    run_compensation,
+    run_get,
+    run_has_compensation,
+)
+from console.services.actions import Denied, Incomplete, Refused
+from console.services.runs import run_cancel_act, run_compensate_act, run_retry_act
+from console.views.base import actor_of, get_run_for_user, viewer_required
+from console.views.run_detail import (
+    COMPENSABLE,
+    actions_context,
+    header_context,
+    run_page,
+)
+from sagas.compensation import compensation_preview
+from sagas.models import RunStatus, WorkflowRun
+
+
+def _fresh(run: WorkflowRun) -> WorkflowRun:
+    """The run as it is now, after an action (or an attempt)."""
+    return run_get(run.id) or run
+
+
+def _actions_response(request: HttpRequest, run: WorkflowRun, *, status: int = 200, error: str = "",
+                      notice: str = "") -> HttpResponse:
+    """For htmx: the actions region, and after a change the header too (swapped out of band).
+    ``run``: as it is after the attempt."""
+    has_plan = run_has_compensation(run.id)
+    html = render_to_string("console/run_actions.html",
+                            actions_context(run, request.user, has_plan=has_plan, error=error, notice=notice),
+                            request=request)
+    if notice:
+        html += render_to_string("console/run_header.html", header_context(run, oob=True), request=request)
+    return HttpResponse(html, status=status)
+
+
+def _run_action(
+    request: HttpRequest, run: WorkflowRun, action: str, call: Callable[[str, str | None], Any], *,
+    done: Callable[[WorkflowRun], str], failed_page: Callable[..., HttpResponse],
+) -> HttpResponse:
+    reason = request.POST.get("reason", "").strip()
+    expected = request.POST.get("expected", "").strip()
+    # Form mistakes of someone allowed to act are answered before anything is attempted. Anyone
+    # else goes on to the service, which denies them and audits the attempt.
+    if roles.can(request.user, action):
+        problem = ""
+        if not reason:
+            problem = "A reason is required; it goes into the audit log and the run's history."
+        elif not expected:
+            problem = "The form did not say which status you saw; reload the page and try again."
+        if problem:
+            if request.htmx:
+                return _actions_response(request, run, status=400, error=problem)
+            return failed_page(request, run, status=400, error=problem)
+    try:
+        call(reason, expected or None)
+    except (Denied, Incomplete, Refused) as exc:
+        status = 403 if isinstance(exc, Denied) else 400 if isinstance(exc, Incomplete) else 409
+        run = _fresh(run)
+        if request.htmx:
+            return _actions_response(request, run, status=status, error=str(exc))
+        return failed_page(request, run, status=status, error=str(exc))
+    run = _fresh(run)
+    text = done(run)
+    if request.htmx:
+        return _actions_response(request, run, notice=text)
+    messages.success(request, text)
+    return redirect("console:run", run_id=run.id)
+
+
+def _truthy(value: str | None) -> bool:
+    return (value or "").strip().lower() in ("on", "1", "true", "yes")
+
+
+@require_POST
+@viewer_required
+def run_cancel(request: HttpRequest, run_id: UUID) -> HttpResponse:
+    run = get_run_for_user(request, run_id)
+    compensate = _truthy(request.POST.get("compensate"))
+
+    def done(after: WorkflowRun) -> str:
+        if after.status == RunStatus.COMPENSATING:
+            return "Run cancelled; its completed effects are being compensated (see the plan below)."
+        return "Run cancelled." + (" It had no completed effects to compensate." if compensate else "")
+
+    return _run_action(
+        request, run, "run.cancel",
+        lambda reason, expected: run_cancel_act(
+            actor_of(request), run_id=str(run.id), reason=reason, compensate=compensate, expected=expected),
+        done=done, failed_page=run_page,
+    )
+
+
+@require_POST
+@viewer_required
+def run_retry(request: HttpRequest, run_id: UUID) -> HttpResponse:
+    run = get_run_for_user(request, run_id)
+    return _run_action(
+        request, run, "run.retry",
+        lambda reason, expected: run_retry_act(
+            actor_of(request), run_id=str(run.id), reason=reason, expected=expected),
+        done=lambda after: f"Run retried: it is {after.status} again and queued for a worker.",
+        failed_page=run_page,
+    )
+
+
+def _compensate_page(request: HttpRequest, run: WorkflowRun, *, status: int = 200, error: str = "",
+                     notice: str = "") -> HttpResponse:
+    items = compensation_preview(run=run)
+    effects = effects_by_id(item.effect_id for item in items)
+    has_plan = run_has_compensation(run.id)
+    context = {
+        "run": run,
+        "rows": [{"item": item, "effect": effects.get(item.effect_id)} for item in items],
+        "reversible": sum(1 for item in items if item.reversible),
+        "irreversible": sum(1 for item in items if not item.reversible),
+        "possible": run.status in COMPENSABLE and not has_plan,
+        "has_plan": has_plan,
+        "may": roles.can(request.user, "run.compensate"),
+        "error": error,
+    }
+    return render(request, "console/run_compensate.html", context, status=status)
+
+
+@require_http_methods(["GET", "POST"])
+@viewer_required
+def run_compensate(request: HttpRequest, run_id: UUID) -> HttpResponse:
+    """GET: the plan a compensation would follow (nothing is written) and a form to confirm it.
+    POST: start it."""
+    run = get_run_for_user(request, run_id)
+    if request.method == "GET":
+        return _compensate_page(request, run)
+
+    def done(after: WorkflowRun) -> str:
+        plan = run_compensation(after.id)
+        count = len(plan.item_list) if plan else 0
+        return f"Compensation started: {count} item{'s' if count != 1 else ''} to undo, newest first."
+
+    return _run_action(
+        request, run, "run.compensate",
+        lambda reason, expected: run_compensate_act(
+            actor_of(request), run_id=str(run.id), reason=reason, expected=expected),
+        done=done, failed_page=_compensate_page,
+    )

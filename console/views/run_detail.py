@@ -1,0 +1,255 @@
+"""The run detail page and its live regions; the history pages and export are in
+run_history.py, the actions in run_actions.py.
+
+Live regions (``console.live``): ``run_header``, ``run_history`` (entries newer than the first
+page), ``run_effects``, ``run_approvals`` and ``run_compensation``. Each is a ``run_*.html``
+template rendered by the function registered below, which serves the full page (the page
+includes the template with the same context), the htmx swap and the websocket push.
+
+The actions region is deliberately not live: a push must not wipe a reason being typed, and its
+hidden ``expected`` field must stay the status the user saw, so that an action on a run that
+moved on meanwhile is refused (409) rather than applied to something else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import timedelta
+from decimal import Decimal
+from typing import Any
+from uuid import UUID
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.template.loader import render_to_string
+from django.urls import reverse
+from django.utils import timezone
+from django.views.decorators.http import require_GET
+
+from console import live, roles
+from console.selectors.runs import (
+    RUN_EFFECTS_LIMIT,
+    run_approvals,
+    run_compensation,
+    run_effects,
+    run_get,
+    run_history_page,
+    run_history_since,
+)
+from console.views.base import get_run_for_user, live_context, viewer_required
+from sagas.models import (
+    OPEN_APPROVAL_STATES,
+    TERMINAL_STATUSES,
+    CompensationPlan,
+    RunStatus,
+    WorkflowRun,
+)
+
+RUN_HEADER = "run_header"
+RUN_HISTORY = "run_history"
+RUN_EFFECTS = "run_effects"
+RUN_APPROVALS = "run_approvals"
+RUN_COMPENSATION = "run_compensation"
+RUN_FRAGMENTS = [RUN_HEADER, RUN_HISTORY, RUN_EFFECTS, RUN_APPROVALS, RUN_COMPENSATION]
+
+# Statuses from which an operator may start a compensation (sagas.compensation.compensation_start).
+COMPENSABLE = frozenset({RunStatus.PENDING, RunStatus.RUNNING, RunStatus.WAITING, RunStatus.NEEDS_ATTENTION,
+                         RunStatus.FAILED})
+# NEEDS_ATTENTION reasons that "retry" resolves (sagas.services.run_retry); the others have their own way out.
+RETRYABLE_REASONS = frozenset({"budget_exceeded", "version_mismatch", "compensation_failed"})
+NOT_RETRYABLE_HINTS = {
+    "effect_unknown": "It waits for an unknown effect: resolve it on the ambiguous-effects page and the run "
+                      "resumes by itself.",
+    "compensation_unknown": "A compensation's outcome is unknown: resolve it on the ambiguous-effects page and "
+                            "the compensation resumes by itself.",
+    "approval_escalated": "An approval passed its deadline: approve or reject it in the approvals inbox.",
+    "non_determinism": "Its code no longer replays its history: deploy the fix as a new version, then cancel or "
+                       "compensate this run.",
+}
+
+
+# --- run detail: the context of each region ------------------------------------------------------
+
+
+def _elapsed(run: WorkflowRun) -> timedelta | None:
+    if run.started_at is None:
+        return None
+    return (run.finished_at or timezone.now()) - run.started_at
+
+
+def _plain(value: Decimal | float | int) -> str:
+    """A number as people write it: 0.25, 1200 (never 1.2E+3, never 0.250000)."""
+    return format(Decimal(str(value)).normalize(), "f")
+
+
+def _budget_rows(run: WorkflowRun) -> list[dict[str, Any]]:
+    """Used against limit for steps, cost and duration (a limit of None: no limit)."""
+    elapsed = _elapsed(run)
+    seconds = round(elapsed.total_seconds(), 1) if elapsed else 0.0
+    rows = [
+        ("Steps", run.steps_used, run.max_steps),
+        ("Cost (usd)", run.cost_used, run.max_cost),
+        ("Duration (s)", seconds, round(run.max_duration.total_seconds(), 1) if run.max_duration else None),
+    ]
+    return [
+        {"label": label, "used": _plain(used), "limit": _plain(limit) if limit is not None else "",
+         "used_n": float(used), "limit_n": float(limit) if limit is not None else None,
+         "low_n": float(limit) * 0.5 if limit is not None else None,
+         "high_n": float(limit) * 0.8 if limit is not None else None,
+         "over": limit is not None and float(used) >= float(limit) > 0}
+        for label, used, limit in rows
+    ]
+
+
+def header_context(run: WorkflowRun, *, oob: bool = False) -> dict[str, Any]:
+    """The ``run_header`` region (``oob``: swapped out of band after an htmx action)."""
+    error = run.error
+    if isinstance(error, dict):
+        error_message = str(error.get("message") or "")
+    else:
+        error_message = error if isinstance(error, str) else ""
+    now = timezone.now()
+    return {
+        "run": run,
+        "error_message": error_message,
+        "lease_live": bool(run.lease_expires_at and run.lease_expires_at > now),
+        "budget": _budget_rows(run),
+        "started_by": run.started_by.get_username() if run.started_by_id else "",
+        "oob": oob,
+    }
+
+
+def actions_context(run: WorkflowRun, user: AbstractBaseUser, *, has_plan: bool, error: str = "",
+                     notice: str = "") -> dict[str, Any]:
+    status = run.status
+    possible = {
+        "retry": status == RunStatus.NEEDS_ATTENTION and run.status_reason in RETRYABLE_REASONS,
+        "cancel": status not in TERMINAL_STATUSES and status != RunStatus.COMPENSATING,
+        "compensate": status in COMPENSABLE and not has_plan,
+    }
+    may = {name: ok and roles.can(user, f"run.{name}") for name, ok in possible.items()}
+    hint = ""
+    if status == RunStatus.NEEDS_ATTENTION and run.status_reason not in RETRYABLE_REASONS:
+        hint = NOT_RETRYABLE_HINTS.get(run.status_reason, "")
+    return {
+        "run": run,
+        "may": may,
+        "possible_any": any(possible.values()),
+        "may_any": any(may.values()),
+        "action_hint": hint,
+        "action_error": error,
+        "action_notice": notice,
+        "effects_url": reverse("console:effects"),
+        "approvals_url": reverse("console:approvals"),
+    }
+
+
+def _effects_context(run: WorkflowRun) -> dict[str, Any]:
+    effects, more = run_effects(run.id)
+    return {"run": run, "effects": effects, "effects_more": more, "effects_limit": RUN_EFFECTS_LIMIT,
+            "effects_url": reverse("console:effects")}
+
+
+def _approvals_context(run: WorkflowRun, user: AbstractBaseUser) -> dict[str, Any]:
+    return {
+        "run": run,
+        "approvals": list(run_approvals(run.id)),
+        "open_states": OPEN_APPROVAL_STATES,
+        "can_decide": roles.can(user, "approval.approve") or roles.can(user, "approval.reject"),
+        "own_run": run.started_by_id is not None and run.started_by_id == user.pk,
+        "approvals_url": reverse("console:approvals"),
+    }
+
+
+def _compensation_context(run: WorkflowRun, plan: CompensationPlan | None) -> dict[str, Any]:
+    return {"run": run, "plan": plan, "effects_url": reverse("console:effects")}
+
+
+def _history_new_context(run: WorkflowRun, since: int) -> dict[str, Any]:
+    entries, total = run_history_since(run.id, after=since)
+    return {"run": run, "new_entries": entries, "new_total": total, "new_hidden": total - len(entries)}
+
+
+# --- run detail: live fragments ------------------------------------------------------------------
+
+
+def _run_from_params(params: Mapping[str, str]) -> WorkflowRun | None:
+    return run_get(params.get("run") or None)
+
+
+def _missing(name: str) -> str:
+    return render_to_string("console/run_missing.html", {"fragment": name})
+
+
+@live.fragment(RUN_HEADER)
+def run_header_fragment(user: AbstractBaseUser, params: dict[str, str]) -> str:
+    run = _run_from_params(params)
+    if run is None:
+        return _missing(RUN_HEADER)
+    return render_to_string("console/run_header.html", header_context(run))
+
+
+@live.fragment(RUN_HISTORY)
+def run_history_fragment(user: AbstractBaseUser, params: dict[str, str]) -> str:
+    """Entries appended since the page rendered its first history page (``since``: its newest
+    seq). The paged history below stays as the user loaded it: nothing jumps, nothing is lost."""
+    run = _run_from_params(params)
+    if run is None:
+        return _missing(RUN_HISTORY)
+    try:
+        since = max(int(params.get("since") or 0), 0)
+    except ValueError:
+        since = 0
+    return render_to_string("console/run_history_live.html", _history_new_context(run, since))
+
+
+@live.fragment(RUN_EFFECTS)
+def run_effects_fragment(user: AbstractBaseUser, params: dict[str, str]) -> str:
+    run = _run_from_params(params)
+    if run is None:
+        return _missing(RUN_EFFECTS)
+    return render_to_string("console/run_effects.html", _effects_context(run))
+
+
+@live.fragment(RUN_APPROVALS)
+def run_approvals_fragment(user: AbstractBaseUser, params: dict[str, str]) -> str:
+    run = _run_from_params(params)
+    if run is None:
+        return _missing(RUN_APPROVALS)
+    return render_to_string("console/run_approvals.html", _approvals_context(run, user))
+
+
+@live.fragment(RUN_COMPENSATION)
+def run_compensation_fragment(user: AbstractBaseUser, params: dict[str, str]) -> str:
+    run = _run_from_params(params)
+    if run is None:
+        return _missing(RUN_COMPENSATION)
+    return render_to_string("console/run_compensation.html",
+                            _compensation_context(run, run_compensation(run.id)))
+
+
+# --- run detail: pages ---------------------------------------------------------------------------
+
+
+def run_page(request: HttpRequest, run: WorkflowRun, *, status: int = 200, error: str = "",
+             notice: str = "") -> HttpResponse:
+    """The whole detail page (also the answer to a failed action without htmx, with ``error``)."""
+    history = run_history_page(run.id)
+    since = history.entries[0].seq if history.entries else 0
+    plan = run_compensation(run.id)
+    context: dict[str, Any] = {}
+    context.update(header_context(run))
+    context.update(actions_context(run, request.user, has_plan=plan is not None, error=error, notice=notice))
+    context.update(_effects_context(run))
+    context.update(_approvals_context(run, request.user))
+    context.update(_compensation_context(run, plan))
+    context.update(history=history, new_entries=[], new_total=0, new_hidden=0)
+    context.update(live_context(RUN_FRAGMENTS, run=str(run.id), since=str(since)))
+    return render(request, "console/run_detail.html", context, status=status)
+
+
+@require_GET
+@viewer_required
+def run_detail(request: HttpRequest, run_id: UUID) -> HttpResponse:
+    return run_page(request, get_run_for_user(request, run_id))
