@@ -96,7 +96,7 @@ def apply_viewer_policy(site: admin.AdminSite = admin.site) -> None:
             if not site.is_registered(model):
                 log.error("%s has no admin; register it in %s/admin.py", model._meta.label, label)
                 continue
-            current = type(site._registry[model])
+            current = type(site.get_model_admin(model))
             if issubclass(current, ConsoleRolePolicy):
                 continue
             site.unregister(model)
