@@ -1,25 +1,29 @@
 """The in-process registry of workflow definitions, and their discovery.
 
-A definition is identified by ``(name, version)``. Its ``definition_hash`` is the
-SHA-256 of the decorated function's source (dedented, trailing blanks removed).
-A run records the hash it started with; a worker refuses to resume it under a
-different hash (``VersionMismatch``). The hash covers the workflow function's
-own source only: a change in a helper it calls is not detected, which is what
-``ctx.step`` journaling and non-determinism detection are for.
+A definition is identified by ``(name, version)``. A run records the definition's
+``definition_hash`` when it starts; runs are routed only to workers registered with that
+hash, and a worker refuses to resume a run under another one (``VersionMismatch``).
+
+The hash covers the source of the workflow's whole module (``sagas.definition_hash``):
+its imports, constants, helpers and classes and the workflow function itself, but not the
+other ``@workflow`` definitions in it, nor comments, docstrings or blank lines. Editing a
+helper in the module therefore gives the workflow a new hash, as editing the function
+does; adding a new version beside an unchanged old one leaves the old one's hash alone.
+Not covered: code imported from other modules (helpers, step functions, connectors,
+libraries), data files, settings. ``source`` is the recorded text (the module, minus the
+other workflows) that the console diffs between versions.
 """
 
 from __future__ import annotations
 
-import hashlib
 import importlib
-import inspect
 import logging
-import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from sagas.definition_hash import definition_hash, definition_source
 from sagas.errors import DuplicateWorkflow, WorkflowNotRegistered
 
 log = logging.getLogger("sagas.registry")
@@ -45,19 +49,6 @@ class WorkflowDefinition:
 _registry: dict[tuple[str, int], WorkflowDefinition] = {}
 
 
-def source_of(fn: Callable[..., Any]) -> str:
-    try:
-        raw = inspect.getsource(fn)
-    except (OSError, TypeError):  # defined in a REPL or exec(): hash the bytecode instead
-        raw = repr(fn.__code__.co_code) + repr(fn.__code__.co_consts)
-    lines = [line.rstrip() for line in textwrap.dedent(raw).splitlines()]
-    return "\n".join(lines).strip() + "\n"
-
-
-def hash_source(source: str) -> str:
-    return hashlib.sha256(source.encode("utf-8")).hexdigest()
-
-
 def workflow(
     name: str,
     *,
@@ -71,8 +62,9 @@ def workflow(
     """Register ``fn(ctx, input)`` as version ``version`` of workflow ``name``.
 
     Several versions of one name may be registered side by side; each run
-    resumes on the version it started with. Registering a *different* function
-    under an existing ``(name, version)`` in one process raises
+    resumes on the version it started with. The definition's hash covers the
+    function's whole module (see the module docstring). Registering a definition
+    with another hash under an existing ``(name, version)`` in one process raises
     ``DuplicateWorkflow``.
     """
     if not name or not isinstance(name, str):
@@ -83,12 +75,12 @@ def workflow(
         raise ValueError(f"on_failure must be one of {ON_FAILURE_CHOICES}, not {on_failure!r}")
 
     def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
-        source = source_of(fn)
+        source = definition_source(fn)
         definition = WorkflowDefinition(
             name=name,
             version=version,
             fn=fn,
-            definition_hash=hash_source(source),
+            definition_hash=definition_hash(source),
             source=source,
             module=fn.__module__,
             max_steps=max_steps,
