@@ -86,10 +86,6 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = validate_redis_url(env_str("REDIS_URL", "redis://127.0.0.1:6379/0"))
 
-RQ_QUEUES = {
-    "sagas": {"URL": REDIS_URL, "DEFAULT_TIMEOUT": -1},
-}
-
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
@@ -135,6 +131,15 @@ LOGGING = {
 # Extra modules holding @workflow / @connector definitions (comma-separated).
 SAGAS_MODULES = env_list("SAGAS_MODULES")
 SAGAS_QUEUE = env_str("SAGAS_QUEUE", "sagas")
+# django-rq holds the engine's Redis connection (sagas.queue) and serves the queue dashboard
+# (/django-rq/, staff only). The queue listed is the compensation queue, which every worker
+# reads, so the dashboard shows every worker; the per-version queues (<SAGAS_QUEUE>:<hash16>)
+# are named at run time and made on this entry's connection. 5 s socket timeouts: a Redis
+# that stops answering is an outage to ride out, not a worker hung on a dead socket.
+_RQ_URL = REDIS_URL + ("&" if "?" in REDIS_URL else "?") + "socket_connect_timeout=5&socket_timeout=5"
+RQ_QUEUES = {
+    f"{SAGAS_QUEUE}:compensation": {"URL": _RQ_URL, "DEFAULT_TIMEOUT": -1},
+}
 # A worker's claim on a run lasts this long unless its heartbeat renews it.
 SAGAS_LEASE_TTL = env_float("SAGAS_LEASE_TTL", 15.0, minimum=1.0)
 # How often the sweeper (standalone or inside workers) looks for lost work.

@@ -14,6 +14,14 @@ when it starts. The sweeper treats "runnable in PostgreSQL, no marker in Redis"
 as a lost wake-up and enqueues again, so a ``FLUSHALL`` loses nothing.
 Duplicate jobs are harmless: claiming a run is atomic and a job that cannot
 claim returns quietly.
+
+The connection comes from django-rq (``RQ_QUEUES``, whose one entry is the
+compensation queue): the dashboard at ``/django-rq/`` and the workers see the
+same Redis with the same timeouts. django-rq's ``get_queue`` serves only names
+listed in ``RQ_QUEUES``; the per-version queues are named at run time, so every
+queue here is an ``rq.Queue`` made on that connection with that entry's
+settings. Jobs are enqueued by this module only, after commit
+(``enqueue_after_commit``), so django-rq's commit modes are not needed.
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ from __future__ import annotations
 import logging
 from functools import lru_cache
 
+import django_rq
 import redis
 from django.conf import settings
 from django.db import transaction
@@ -39,22 +48,28 @@ MARKER_TTL_SECONDS = 20
 ADVANCE_JOB = "sagas.jobs.advance"
 
 
-@lru_cache(maxsize=1)
-def redis_connection() -> redis.Redis:
-    return redis.Redis.from_url(settings.REDIS_URL, socket_timeout=5, socket_connect_timeout=5)
-
-
 def queue_name_for(definition_hash: str) -> str:
     return f"{settings.SAGAS_QUEUE}:{definition_hash[:16]}"
 
 
 def compensation_queue_name() -> str:
+    """Also the name of the ``RQ_QUEUES`` entry that configures the engine's connection."""
     return f"{settings.SAGAS_QUEUE}:compensation"
+
+
+@lru_cache(maxsize=1)
+def redis_connection() -> redis.Redis:
+    """This process's connection to the engine's Redis (django-rq's, one per process;
+    redis-py's pool makes it safe to share between threads)."""
+    return django_rq.get_connection(compensation_queue_name())
 
 
 @lru_cache(maxsize=256)
 def get_queue(name: str) -> Queue:
-    return Queue(name, connection=redis_connection(), default_timeout=-1)
+    """The RQ queue ``name`` on the engine's connection, with the ``RQ_QUEUES`` entry's
+    default timeout (-1: a run's job never times out; a hung run is its lease's business)."""
+    config = settings.RQ_QUEUES[compensation_queue_name()]
+    return Queue(name, connection=redis_connection(), default_timeout=config.get("DEFAULT_TIMEOUT"))
 
 
 def marker_key(run_id: str) -> str:
