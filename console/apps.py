@@ -9,7 +9,8 @@ class ConsoleConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from console import broadcast  # noqa: F401  (installs live.broadcast, connects engine signals)
         from console.admin import apply_viewer_policy
+        from console.broadcast import connect_signals
 
+        connect_signals()
         apply_viewer_policy()

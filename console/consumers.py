@@ -1,10 +1,10 @@
 """The live-pages websocket: ``/ws/live/?fragments=a,b&run=<uuid>&...``.
 
 A page opens one socket listing its live fragments (console/live.py) and the params
-they render with. The consumer joins the channel-layer groups those fragments follow
-(console/broadcast.py) and, when one of them reports a change, re-renders the affected
-fragments from PostgreSQL and sends the HTML; htmx-ext-ws swaps each top-level element
-into the page by its id (``live-<name>``).
+they render with. The consumer joins the channel-layer groups of the topics those
+fragments follow (console/topics.py) and, when an event arrives on one of them, re-renders
+the fragments that follow that topic from PostgreSQL and sends the HTML; htmx-ext-ws swaps
+each top-level element into the page by its id (``live-<name>``).
 
 Contract:
 
@@ -34,15 +34,13 @@ import uuid
 from typing import Any
 from urllib.parse import parse_qs
 
-from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.contrib.auth import get_user_model
-from django.urls import get_resolver
 
 from config.storage import OUTAGES, REDIS, is_storage_error, note_failure
 from console import live, roles
-from console.broadcast import LIST_TOPICS, group_for, run_topic
+from console.topics import group_for
 
 log = logging.getLogger("console.live")
 
@@ -59,29 +57,6 @@ CLOSE_FORBIDDEN = 4403  # not in htmx-ext-ws's reconnect list: the page stops re
 CLOSE_RETRY = 1000
 
 _PARAM_NAME = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
-
-# List pages: which topic a fragment follows, by the start of its name. A fragment that
-# matches none follows every list topic. With a ``run`` param every fragment follows
-# only that run's topic.
-_FRAGMENT_TOPICS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("overview", ("overview",)),
-    ("runs", ("runs",)),
-    ("run_", ("runs",)),
-    ("version", ("runs",)),
-    ("effect", ("effects",)),
-    ("approval", ("approvals",)),
-    ("audit", ("audit",)),
-)
-
-
-def topics_for_fragment(name: str, params: dict[str, str]) -> tuple[str, ...]:
-    if "run" in params:
-        return (run_topic(params["run"]),)
-    for prefix, topics in _FRAGMENT_TOPICS:
-        if name.startswith(prefix):
-            return topics
-    return LIST_TOPICS
-
 
 class BadRequest(ValueError):
     pass
@@ -115,18 +90,6 @@ def parse_query(query_string: bytes, known: set[str]) -> tuple[list[str], dict[s
         except ValueError:
             raise BadRequest("run is not a run id") from None
     return names, params
-
-
-_fragments_loaded = False
-
-
-def _load_fragments() -> set[str]:
-    """Fragments are registered by the page modules; import them all (the URLconf does)."""
-    global _fragments_loaded
-    if not _fragments_loaded:
-        get_resolver().url_patterns  # noqa: B018  (imports every view module)
-        _fragments_loaded = True
-    return live.known_fragments()
 
 
 @database_sync_to_async
@@ -178,16 +141,15 @@ class LiveConsumer(AsyncWebsocketConsumer):
         if self.user is None:
             await self.close()
             return
-        known = await sync_to_async(_load_fragments)()
         try:
-            self.fragments, self.params = parse_query(self.scope.get("query_string", b""), known)
+            self.fragments, self.params = parse_query(self.scope.get("query_string", b""), set(live.FRAGMENTS))
         except BadRequest as exc:
             log.info("live socket refused for %s: %s", self.user.get_username(), exc)
             await self.close()
             return
         self.topic_fragments: dict[str, set[str]] = {}
         for name in self.fragments:
-            for topic in topics_for_fragment(name, self.params):
+            for topic in live.topics_for(name, self.params):
                 self.topic_fragments.setdefault(topic, set()).add(name)
         for topic in self.topic_fragments:
             await self.channel_layer.group_add(group_for(topic), self.channel_name)
@@ -223,7 +185,8 @@ class LiveConsumer(AsyncWebsocketConsumer):
         """Pages send nothing; anything sent is ignored."""
 
     async def live_changed(self, event: dict[str, Any]) -> None:
-        """A group event of type ``EVENT_TYPE`` ("live.changed"): the topic's data changed."""
+        """A group event of type ``topics.EVENT_TYPE`` ("live.changed"): the topic's data changed.
+        The fragments that follow that topic, by its name, are rendered again."""
         self._changed(self.topic_fragments.get(event.get("topic", ""), set()))
 
     def _changed(self, fragments: set[str]) -> None:

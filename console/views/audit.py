@@ -18,7 +18,6 @@ from django.template.loader import render_to_string
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
-from console import live
 from console.forms import AuditFilterForm
 from console.models import AuditEntry
 from console.selectors.audit import AuditFilters, audit_known_values, audit_page
@@ -41,7 +40,6 @@ def _audit_context(user: AbstractBaseUser, params: Mapping[str, str]) -> dict[st
             "page": audit_page(form.filters(), cursor=form.cursor) if valid else None}
 
 
-@live.fragment(AUDIT_FRAGMENT)
 def audit_fragment(user: AbstractBaseUser, params: dict[str, str]) -> str:
     return render_to_string("console/audit_live.html", _audit_context(user, params))
 

@@ -10,7 +10,6 @@ from django.shortcuts import render
 from django.template.loader import render_to_string
 from django.views.decorators.http import require_GET
 
-from console import live
 from console.selectors.overview import overview as overview_data
 from console.views.base import live_context, viewer_required
 
@@ -25,6 +24,5 @@ def overview(request: HttpRequest) -> HttpResponse:
     return render(request, "console/overview.html", context)
 
 
-@live.fragment(OVERVIEW)
 def overview_fragment(user: AbstractBaseUser, params: dict[str, str]) -> str:
     return render_to_string("console/overview_live.html", {"overview": overview_data(), "user": user})

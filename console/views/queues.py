@@ -22,7 +22,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
-from console import live, roles
+from console import roles
 from console.forms import EffectsPageForm
 from console.selectors.queues import (
     INBOX_LIMIT,
@@ -111,7 +111,6 @@ def _effects_context(user: AbstractBaseUser, form: EffectsPageForm) -> dict[str,
     }
 
 
-@live.fragment(EFFECTS_FRAGMENT)
 def effects_fragment(user: AbstractBaseUser, params: dict[str, str]) -> str:
     return render_to_string("console/effects_live.html", _effects_context(user, EffectsPageForm(params)))
 
@@ -232,7 +231,6 @@ def _approvals_context(user: AbstractBaseUser, params: dict[str, str]) -> dict[s
     }
 
 
-@live.fragment(APPROVALS_FRAGMENT)
 def approvals_fragment(user: AbstractBaseUser, params: dict[str, str]) -> str:
     return render_to_string("console/approvals_live.html", _approvals_context(user, params))
 

@@ -1,10 +1,11 @@
 """The run detail page and its live regions; the history pages and export are in
 run_history.py, the actions in run_actions.py.
 
-Live regions (``console.live``): ``run_header``, ``run_history`` (entries newer than the first
-page), ``run_effects``, ``run_approvals`` and ``run_compensation``. Each is a ``run_*.html``
-template rendered by the function registered below, which serves the full page (the page
-includes the template with the same context), the htmx swap and the websocket push.
+Live regions (listed in ``console.live``): ``run_header``, ``run_history`` (entries newer than
+the first page), ``run_effects``, ``run_approvals`` and ``run_compensation``. Each is a
+``run_*.html`` template rendered by its ``*_fragment`` function below, which serves the full
+page (the page includes the template with the same context), the htmx swap and the websocket
+push.
 
 The actions region is deliberately not live: a push must not wipe a reason being typed, and its
 hidden ``expected`` field must stay the status the user saw, so that an action on a run that
@@ -27,7 +28,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
-from console import live, roles
+from console import roles
 from console.selectors.runs import (
     RUN_EFFECTS_LIMIT,
     run_approvals,
@@ -182,7 +183,6 @@ def _missing(name: str) -> str:
     return render_to_string("console/run_missing.html", {"fragment": name})
 
 
-@live.fragment(RUN_HEADER)
 def run_header_fragment(user: AbstractBaseUser, params: dict[str, str]) -> str:
     run = _run_from_params(params)
     if run is None:
@@ -190,7 +190,6 @@ def run_header_fragment(user: AbstractBaseUser, params: dict[str, str]) -> str:
     return render_to_string("console/run_header.html", header_context(run))
 
 
-@live.fragment(RUN_HISTORY)
 def run_history_fragment(user: AbstractBaseUser, params: dict[str, str]) -> str:
     """Entries appended since the page rendered its first history page (``since``: its newest
     seq). The paged history below stays as the user loaded it: nothing jumps, nothing is lost."""
@@ -204,7 +203,6 @@ def run_history_fragment(user: AbstractBaseUser, params: dict[str, str]) -> str:
     return render_to_string("console/run_history_live.html", _history_new_context(run, since))
 
 
-@live.fragment(RUN_EFFECTS)
 def run_effects_fragment(user: AbstractBaseUser, params: dict[str, str]) -> str:
     run = _run_from_params(params)
     if run is None:
@@ -212,7 +210,6 @@ def run_effects_fragment(user: AbstractBaseUser, params: dict[str, str]) -> str:
     return render_to_string("console/run_effects.html", _effects_context(run))
 
 
-@live.fragment(RUN_APPROVALS)
 def run_approvals_fragment(user: AbstractBaseUser, params: dict[str, str]) -> str:
     run = _run_from_params(params)
     if run is None:
@@ -220,7 +217,6 @@ def run_approvals_fragment(user: AbstractBaseUser, params: dict[str, str]) -> st
     return render_to_string("console/run_approvals.html", _approvals_context(run, user))
 
 
-@live.fragment(RUN_COMPENSATION)
 def run_compensation_fragment(user: AbstractBaseUser, params: dict[str, str]) -> str:
     run = _run_from_params(params)
     if run is None:

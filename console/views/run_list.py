@@ -17,7 +17,6 @@ from django.template.loader import render_to_string
 from django.urls import reverse
 from django.views.decorators.http import require_GET
 
-from console import live
 from console.forms import RunFilterForm
 from console.selectors.runs import runs_page, workflow_names
 from console.views.base import live_context, viewer_required
@@ -40,7 +39,6 @@ def _runs_table_context(params: Mapping[str, str]) -> dict[str, Any]:
     }
 
 
-@live.fragment(RUNS_TABLE)
 def runs_table_fragment(user: AbstractBaseUser, params: dict[str, str]) -> str:
     return render_to_string("console/runs_table.html", _runs_table_context(params))
 

@@ -10,7 +10,6 @@ from django.shortcuts import render
 from django.template.loader import render_to_string
 from django.views.decorators.http import require_GET
 
-from console import live
 from console.selectors.versions import (
     runs_stranded,
     runs_stranded_count,
@@ -35,7 +34,6 @@ def _versions_context(user: AbstractBaseUser, params: dict[str, str]) -> dict[st
     }
 
 
-@live.fragment(VERSIONS_FRAGMENT)
 def versions_fragment(user: AbstractBaseUser, params: dict[str, str]) -> str:
     return render_to_string("console/versions_live.html", _versions_context(user, params))
 

@@ -22,13 +22,12 @@ from django.contrib import admin
 from django.contrib.auth.models import Group, Permission, User
 from django.db import DatabaseError, connection, transaction
 from django.test import Client
-from django.utils.html import format_html, format_html_join
+from django.utils.html import format_html
 
 from config.asgi import application
 from console import broadcast as live_broadcast
-from console import consumers, live, roles
+from console import consumers, live, roles, topics
 from console.models import AuditEntry
-from console.selectors.overview import overview
 from sagas import start
 from sagas.engine import Outcome, advance
 from sagas.models import JournalEntry, RunStatus, WorkflowRun
@@ -43,10 +42,16 @@ ORIGIN = (b"origin", b"http://localhost")
 # --- a fragment and workflows of this module's own ------------------------------------
 
 
-@live.fragment("test_run_status")
 def _test_run_status(user, params: dict[str, str]) -> str:
     run = WorkflowRun.objects.get(id=params["run"])
     return format_html('<p id="live-test_run_status">{} {}</p>', run.id, run.status)
+
+
+@pytest.fixture(autouse=True)
+def run_status_fragment(monkeypatch):
+    """A small fragment of a run page of this module's own: the run's id and status."""
+    monkeypatch.setitem(live.FRAGMENTS, "test_run_status",
+                        live.Fragment("test_run_status", _test_run_status, (topics.THIS_RUN,)))
 
 
 def _same(value):
@@ -71,20 +76,6 @@ def live_many_steps(ctx, spec):
 
 
 # --- fixtures and helpers ----------------------------------------------------------------
-
-
-@pytest.fixture
-def overview_fragment():
-    """The overview page's fragment. The page modules register it; until they do, a stand-in
-    renders the overview's run counts from the same selector."""
-    known = consumers._load_fragments()
-    if "overview" not in known:
-        live.fragment("overview")(
-            lambda user, params: format_html(
-                '<section id="live-overview">{}</section>',
-                format_html_join("", "<span>{} {}</span>", overview()["status_counts"]),
-            )
-        )
 
 
 def _user(name: str, *groups: str, **fields) -> User:
@@ -136,7 +127,7 @@ async def _quiet(socket: WebsocketCommunicator) -> None:
 # --- access ------------------------------------------------------------------------------
 
 
-def test_it_refuses_an_anonymous_connection(overview_fragment):
+def test_it_refuses_an_anonymous_connection():
     async def scenario():
         socket = _socket("fragments=overview")
         connected, _ = await socket.connect(timeout=5)
@@ -145,7 +136,7 @@ def test_it_refuses_an_anonymous_connection(overview_fragment):
     async_to_sync(scenario)()
 
 
-def test_it_refuses_a_user_without_a_console_role(overview_fragment):
+def test_it_refuses_a_user_without_a_console_role():
     cookie = _cookie(_user("nobody"))
 
     async def scenario():
@@ -156,7 +147,7 @@ def test_it_refuses_a_user_without_a_console_role(overview_fragment):
     async_to_sync(scenario)()
 
 
-def test_it_refuses_a_malformed_run_id_and_ignores_unknown_fragments(viewer_cookie, overview_fragment):
+def test_it_refuses_a_malformed_run_id_and_ignores_unknown_fragments(viewer_cookie):
     async def scenario():
         bad = _socket("fragments=test_run_status&run=not-a-uuid", viewer_cookie)
         assert (await bad.connect(timeout=5))[0] is False
@@ -171,7 +162,7 @@ def test_it_refuses_a_malformed_run_id_and_ignores_unknown_fragments(viewer_cook
     async_to_sync(scenario)()
 
 
-def test_it_disconnects_a_viewer_whose_role_was_removed(overview_fragment):
+def test_it_disconnects_a_viewer_whose_role_was_removed():
     user = _user("revoked", roles.VIEWER)
     cookie = _cookie(user)
 
@@ -190,7 +181,7 @@ def test_it_disconnects_a_viewer_whose_role_was_removed(overview_fragment):
 # --- pushes ------------------------------------------------------------------------------
 
 
-def test_it_pushes_the_overview_to_a_viewer_when_a_run_starts(viewer_cookie, overview_fragment):
+def test_it_pushes_the_overview_to_a_viewer_when_a_run_starts(viewer_cookie):
     async def scenario():
         socket = _socket("fragments=overview", viewer_cookie)
         connected, _ = await socket.connect(timeout=5)
@@ -233,7 +224,7 @@ def test_it_pushes_a_run_page_the_new_status_and_nothing_about_other_runs(viewer
 
 def test_it_coalesces_a_burst_into_few_pushes_and_keeps_the_last_change(viewer_cookie):
     run = start("live_two_steps", {})
-    group = live_broadcast.group_for(live_broadcast.run_topic(run.id))
+    group = topics.group_for(topics.run_topic(run.id))
 
     async def scenario():
         socket = _socket(f"fragments=test_run_status&run={run.id}", viewer_cookie)
@@ -245,7 +236,7 @@ def test_it_coalesces_a_burst_into_few_pushes_and_keeps_the_last_change(viewer_c
         for i in range(30):  # 30 changes, normally in well under one push interval
             if i == 29:
                 await database_sync_to_async(advance)(str(run.id), owner="t")
-            await layer.group_send(group, {"type": live_broadcast.EVENT_TYPE, "topic": f"run.{run.id}"})
+            await layer.group_send(group, {"type": topics.EVENT_TYPE, "topic": f"run.{run.id}"})
         burst = time.monotonic() - began
         pushes = []
         while not await socket.receive_nothing(timeout=1.0):
@@ -259,10 +250,33 @@ def test_it_coalesces_a_burst_into_few_pushes_and_keeps_the_last_change(viewer_c
     async_to_sync(scenario)()
 
 
-def test_it_pushes_the_audit_log_when_an_audit_entry_is_written(viewer_cookie):
-    @live.fragment("audit_test_count")
+def test_it_routes_each_topic_to_the_fragments_that_follow_it_by_name(viewer_cookie):
+    """A page with two regions hears a change only in the region that follows its topic."""
+    async def scenario():
+        socket = _socket("fragments=effects_queue,audit_log,versions_list", viewer_cookie)
+        assert (await socket.connect(timeout=5))[0]
+        first = await socket.receive_from(timeout=5)  # the catch-up push renders all three
+        assert all(f'id="live-{name}"' in first for name in ("effects_queue", "audit_log", "versions_list"))
+        await _quiet(socket)
+        layer = get_channel_layer()
+        for topic, region, others in (("audit", "audit_log", ("effects_queue", "versions_list")),
+                                      ("effects", "effects_queue", ("audit_log", "versions_list")),
+                                      ("runs", "versions_list", ("effects_queue", "audit_log"))):
+            await layer.group_send(topics.group_for(topic), {"type": topics.EVENT_TYPE, "topic": topic})
+            pushed = await socket.receive_from(timeout=5)
+            assert f'id="live-{region}"' in pushed, topic
+            assert not any(f'id="live-{other}"' in pushed for other in others), topic
+            await _quiet(socket)
+        await socket.disconnect()
+
+    async_to_sync(scenario)()
+
+
+def test_it_pushes_the_audit_log_when_an_audit_entry_is_written(viewer_cookie, monkeypatch):
     def _count(user, params):
         return format_html('<p id="live-audit_test_count">{}</p>', AuditEntry.objects.count())
+
+    monkeypatch.setitem(live.FRAGMENTS, "audit_test_count", live.Fragment("audit_test_count", _count, (topics.AUDIT,)))
 
     async def scenario():
         socket = _socket("fragments=audit_test_count", viewer_cookie)
@@ -311,7 +325,7 @@ def test_it_keeps_writing_when_redis_is_down(monkeypatch):
     publisher = live_broadcast.publisher
     assert publisher.flush()
     nowhere = lambda: RedisChannelLayer(hosts=["redis://127.0.0.1:1/0"], prefix="sagas-console:")  # noqa: E731
-    monkeypatch.setattr(live_broadcast, "_make_layer", nowhere)
+    monkeypatch.setattr(publisher, "make_layer", nowhere)
     monkeypatch.setattr(publisher, "layer", nowhere())
     failed_before = publisher.failed_batches
 
@@ -324,14 +338,14 @@ def test_it_keeps_writing_when_redis_is_down(monkeypatch):
     publisher.layer = None
     layer = get_channel_layer()
     listener = async_to_sync(layer.new_channel)()
-    async_to_sync(layer.group_add)(live_broadcast.group_for("runs"), listener)
-    live.broadcast("runs")
+    async_to_sync(layer.group_add)(topics.group_for("runs"), listener)
+    live_broadcast.broadcast("runs")
     assert publisher.flush(timeout=10)
 
     async def heard():
         return await asyncio.wait_for(layer.receive(listener), timeout=5)
 
-    assert async_to_sync(heard)() == {"type": live_broadcast.EVENT_TYPE, "topic": "runs"}
+    assert async_to_sync(heard)() == {"type": topics.EVENT_TYPE, "topic": "runs"}
 
 
 # --- the Django admin ----------------------------------------------------------------------

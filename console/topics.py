@@ -1,0 +1,45 @@
+"""Live-update topics: the names of what can change, shared by the publisher
+(console/broadcast.py), the fragment registry (console/live.py) and the consumer.
+
+A topic is a name: ``runs`` (any run changed), ``effects``, ``approvals``, ``audit``,
+``overview``, and ``run.<uuid>`` for one run. Each topic is one channel-layer group
+(``live.<topic>``), and an event on it says only "look again" (``EVENT_TYPE``).
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+RUNS = "runs"
+EFFECTS = "effects"
+APPROVALS = "approvals"
+AUDIT = "audit"
+OVERVIEW = "overview"
+LIST_TOPICS = (RUNS, EFFECTS, APPROVALS, AUDIT, OVERVIEW)
+
+# In a fragment's ``follows``: the topic of the run its page shows (``run.<the page's run param>``).
+THIS_RUN = "run"
+
+EVENT_TYPE = "live.changed"  # routed to LiveConsumer.live_changed
+
+
+def run_topic(run_id: Any) -> str:
+    return f"run.{str(run_id).lower()}"
+
+
+def group_for(topic: str) -> str:
+    return f"live.{topic}"
+
+
+def is_topic(topic: str) -> bool:
+    """A list topic, or ``run.`` and a run id in canonical form."""
+    if topic in LIST_TOPICS:
+        return True
+    kind, _, run_id = topic.partition(".")
+    if kind != THIS_RUN:
+        return False
+    try:
+        return str(uuid.UUID(run_id)) == run_id
+    except ValueError:
+        return False
