@@ -157,7 +157,7 @@ def replay_time(run_id: str, rounds: int) -> float:
         )
         ctx = Context(run=claimed, journal=journal, worker_id="bench")
         result = definition.fn(ctx, run.input)
-        ctx._check_finished()
+        ctx.check_finished()
         times.append(time.perf_counter() - t0)
         assert result == run.result
     assert WorkflowRun.objects.get(id=run.id).last_seq == run.last_seq  # replay wrote nothing

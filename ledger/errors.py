@@ -62,6 +62,38 @@ class EffectFailed(LedgerError):
         self.error_class = error_class
 
 
+class OutcomeUnknown(LedgerError):
+    """The effect's outcome is not known (UNKNOWN in the ledger): it may have happened
+    downstream. Raised by ``ledger.protocol``; the caller decides what waits for it (the
+    engine halts the run for reconciliation or a person). ``details``: effect_id, key,
+    connector, step, error_class."""
+
+    code = "outcome_unknown"
+
+    def __init__(self, message: str, **details: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details = details
+
+
+class ReplayDiverged(LedgerError):
+    """On replay, the code asks for another key or payload than the journal recorded at this
+    position. Nothing was executed. ``recorded`` and ``asked`` say what differs."""
+
+    code = "replay_diverged"
+
+    def __init__(self, message: str, *, recorded: dict[str, Any], asked: dict[str, Any]) -> None:
+        super().__init__(message)
+        self.recorded = recorded
+        self.asked = asked
+
+
+class PayloadNotJSON(LedgerError):
+    """An effect's payload is not JSON. Nothing was recorded or executed."""
+
+    code = "payload_not_json"
+
+
 class AlreadyResolved(LedgerError):
     """A resolution was attempted on an effect whose outcome is already known."""
 

@@ -14,19 +14,20 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
 
 from ledger.connectors import Operation, get_connector
-from ledger.errors import ConnectorNotRegistered, EffectFailed
+from ledger.errors import ConnectorNotRegistered, EffectFailed, OutcomeUnknown
 from ledger.models import EffectKind, EffectRecord, EffectStatus
+from ledger.protocol import run_operation
 from sagas import queue, systemdb
-from sagas.signals import send_run_changed
-from sagas.context import Context
 from sagas.crashpoints import crash_point
+from sagas.cursor import JournalCursor
+from sagas.errors import ActionNotAllowed, CompensationStuck, RunFinished
 from sagas.locks import run_lock
-from sagas.errors import ActionNotAllowed, CompensationStuck, EffectUnknown, RunFinished
 from sagas.models import (
     OPEN_APPROVAL_STATES,
     ApprovalRequest,
@@ -41,6 +42,7 @@ from sagas.models import (
     check_compensation_transition,
     check_transition,
 )
+from sagas.signals import send_run_changed
 from sagas.systemdb import dumps
 
 log = logging.getLogger("sagas.compensation")
@@ -114,8 +116,10 @@ def plan_create(*, run: WorkflowRun, reason: str, trigger: str, user: AbstractBa
     return plan
 
 
-def _expire_open_approvals(run: WorkflowRun, why: str, *, by: str = "system") -> None:
-    """Inside the caller's transaction, with the run's row locked first (``sagas.locks``)."""
+def approvals_expire_open(*, run: WorkflowRun, why: str, by: str = "system") -> None:
+    """The run's open approvals (PENDING, ESCALATED) become EXPIRED, decided by ``by (why)``:
+    the run is being cancelled or compensated, so nobody may decide them any more. Inside
+    the caller's transaction, with the run's row locked first (``sagas.locks``)."""
     ApprovalRequest.objects.filter(run=run, state__in=OPEN_APPROVAL_STATES).update(
         state=ApprovalState.EXPIRED, decided_by_label=f"{by} ({why})", decided_at=timezone.now()
     )
@@ -136,13 +140,15 @@ def compensation_start(*, run_id: str, user: AbstractBaseUser | None, reason: st
         if run.status == RunStatus.COMPENSATING:
             raise ActionNotAllowed(f"run {run.id} is already compensating")
         check_transition(run.status, RunStatus.COMPENSATING)
-        _expire_open_approvals(run, "compensation started", by=actor)
+        approvals_expire_open(run=run, why="compensation started", by=actor)
         plan = plan_create(run=run, reason=reason, trigger="operator", user=user, actor=actor)
-        _move_to_compensating(run)
+        run_move_to_compensating(run=run)
     return plan
 
 
-def _move_to_compensating(run: WorkflowRun) -> None:
+def run_move_to_compensating(*, run: WorkflowRun) -> None:
+    """A run (locked by the caller, its plan created) leaves any worker (fence +1, no lease)
+    and goes COMPENSATING; a worker is woken for it after commit."""
     WorkflowRun.objects.filter(id=run.id).update(
         status=RunStatus.COMPENSATING, status_reason="", error=None, fence=run.fence + 1, lease_owner="",
         lease_expires_at=None, wake_at=None, finished_at=None, updated_at=timezone.now(),
@@ -151,14 +157,12 @@ def _move_to_compensating(run: WorkflowRun) -> None:
     send_run_changed(run.id, RunStatus.COMPENSATING, cause=K.COMPENSATION_STARTED)
 
 
-def compensate_claimed(ctx: Context) -> None:
+def compensate_claimed(ctx: JournalCursor) -> None:
     """Run the plan's remaining items in order, under the worker's claim (status COMPENSATING).
 
     Returns when every item is done (the caller marks the run COMPENSATED). Raises
     ``CompensationStuck`` when an item failed or is UNKNOWN.
     """
-    from sagas.effects import run_operation
-
     plan = CompensationPlan.objects.get(run_id=ctx.run_id)
     if plan.state != CompensationState.RUNNING:
         with transaction.atomic():
@@ -175,15 +179,14 @@ def compensate_claimed(ctx: Context) -> None:
         crash_point("before_compensation", item.step_name)
         try:
             record = run_operation(
-                ctx, op, name=name, key=item.compensation_key, payload=payload,
-                kind=EffectKind.COMPENSATION, connector_name=item.connector,
+                ctx, op, name=name, key=item.compensation_key, payload=payload, connector_name=item.connector
             )
         except EffectFailed as exc:
             _item_stuck(ctx, plan, item, I.FAILED, "compensation_failed", str(exc))
-        except EffectUnknown as exc:
+        except OutcomeUnknown as exc:
             _item_stuck(ctx, plan, item, I.UNKNOWN, "compensation_unknown", exc.message)
         with transaction.atomic():  # the run's row (fenced append) before the item: sagas.locks' order
-            ctx._append(K.COMPENSATION_ITEM, name, dumps({"step": item.step_name, "state": I.SUCCEEDED,
+            ctx.append(K.COMPENSATION_ITEM, name, dumps({"step": item.step_name, "state": I.SUCCEEDED,
                                                            "downstream_ref": record.downstream_ref}))
             item.state = I.SUCCEEDED
             item.compensation_effect_id = record.id
@@ -196,7 +199,7 @@ def compensate_claimed(ctx: Context) -> None:
         plan.save(update_fields=["state", "finished_at"])
 
 
-def _item_stuck(ctx: Context, plan: CompensationPlan, item: CompensationItem, state: str, reason: str, message: str) -> None:
+def _item_stuck(ctx: JournalCursor, plan: CompensationPlan, item: CompensationItem, state: str, reason: str, message: str) -> None:
     with transaction.atomic():  # the plan before its item: sagas.locks' order
         check_compensation_transition(plan.state, CompensationState.NEEDS_ATTENTION)
         plan.state = CompensationState.NEEDS_ATTENTION
@@ -217,14 +220,14 @@ def needs_compensation(run_id: str) -> bool:
     return EffectRecord.objects.filter(run_id=run_id, kind=EffectKind.EFFECT, status=EffectStatus.SUCCEEDED).exists()
 
 
-def plan_for_failure(ctx: Context, *, reason: str, trigger: str) -> None:
+def plan_for_failure(ctx: JournalCursor, *, reason: str, trigger: str) -> None:
     """Under the worker's claim: create the plan and switch the run to COMPENSATING (fenced)."""
     with transaction.atomic():
-        ctx._check_fence()
+        ctx.check_fence()
         run = WorkflowRun.objects.select_for_update().get(id=ctx.run_id)
         check_transition(run.status, RunStatus.COMPENSATING)
-        _expire_open_approvals(run, "compensation started")
-        plan_create(run=run, reason=reason, trigger=trigger, user=None, actor=ctx._worker)
+        approvals_expire_open(run=run, why="compensation started")
+        plan_create(run=run, reason=reason, trigger=trigger, user=None, actor=ctx.worker_id)
         WorkflowRun.objects.filter(id=run.id).update(status=RunStatus.COMPENSATING, updated_at=timezone.now())
         send_run_changed(run.id, RunStatus.COMPENSATING, cause=K.COMPENSATION_STARTED)
 

@@ -1,4 +1,4 @@
-"""``Context``: the object a workflow function receives, and the replay cursor.
+"""``Context``: the object a workflow function receives.
 
 Contract: every ``ctx`` call takes the next position in the run's journal.
 
@@ -9,35 +9,45 @@ Contract: every ``ctx`` call takes the next position in the run's journal.
   appended under the worker's fence before the value is returned. A value is
   returned only once it is durable, and it is returned as JSON round-trips it,
   so first execution and replay see identical values.
+
+The cursor underneath (positions, fenced appends, budgets) is ``sagas.cursor``'s
+``JournalCursor``, which ``Context`` extends; ``ctx.effect`` runs the ledger's protocol
+(``ledger.protocol``) against it.
 """
 
 from __future__ import annotations
 
 import functools
 import json
-import math
 import random as _random
-import threading
-import time
 import uuid as _uuid
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
-from django.db import InterfaceError, OperationalError, connection
+from django.db import InterfaceError, OperationalError
 from django.utils import timezone
 
-from config.storage import Backoff, is_database_error, is_storage_error, note_failure, note_success
-from sagas import systemdb
+from config.storage import is_storage_error, note_failure
+from ledger.connectors import get_connector
+from ledger.errors import OutcomeUnknown, PayloadNotJSON, ReplayDiverged
+from ledger.protocol import run_effect
+from sagas import waits
 from sagas.crashpoints import crash_point
-from sagas.errors import BudgetExceeded, NonDeterminismError, NotSerializable, StepFailed, StorageUnavailable, Yield
-from sagas.models import CALL_KINDS, JournalKind
+from sagas.cursor import JournalCursor, shutdown_requested
+from sagas.errors import EffectUnknown, NonDeterminismError, NotSerializable, StepFailed, StorageUnavailable
+from sagas.models import JournalKind
 from sagas.systemdb import ClaimedRun, Entry, dumps
 
 K = JournalKind
 
-T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
+
+# ``shutdown_requested`` is the cursor's; the worker sets it on SIGTERM (imported from here).
+__all__ = ["Context", "IRREVERSIBLE_APPROVAL_TIMEOUT", "shutdown_requested"]
+
+# The automatic gate before an irreversible connector escalates after this long.
+IRREVERSIBLE_APPROVAL_TIMEOUT = timedelta(hours=24)
 
 
 def _engine_call(method: F) -> F:
@@ -59,62 +69,25 @@ def _engine_call(method: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-# Set by the worker on SIGTERM: running workflows hand their run back at the
-# next step boundary instead of holding a warm shutdown hostage.
-shutdown_requested = threading.Event()
-
-
-class Context:
+class Context(JournalCursor):
     """What a workflow function receives: ``ctx.step``, ``ctx.effect``, ``ctx.approval``,
     ``ctx.sleep``, ``ctx.wait_for``, ``ctx.now``/``random``/``uuid``, ``ctx.add_cost``; each is
-    journaled, and on replay returns what was recorded instead of acting again."""
+    journaled, and on replay returns what was recorded instead of acting again.
+
+    Also the run's ``run_id``, ``workflow_name``, ``version``, ``tenant``, ``business_key``,
+    ``attempt`` (claims so far), ``input``, and ``replaying``, ``steps_used``, ``cost_used``.
+    The cursor methods it inherits (``sagas.cursor``) are for the engine, not for workflows."""
 
     def __init__(
         self, *, run: ClaimedRun, journal: list[Entry], worker_id: str, approve_irreversible: bool = True
     ) -> None:
-        self.run_id = run.id
+        super().__init__(run=run, journal=journal, worker_id=worker_id, approve_irreversible=approve_irreversible)
         self.workflow_name = run.workflow_name
         self.version = run.version
-        self.tenant = run.tenant
         self.business_key = run.business_key
         self.attempt = run.attempts
         self.input = run.input
-        self._run = run
-        self._worker = worker_id
-        self._approve_irreversible = approve_irreversible
-        self._calls = [e for e in journal if e.kind in CALL_KINDS]
-        self._events = {(e.kind, e.name): e for e in journal if e.kind not in CALL_KINDS}
-        self._signals: dict[str, list[Entry]] = {}
-        for e in journal:
-            if e.kind == K.SIGNAL_RECEIVED:
-                self._signals.setdefault(e.name, []).append(e)
-        # The newest seq this worker knows of: suspending is refused if anything was
-        # appended since (a decision, a signal), and the run is replayed with it instead.
-        self.last_seq = journal[-1].seq if journal else 0
-        self._pos = 0
-        self._names: dict[tuple[str, str], int] = {}
-        self._steps_used = run.steps_used
-        self._cost_used = float(run.cost_used)
         self._pending_cost = 0.0
-        # Monotonic time until which this worker surely holds the lease (the claim's or
-        # the last renewal's start + TTL); the heartbeat moves it on. Writes that fail
-        # because the database went away are retried until then.
-        self.lease_until = math.inf
-
-    # --- public API --------------------------------------------------------
-
-    @property
-    def replaying(self) -> bool:
-        """True while the code is still inside the recorded journal."""
-        return self._pos < len(self._calls)
-
-    @property
-    def steps_used(self) -> int:
-        return self._steps_used
-
-    @property
-    def cost_used(self) -> float:
-        return self._cost_used
 
     @_engine_call
     def step(self, name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -123,11 +96,11 @@ class Context:
         If ``fn`` raises, the error's type and message are journaled and
         ``StepFailed`` is raised, on this execution and on every replay.
         """
-        name = self._unique(name)
-        entry = self._replay(K.STEP, name)
+        name = self.unique_name(name)
+        entry = self.replay_next(K.STEP, name)
         if entry is not None:
             return self._step_outcome(entry)
-        self._before_live()
+        self.before_live()
         crash_point("before_step", name)
         self._pending_cost = 0.0
         error: Exception | None = None
@@ -150,7 +123,7 @@ class Context:
         if cost:
             encoded = encoded[:-1] + f',"cost":{cost!r}}}'
         crash_point("after_step", name)
-        self._append(K.STEP, name, encoded, steps=1, cost=cost)
+        self.append(K.STEP, name, encoded, steps=1, cost=cost)
         crash_point("after_step_record", name)
         entry = Entry(0, K.STEP, name, json.loads(encoded))
         if error is not None:
@@ -177,30 +150,43 @@ class Context:
         self, name: str, reason: str, timeout: timedelta, on_timeout: str = "escalate"
     ) -> dict[str, Any]:
         """Wait (holding no worker) until a person approves; see ``sagas.waits.approval``."""
-        from sagas import waits
-
         return waits.approval(self, name, reason, timeout, on_timeout)
 
     @_engine_call
     def sleep(self, duration: timedelta) -> None:
         """A journaled timer: the run waits (holding no worker) and the sweeper wakes it."""
-        from sagas import waits
-
         waits.sleep(self, duration)
 
     @_engine_call
     def wait_for(self, signal_name: str, timeout: timedelta) -> Any:
         """Wait for a signal sent with ``sagas.waits.signal_send``; see ``sagas.waits.wait_for``."""
-        from sagas import waits
-
         return waits.wait_for(self, signal_name, timeout)
 
     @_engine_call
     def effect(self, name: str, connector_name: str, payload: dict, key: str | None = None) -> Any:
-        """A ledgered external effect; see ``sagas.effects.run_effect`` for the contract."""
-        from sagas.effects import run_effect
+        """A ledgered external effect: intent, dispatch, outcome, recovery, and their
+        guarantee, are the ledger's (``ledger.protocol``), recorded in this run's journal.
 
-        return run_effect(self, name, connector_name, payload, key)
+        The engine's part: an irreversible connector first waits for the approval
+        ``approve:<name>`` (escalated after ``IRREVERSIBLE_APPROVAL_TIMEOUT``) unless the
+        workflow opted out, as approvals are waits; and what the ledger reports becomes the
+        run's control flow: an unknown outcome halts the run (``EffectUnknown``), a key or
+        payload other than the recorded one is ``NonDeterminismError``, a payload that is not
+        JSON is ``NotSerializable``. ``EffectFailed`` and ``KeyConflict`` reach the workflow.
+        """
+        if self.approve_irreversible and get_connector(connector_name).irreversible:
+            waits.approval(
+                self, f"approve:{name}", reason=f"Irreversible: {connector_name} ({name}) cannot be undone once it runs",
+                timeout=IRREVERSIBLE_APPROVAL_TIMEOUT,
+            )
+        try:
+            return run_effect(self, name=name, connector_name=connector_name, payload=payload, key=key)
+        except OutcomeUnknown as exc:
+            raise EffectUnknown(exc.message, **exc.details) from exc
+        except ReplayDiverged as exc:
+            raise NonDeterminismError(str(exc), journal=exc.recorded, code_asked=exc.asked) from exc
+        except PayloadNotJSON as exc:
+            raise NotSerializable(str(exc)) from None
 
     def add_cost(self, amount: float, unit: str = "usd") -> None:
         """Charge ``amount`` to the run's budget. Call it inside a step: the cost is
@@ -212,141 +198,16 @@ class Context:
         if not self.replaying:
             self._pending_cost += float(amount)
 
-    # --- engine internals --------------------------------------------------
-
-    def _unique(self, name: str, space: str = "call") -> str:
-        """``name``, or ``name#n`` for its n-th use in this run. Steps and effects share one
-        namespace (their names become idempotency keys); approvals, timers, signals and
-        recorded values each have their own, so an approval "ship" leaves the effect "ship" alone."""
-        if not name or "#" in name:
-            raise ValueError(f"step name {name!r} must be non-empty and must not contain '#'")
-        count = self._names.get((space, name), 0) + 1
-        self._names[(space, name)] = count
-        return name if count == 1 else f"{name}#{count}"
-
-    def _replay(self, kind: str, name: str, also: frozenset[str] = frozenset()) -> Entry | None:
-        """The recorded entry at the cursor, if any; it must be ``kind`` (or one of ``also``)
-        and ``name``, or the run halts with NonDeterminismError."""
-        if self._pos >= len(self._calls):
-            return None
-        entry = self._calls[self._pos]
-        if (entry.kind != kind and entry.kind not in also) or entry.name != name:
-            raise NonDeterminismError(
-                f"the journal has {entry.kind} {entry.name!r} at seq {entry.seq}, "
-                f"but the code asked for {kind} {name!r}",
-                journal={"seq": entry.seq, "kind": entry.kind, "name": entry.name},
-                code_asked={"kind": kind, "name": name},
-            )
-        self._pos += 1
-        return entry
-
-    def _check_finished(self) -> None:
-        """The function returned: any recorded call it did not reach is non-determinism."""
-        if self._pos < len(self._calls):
-            entry = self._calls[self._pos]
-            raise NonDeterminismError(
-                f"the workflow returned, but the journal has {entry.kind} {entry.name!r} at seq {entry.seq}",
-                journal={"seq": entry.seq, "kind": entry.kind, "name": entry.name},
-                code_asked={"kind": "return", "name": ""},
-            )
-
-    def _before_live(self) -> None:
-        if shutdown_requested.is_set():
-            raise Yield("worker shutting down")
-        run = self._run
-        if run.max_steps is not None and self._steps_used >= run.max_steps:
-            raise BudgetExceeded(
-                f"step budget exhausted: {self._steps_used} of {run.max_steps} steps used",
-                budget="steps",
-                used=self._steps_used,
-                limit=run.max_steps,
-            )
-        if run.max_cost is not None and self._cost_used >= float(run.max_cost):
-            raise BudgetExceeded(
-                f"cost budget exhausted: {self._cost_used:.4f} of {float(run.max_cost):.4f} usd used",
-                budget="cost",
-                used=self._cost_used,
-                limit=float(run.max_cost),
-            )
-        if run.max_duration_seconds is not None:
-            elapsed = (timezone.now() - run.started_at).total_seconds()
-            if elapsed >= run.max_duration_seconds:
-                raise BudgetExceeded(
-                    f"duration budget exhausted: {elapsed:.1f}s of {run.max_duration_seconds:.1f}s",
-                    budget="duration",
-                    used=round(elapsed, 3),
-                    limit=run.max_duration_seconds,
-                )
-
-    def _append(self, kind: str, name: str, payload: str, *, steps: int = 0, cost: float = 0.0) -> int:
-        """Append under the fence. Outside a transaction a write the database failed is
-        retried (see ``_durably``): a step's result survives a PostgreSQL restart."""
-
-        def write() -> int:
-            return systemdb.append(
-                self.run_id,
-                fence=self._run.fence,
-                kind=kind,
-                name=name,
-                payload=payload,
-                worker=self._worker,
-                steps=steps,
-                cost=cost,
-            )
-
-        seq = write() if connection.in_atomic_block else self._durably(write, kind=kind, name=name, recorded=int)
-        self._steps_used += steps
-        self._cost_used += cost
-        self.last_seq = seq
-        return seq
-
-    def _durably(self, write: Callable[[], T], *, kind: str, name: str, recorded: Callable[[int], T]) -> T:
-        """``write()`` (one commit that appends the journal entry ``kind``/``name``), retried
-        with back-off while the database is unreachable and this worker holds the lease.
-
-        A failed commit is ambiguous: it may have gone through before the connection
-        died. Before each retry the journal is asked whether this worker's entry is there;
-        if it is, ``recorded(seq)`` is returned and nothing is written twice. Past the
-        lease, ``StorageUnavailable``: recovery takes over (a step runs again; an effect
-        follows the ledger's rules). The fence makes a late write safe either way.
-        """
-        backoff = Backoff()
-        retrying = False
-        while True:
-            try:
-                if retrying:
-                    seq = systemdb.find_own_entry(
-                        self.run_id, after_seq=self.last_seq, kind=kind, name=name, worker=self._worker
-                    )
-                    if seq is not None:
-                        note_success()
-                        return recorded(seq)
-                value = write()
-                note_success()
-                return value
-            except Exception as exc:
-                if not is_database_error(exc):
-                    raise
-                note_failure(exc, doing=f"recording {kind} {name!r} of run {self.run_id}")
-                if time.monotonic() >= self.lease_until:
-                    raise StorageUnavailable(
-                        f"could not record {kind} {name!r} before the lease ran out: {type(exc).__name__}: {exc}"
-                    ) from exc
-                retrying = True
-                backoff.sleep(until=self.lease_until)
-
-    def _check_fence(self) -> None:
-        """Inside a transaction: hold the run's row (FOR SHARE) if our fence is current, else LeaseLost."""
-        systemdb.check_fence(self.run_id, fence=self._run.fence)
+    # --- recorded values ------------------------------------------------------
 
     def _recorded(self, kind: str, make: Callable[[], Any]) -> Any:
-        name = self._unique(str(kind), space=str(kind))
-        entry = self._replay(kind, name)
+        name = self.unique_name(str(kind), space=str(kind))
+        entry = self.replay_next(kind, name)
         if entry is not None:
             return entry.payload["value"]
-        self._before_live()
+        self.before_live()
         value = make()
-        self._append(kind, name, dumps({"value": value}))
+        self.append(kind, name, dumps({"value": value}))
         return value
 
     def _step_outcome(self, entry: Entry) -> Any:

@@ -26,9 +26,9 @@ from django.db import InterfaceError, OperationalError, connection
 
 from config.storage import is_storage_error, note_failure, note_success, wait_for_database
 from sagas import queue, registry, signals, systemdb
+from sagas.compensation import compensate_claimed, needs_compensation, plan_for_failure
 from sagas.context import Context
 from sagas.crashpoints import crash_point
-from sagas.compensation import compensate_claimed, needs_compensation, plan_for_failure
 from sagas.errors import (
     ApprovalRejected,
     LeaseLost,
@@ -102,8 +102,10 @@ class Heartbeat:
     one commit per step with nothing else.
     """
 
-    def __init__(self, run_id: str, fence: int, ttl: float, *, claimed_at: float | None = None) -> None:
-        self.run_id, self.fence, self.ttl = run_id, fence, ttl
+    def __init__(
+        self, run_id: str, fence: int, ttl: float, *, status: str, claimed_at: float | None = None
+    ) -> None:
+        self.run_id, self.fence, self.ttl, self.status = run_id, fence, ttl, status
         self.lost = False
         # Monotonic time until which the lease surely holds: a renewal that started at
         # t and succeeded extends it to t + ttl (the database's clock started later).
@@ -128,7 +130,7 @@ class Heartbeat:
         if now - self._progress_sent < signals.PROGRESS_INTERVAL:
             return
         self._seen_seq, self._progress_sent = ctx.last_seq, now
-        signals.send_run_changed_now(self.run_id, ctx._run.status, cause="progress")
+        signals.send_run_changed_now(self.run_id, self.status, cause="progress")
 
     def __enter__(self) -> Heartbeat:
         self._thread.start()
@@ -191,7 +193,7 @@ def advance(run_id: str, *, owner: str | None = None) -> Outcome:
         return Outcome.NOT_CLAIMED
     log.info("run %s: claimed by %s (attempt %d, fence %d)", run.id, owner, run.attempts, run.fence)
     signals.send_run_changed(run.id, run.status, cause="claimed")
-    with Heartbeat(run.id, run.fence, ttl, claimed_at=claimed_at) as beat:
+    with Heartbeat(run.id, run.fence, ttl, status=run.status, claimed_at=claimed_at) as beat:
         try:
             outcome = _execute(run, owner, beat)
         except StorageUnavailable as exc:
@@ -234,7 +236,7 @@ def _execute(run: ClaimedRun, owner: str, beat: Heartbeat | None = None) -> Outc
                 beat.watch(ctx)
             try:
                 value = definition.fn(ctx, run.input)
-                ctx._check_finished()
+                ctx.check_finished()
                 try:
                     dumps(value)
                 except (TypeError, ValueError) as exc:
@@ -369,7 +371,7 @@ def _fail(
         error["step"] = exc.step
     try:
         if definition.on_failure == "compensate" and needs_compensation(run.id):
-            ctx._append(K.FAILED, "", dumps(error))
+            ctx.append(K.FAILED, "", dumps(error))
             trigger = "rejection" if isinstance(exc, ApprovalRejected) else "automatic"
             plan_for_failure(ctx, reason=error["message"], trigger=trigger)
             log.warning("run %s: failed (%s); compensating", run.id, error["message"])

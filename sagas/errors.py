@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ledger.journal import FenceLost
+
 
 class SagaError(Exception):
     """Base of the errors callers handle; ``code`` is stable, ``as_dict()`` is what APIs show."""
@@ -127,8 +129,9 @@ class Suspend(EngineSignal):
         self.wake_at = wake_at
 
 
-class LeaseLost(EngineSignal):
-    """Another worker claimed the run (its fence moved on): stop and record nothing."""
+class LeaseLost(EngineSignal, FenceLost):
+    """Another worker claimed the run (its fence moved on): stop and record nothing.
+    The ledger's ``FenceLost``, as the run's journal raises it."""
 
     code = "lease_lost"
 

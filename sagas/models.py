@@ -8,6 +8,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
+from ledger.journal import COMPENSATION_KINDS, EFFECT_KINDS
 from sagas.errors import IllegalTransition
 
 
@@ -142,9 +143,10 @@ class JournalKind(models.TextChoices):
     YIELDED = "yielded"
     RESUMED = "resumed"
     OPERATOR_ACTION = "operator_action"
-    EFFECT_INTENT = "effect_intent"
-    EFFECT_REFUSED = "effect_refused"
-    EFFECT_RESULT = "effect_result"
+    # Written by the ledger's protocol; their one definition is ``ledger.journal``.
+    EFFECT_INTENT = EFFECT_KINDS.intent
+    EFFECT_REFUSED = EFFECT_KINDS.refused
+    EFFECT_RESULT = EFFECT_KINDS.result
     EFFECT_RESOLVED = "effect_resolved"
     APPROVAL_REQUESTED = "approval_requested"
     APPROVAL_DECIDED = "approval_decided"
@@ -158,9 +160,9 @@ class JournalKind(models.TextChoices):
     CANCELLED = "cancelled"
     COMPENSATION_STARTED = "compensation_started"
     COMPENSATION_ITEM = "compensation_item"
-    COMPENSATION_INTENT = "compensation_intent"
-    COMPENSATION_RESULT = "compensation_result"
-    COMPENSATION_REFUSED = "compensation_refused"
+    COMPENSATION_INTENT = COMPENSATION_KINDS.intent
+    COMPENSATION_RESULT = COMPENSATION_KINDS.result
+    COMPENSATION_REFUSED = COMPENSATION_KINDS.refused
     COMPENSATION_FINISHED = "compensation_finished"
 
 

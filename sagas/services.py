@@ -13,14 +13,19 @@ from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from ledger.errors import InvalidResolution
+from ledger.journal import KINDS
 from ledger.models import EffectRecord, EffectStatus
-from sagas import queue, registry, systemdb
-from sagas.locks import effect_run_lock, run_lock
-from sagas.signals import send_run_changed
+from ledger.protocol import result_payload
+from sagas import queue, registry, selectors, systemdb
+from sagas.compensation import approvals_expire_open, needs_compensation, plan_create, run_move_to_compensating
 from sagas.errors import ActionNotAllowed, NotSerializable, RunFinished, StartConflict
+from sagas.locks import effect_run_lock, run_lock
 from sagas.models import (
     LEASED_STATUSES,
     TERMINAL_STATUSES,
+    CompensationItemState,
+    CompensationPlan,
+    CompensationState,
     JournalEntry,
     JournalKind,
     RunStatus,
@@ -29,6 +34,7 @@ from sagas.models import (
     WorkflowVersion,
     check_transition,
 )
+from sagas.signals import send_run_changed
 from sagas.systemdb import dumps
 
 log = logging.getLogger("sagas.services")
@@ -262,8 +268,6 @@ def run_effect_resolved(*, effect: EffectRecord, outcome: str, actor: str) -> No
     Called inside the resolving transaction (``ledger.services.effect_resolved``), whose
     ``effect_resolving`` already locked the run and refused if a worker holds it.
     """
-    from sagas.effects import _KINDS, result_payload
-
     run = WorkflowRun.objects.select_for_update().filter(id=effect.run_id).first()
     if run is None:
         return
@@ -276,7 +280,7 @@ def run_effect_resolved(*, effect: EffectRecord, outcome: str, actor: str) -> No
     )
     if outcome in ("succeeded", "failed"):
         systemdb.append_event(
-            str(run.id), kind=_KINDS[effect.kind][1], name=effect.step_name, worker=actor,
+            str(run.id), kind=KINDS[effect.kind].result, name=effect.step_name, worker=actor,
             payload=dumps(result_payload(effect)),
         )
     send_run_changed(run.id, run.status, cause=JournalKind.EFFECT_RESOLVED)
@@ -317,8 +321,6 @@ def run_cancel(*, run_id: str, user: AbstractBaseUser | None, reason: str, compe
     effects to undo, the run goes COMPENSATING instead of CANCELLED. Open approvals expire.
 
     Locks in ``sagas.locks``' order: the run, its approvals, then the plan it creates."""
-    from sagas.compensation import _expire_open_approvals, _move_to_compensating, needs_compensation, plan_create
-
     actor = user.get_username() if user is not None else "system"
     if not reason.strip():
         raise ActionNotAllowed("a reason is required to cancel a run")
@@ -332,11 +334,11 @@ def run_cancel(*, run_id: str, user: AbstractBaseUser | None, reason: str, compe
             str(run.id), kind=JournalKind.CANCELLED, name="", worker=actor,
             payload=dumps({"by": actor, "reason": reason, "compensate": compensate, "previous_status": run.status}),
         )
-        _expire_open_approvals(run, "run cancelled", by=actor)
+        approvals_expire_open(run=run, why="run cancelled", by=actor)
         if compensate and needs_compensation(str(run.id)):
             check_transition(run.status, RunStatus.COMPENSATING)
             plan_create(run=run, reason=f"cancelled: {reason}", trigger="cancel", user=user, actor=actor)
-            _move_to_compensating(run)
+            run_move_to_compensating(run=run)
         else:
             check_transition(run.status, RunStatus.CANCELLED)
             WorkflowRun.objects.filter(id=run.id).update(
@@ -360,9 +362,6 @@ def run_retry(*, run_id: str, user: AbstractBaseUser | None, reason: str) -> Wor
     Other reasons have their own action (resolve the effect, decide the approval) or none
     (non-determinism: deploy the fix as a new version, then cancel or compensate).
     """
-    from sagas import selectors
-    from sagas.models import CompensationItemState, CompensationPlan, CompensationState
-
     actor = user.get_username() if user is not None else "system"
     with transaction.atomic():
         run = run_lock(run_id=run_id)  # then its plan: sagas.locks' order

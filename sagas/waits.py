@@ -11,15 +11,14 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
 
 from sagas import queue, systemdb
-from sagas.locks import approval_lock, run_lock
-from sagas.signals import send_run_changed
+from sagas.cursor import JournalCursor
 from sagas.errors import (
     AlreadyDecided,
     ApprovalEscalated,
@@ -29,6 +28,7 @@ from sagas.errors import (
     Suspend,
     WaitTimedOut,
 )
+from sagas.locks import approval_lock, run_lock
 from sagas.models import (
     OPEN_APPROVAL_STATES,
     TERMINAL_STATUSES,
@@ -40,10 +40,8 @@ from sagas.models import (
     check_approval_transition,
     check_transition,
 )
+from sagas.signals import send_run_changed
 from sagas.systemdb import dumps
-
-if TYPE_CHECKING:
-    from sagas.context import Context
 
 log = logging.getLogger("sagas.waits")
 K = JournalKind
@@ -53,19 +51,19 @@ ON_TIMEOUT = ("escalate", "reject")
 # --- inside a workflow ---------------------------------------------------------
 
 
-def approval(ctx: Context, name: str, reason: str, timeout: timedelta, on_timeout: str = "escalate") -> dict:
+def approval(ctx: JournalCursor, name: str, reason: str, timeout: timedelta, on_timeout: str = "escalate") -> dict:
     """Wait for a person to approve. Returns ``{"approved": True, "by": ..., "comment": ...}``;
     raises ``ApprovalRejected`` on rejection (or expiry with on_timeout="reject")."""
     if on_timeout not in ON_TIMEOUT:
         raise ValueError(f"on_timeout must be one of {ON_TIMEOUT}, not {on_timeout!r}")
-    name = ctx._unique(name, space="approval")
-    entry = ctx._replay(K.APPROVAL_REQUESTED, name)
+    name = ctx.unique_name(name, space="approval")
+    entry = ctx.replay_next(K.APPROVAL_REQUESTED, name)
     if entry is None:
-        ctx._before_live()
+        ctx.before_live()
         now = timezone.now()
         deadline = now + timeout
         with transaction.atomic():
-            ctx._append(
+            ctx.append(
                 K.APPROVAL_REQUESTED, name,
                 dumps({"reason": reason, "deadline": deadline.isoformat(), "on_timeout": on_timeout}),
             )
@@ -74,7 +72,7 @@ def approval(ctx: Context, name: str, reason: str, timeout: timedelta, on_timeou
                 deadline=deadline,
             )
         raise Suspend(f"waiting for approval {name!r}", wake_at=deadline)
-    decided = ctx._events.get((K.APPROVAL_DECIDED, name))
+    decided = ctx.recorded_event(K.APPROVAL_DECIDED, name)
     if decided is None:
         decided = _decision_or_expiry(ctx, name, entry.payload)
     payload = decided.payload if hasattr(decided, "payload") else decided
@@ -89,7 +87,7 @@ def approval(ctx: Context, name: str, reason: str, timeout: timedelta, on_timeou
     raise ApprovalRejected(f"approval {name!r} was rejected by {by}: {payload.get('comment', '')}".rstrip(": "))
 
 
-def _decision_or_expiry(ctx: Context, name: str, requested: dict) -> Any:
+def _decision_or_expiry(ctx: JournalCursor, name: str, requested: dict) -> Any:
     """No decision in the loaded journal: look at the approval now; expire it if due.
 
     Holds the run's row (fenced, FOR SHARE) before the approval's, in ``sagas.locks``'
@@ -97,10 +95,10 @@ def _decision_or_expiry(ctx: Context, name: str, requested: dict) -> Any:
     worker instead of deadlocking with it. Runs only when a replay reaches an undecided
     approval, never per step.
     """
-    expired = ctx._events.get((K.APPROVAL_EXPIRED, name))
+    expired = ctx.recorded_event(K.APPROVAL_EXPIRED, name)
     deadline = datetime.fromisoformat(requested["deadline"])
     with transaction.atomic():
-        ctx._check_fence()
+        ctx.check_fence()
         request = ApprovalRequest.objects.select_for_update().get(run_id=ctx.run_id, step=name)
         if request.state in (ApprovalState.APPROVED, ApprovalState.REJECTED):
             # Decided after this worker loaded the journal; the decision is journaled too.
@@ -115,45 +113,45 @@ def _decision_or_expiry(ctx: Context, name: str, requested: dict) -> Any:
         request.state = new_state
         request.save(update_fields=["state"])
         payload = {"approved": False, "expired": True, "on_timeout": request.on_timeout}
-        ctx._append(K.APPROVAL_EXPIRED, name, dumps(payload))
+        ctx.append(K.APPROVAL_EXPIRED, name, dumps(payload))
     return payload
 
 
-def sleep(ctx: Context, duration: timedelta) -> None:
+def sleep(ctx: JournalCursor, duration: timedelta) -> None:
     """Suspend until ``duration`` has passed (measured from the first execution)."""
-    name = ctx._unique("sleep", space="timer")
-    entry = ctx._replay(K.TIMER_SET, name)
+    name = ctx.unique_name("sleep", space="timer")
+    entry = ctx.replay_next(K.TIMER_SET, name)
     if entry is None:
-        ctx._before_live()
+        ctx.before_live()
         wake_at = timezone.now() + duration
-        ctx._append(K.TIMER_SET, name, dumps({"wake_at": wake_at.isoformat(), "seconds": duration.total_seconds()}))
+        ctx.append(K.TIMER_SET, name, dumps({"wake_at": wake_at.isoformat(), "seconds": duration.total_seconds()}))
     else:
         wake_at = datetime.fromisoformat(entry.payload["wake_at"])
     if timezone.now() < wake_at:
         raise Suspend(f"sleeping until {wake_at:%Y-%m-%d %H:%M:%S} UTC", wake_at=wake_at)
 
 
-def wait_for(ctx: Context, signal_name: str, timeout: timedelta) -> Any:
+def wait_for(ctx: JournalCursor, signal_name: str, timeout: timedelta) -> Any:
     """Wait for the next ``signal_name`` signal and return its payload; raises
     ``WaitTimedOut`` at the timeout. Signals sent before the wait are kept: the
     n-th wait for a name receives the n-th signal of that name."""
-    name = ctx._unique(f"signal:{signal_name}", space="signal")
+    name = ctx.unique_name(f"signal:{signal_name}", space="signal")
     index = int(name.rsplit("#", 1)[1]) if "#" in name else 1
-    entry = ctx._replay(K.SIGNAL_WAIT, name)
+    entry = ctx.replay_next(K.SIGNAL_WAIT, name)
     if entry is None:
-        ctx._before_live()
+        ctx.before_live()
         deadline = timezone.now() + timeout
-        ctx._append(K.SIGNAL_WAIT, name, dumps({"signal": signal_name, "deadline": deadline.isoformat()}))
+        ctx.append(K.SIGNAL_WAIT, name, dumps({"signal": signal_name, "deadline": deadline.isoformat()}))
     else:
         deadline = datetime.fromisoformat(entry.payload["deadline"])
-    if ctx._events.get((K.SIGNAL_TIMEOUT, name)) is not None:
+    if ctx.recorded_event(K.SIGNAL_TIMEOUT, name) is not None:
         raise WaitTimedOut(f"no {signal_name!r} signal before the timeout")
-    received = ctx._signals.get(signal_name, [])
+    received = ctx.signals_received(signal_name)
     if len(received) >= index:
         return received[index - 1].payload.get("payload")
     if timezone.now() < deadline:
         raise Suspend(f"waiting for signal {signal_name!r}", wake_at=deadline)
-    ctx._append(K.SIGNAL_TIMEOUT, name, dumps({"signal": signal_name, "timed_out": True}))
+    ctx.append(K.SIGNAL_TIMEOUT, name, dumps({"signal": signal_name, "timed_out": True}))
     raise WaitTimedOut(f"no {signal_name!r} signal before the timeout")
 
 

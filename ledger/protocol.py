@@ -1,4 +1,7 @@
-"""``ctx.effect``: external side effects through the ledger (DESIGN §6).
+"""The effect protocol: intent, dispatch, settle, recover (DESIGN §6).
+
+Written against a ``ledger.journal.Journal`` (the caller's history: a workflow run's, in
+the engine), so it can be read, tested and reused without a workflow.
 
 Order is always check, then run, then record:
 
@@ -7,7 +10,8 @@ Order is always check, then run, then record:
    SUCCEEDED with the ``effect_result`` journal entry in one commit. ``Final`` ->
    FAILED_FINAL (never retried). ``Retryable`` -> retried with back-off within the
    connector's attempts and deadline. ``Timeout`` or any other error after
-   dispatch -> UNKNOWN, and the run halts (NEEDS_ATTENTION, ``effect_unknown``).
+   dispatch -> UNKNOWN, and ``OutcomeUnknown`` is raised (the engine halts the run:
+   NEEDS_ATTENTION, ``effect_unknown``).
 2. A record without an outcome (IN_PROGRESS or UNKNOWN, found on recovery) is
    never called blindly: ``lookup`` if the connector has it; a retry with the
    same key if it is ``idempotent``; otherwise UNKNOWN, for a person.
@@ -20,6 +24,8 @@ Commits per effect: 2 (intent, outcome) for connectors with lookup or
 idempotency. Connectors with neither pay a third commit, PENDING -> IN_PROGRESS
 right before the call, because for them only that mark tells "never
 dispatched" (safe to send) from "maybe dispatched" (UNKNOWN) after a crash.
+An outcome the provider gave is retried into the database while the journal's
+owner holds it (``Journal.durably``): it exists only in memory until it commits.
 
 Guarantee: for a given tenant and key, a connector with lookup or idempotency
 executes the business action at most once, given the downstream honours its
@@ -32,132 +38,126 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from datetime import timedelta
 from typing import Any
 
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from ledger.connectors import Operation, get_connector
-from ledger.errors import EffectFailed, Final, KeyConflict, Retryable
+from ledger.errors import EffectFailed, Final, KeyConflict, OutcomeUnknown, PayloadNotJSON, ReplayDiverged, Retryable
+from ledger.journal import EFFECT_KINDS, KINDS, FenceLost, Journal
 from ledger.models import EffectRecord, EffectStatus
 from ledger.outcomes import NotExecuted, Succeeded, Unknown
 from ledger.reconcile import BASE_SECONDS, lookup
 from ledger.services import canonical_json, effect_transition, payload_hash
-from sagas.context import Context, shutdown_requested
-from sagas.crashpoints import crash_point
-from sagas.errors import EffectUnknown, LeaseLost, NonDeterminismError, NotSerializable, Yield
-from sagas.models import JournalKind
-from sagas.systemdb import dumps
 
-K = JournalKind
-# The automatic gate before an irreversible connector escalates after this long.
-IRREVERSIBLE_APPROVAL_TIMEOUT = timedelta(hours=24)
-_INTENT_KINDS = frozenset({K.EFFECT_REFUSED})
-# Journal kinds per operation: forward effects are positions in the workflow's own
-# order (replayed); compensations are events around the run (never replayed).
-_KINDS = {
-    "effect": (K.EFFECT_INTENT, K.EFFECT_RESULT, K.EFFECT_REFUSED),
-    "compensation": (K.COMPENSATION_INTENT, K.COMPENSATION_RESULT, K.COMPENSATION_REFUSED),
-}
+# Kinds that may take a forward effect's position in the journal besides its intent.
+_AT_INTENT = frozenset({EFFECT_KINDS.refused})
 
 
-def run_effect(ctx: Context, name: str, connector_name: str, payload: dict, key: str | None) -> Any:
+def journal_json(value: Any) -> str:
+    """A journal entry's JSON text: compact, as the journal stores every payload."""
+    return json.dumps(value, separators=(",", ":"), allow_nan=False)
+
+
+def run_effect(journal: Journal, *, name: str, connector_name: str, payload: dict, key: str | None = None) -> Any:
+    """Run a forward effect at the journal's next position; return its result (JSON).
+
+    ``name`` is made unique in the journal (``name#2`` on its second use); ``key`` defaults
+    to ``"{run_id}:{name}"``. Raises ``EffectFailed`` (FAILED_FINAL, on replay too),
+    ``KeyConflict`` (key reused with another payload; journaled), ``OutcomeUnknown``,
+    ``ReplayDiverged`` (replay asks for another key or payload) or ``PayloadNotJSON``.
+    """
     op = Operation(get_connector(connector_name), "effect")
-    if op.connector.irreversible and ctx._approve_irreversible:
-        ctx.approval(
-            f"approve:{name}", reason=f"Irreversible: {connector_name} ({name}) cannot be undone once it runs",
-            timeout=IRREVERSIBLE_APPROVAL_TIMEOUT,
-        )
-    name = ctx._unique(name)
+    name = journal.unique_name(name)
     try:
         payload = json.loads(canonical_json(payload))
     except (TypeError, ValueError) as exc:
-        raise NotSerializable(f"effect {name!r}: payload is not JSON: {exc}") from None
+        raise PayloadNotJSON(f"effect {name!r}: payload is not JSON: {exc}") from None
     digest = payload_hash(payload)
-    key = key or f"{ctx.run_id}:{name}"
+    key = key or f"{journal.run_id}:{name}"
 
-    entry = ctx._replay(K.EFFECT_INTENT, name, also=_INTENT_KINDS)
+    entry = journal.replay_next(EFFECT_KINDS.intent, name, also=_AT_INTENT)
     if entry is not None:
-        if entry.kind == K.EFFECT_REFUSED:
+        if entry.kind == EFFECT_KINDS.refused:
             raise KeyConflict(entry.payload["message"])
         if entry.payload["key"] != key or entry.payload["payload_hash"] != digest:
-            raise NonDeterminismError(
+            raise ReplayDiverged(
                 f"effect {name!r} was recorded with key {entry.payload['key']!r} and payload "
                 f"{entry.payload['payload_hash'][:12]}, but the code now asks for key {key!r} and payload {digest[:12]}",
-                journal={"seq": entry.seq, "kind": entry.kind, "name": name, "key": entry.payload["key"]},
-                code_asked={"kind": "effect", "name": name, "key": key},
+                recorded={"seq": entry.seq, "kind": entry.kind, "name": name, "key": entry.payload["key"]},
+                asked={"kind": "effect", "name": name, "key": key},
             )
-        recorded = ctx._events.get((K.EFFECT_RESULT, name))
+        recorded = journal.recorded_event(EFFECT_KINDS.result, name)
         if recorded is not None:
             return _recorded_outcome(recorded.payload, key)
-        effect = EffectRecord.objects.get(tenant=ctx.tenant, idempotency_key=key)
-        return _recover(ctx, op, name, effect, payload)
+        effect = EffectRecord.objects.get(tenant=journal.tenant, idempotency_key=key)
+        return _recover(journal, op, name, effect, payload)
 
-    ctx._before_live()
-    crash_point("before_intent", name)
+    journal.before_live()
+    journal.crash_point("before_intent", name)
     try:
-        effect, created, refusal = _record_intent(ctx, op, name, connector_name, key, payload, digest)
+        effect, created, refusal = _record_intent(journal, op, name, connector_name, key, payload, digest)
     except IntegrityError:  # another run inserted the same key at the same moment: read theirs
-        effect, created, refusal = _record_intent(ctx, op, name, connector_name, key, payload, digest)
+        effect, created, refusal = _record_intent(journal, op, name, connector_name, key, payload, digest)
     if refusal is not None:
         raise KeyConflict(refusal)
     if created:
-        return _dispatch(ctx, op, name, effect, payload, premarked=effect.status == EffectStatus.IN_PROGRESS)
-    return _recover(ctx, op, name, effect, payload)
+        return _dispatch(journal, op, name, effect, payload, premarked=effect.status == EffectStatus.IN_PROGRESS)
+    return _recover(journal, op, name, effect, payload)
 
 
 def run_operation(
-    ctx: Context, op: Operation, *, name: str, key: str, payload: dict, kind: str, connector_name: str
+    journal: Journal, op: Operation, *, name: str, key: str, payload: dict, connector_name: str
 ) -> EffectRecord:
-    """Run one ledgered call that is not a position in the workflow's code (a compensation):
-    the same intent/dispatch/recovery rules, with event journal kinds. Returns the
-    SUCCEEDED record; raises ``EffectFailed``, ``EffectUnknown`` or ``KeyConflict``."""
+    """Run one ledgered call that is not a position in the journal (a compensation): the
+    same intent/dispatch/recovery rules, with event journal kinds (``KINDS[op.kind]``).
+    Returns the SUCCEEDED record; raises ``EffectFailed``, ``OutcomeUnknown`` or ``KeyConflict``."""
     payload = json.loads(canonical_json(payload))
     digest = payload_hash(payload)
-    effect = EffectRecord.objects.filter(tenant=ctx.tenant, idempotency_key=key).first()
+    effect = EffectRecord.objects.filter(tenant=journal.tenant, idempotency_key=key).first()
     if effect is None:
         try:
-            effect, created, refusal = _record_intent(ctx, op, name, connector_name, key, payload, digest)
+            effect, created, refusal = _record_intent(journal, op, name, connector_name, key, payload, digest)
         except IntegrityError:
-            effect, created, refusal = _record_intent(ctx, op, name, connector_name, key, payload, digest)
+            effect, created, refusal = _record_intent(journal, op, name, connector_name, key, payload, digest)
         if refusal is not None:
             raise KeyConflict(refusal)
         if created:
-            _dispatch(ctx, op, name, effect, payload, premarked=effect.status == EffectStatus.IN_PROGRESS)
+            _dispatch(journal, op, name, effect, payload, premarked=effect.status == EffectStatus.IN_PROGRESS)
         else:
-            _recover(ctx, op, name, effect, payload)
+            _recover(journal, op, name, effect, payload)
     elif effect.payload_hash != digest:
         raise KeyConflict(f"key {key!r} is already used with a different payload; nothing was executed")
     elif effect.status != EffectStatus.SUCCEEDED:
-        _recover(ctx, op, name, effect, payload)
+        _recover(journal, op, name, effect, payload)
     return EffectRecord.objects.get(id=effect.id)
 
 
 def _record_intent(
-    ctx: Context, op: Operation, name: str, connector_name: str, key: str, payload: Any, digest: str
+    journal: Journal, op: Operation, name: str, connector_name: str, key: str, payload: Any, digest: str
 ) -> tuple[EffectRecord, bool, str | None]:
     """Commit 1: the journal's effect_intent and the ledger's record, together.
 
     For connectors that do not need a separate dispatch mark the record is
     created IN_PROGRESS right away: recovery treats both alike for them.
     """
-    intent_kind, _, refused_kind = _KINDS[op.kind]
+    kinds = KINDS[op.kind]
     with transaction.atomic():
-        effect = EffectRecord.objects.select_for_update().filter(tenant=ctx.tenant, idempotency_key=key).first()
+        effect = EffectRecord.objects.select_for_update().filter(tenant=journal.tenant, idempotency_key=key).first()
         if effect is not None and effect.payload_hash != digest:
             message = (
                 f"idempotency key {key!r} was already used by run {effect.run_id} (step {effect.step_name!r}) "
                 f"with a different payload ({effect.payload_hash[:12]}, now {digest[:12]}); nothing was executed"
             )
-            ctx._append(
-                refused_kind, name,
-                dumps({"key": key, "message": message, "payload_hash": digest, "existing_hash": effect.payload_hash}),
+            journal.append(
+                kinds.refused, name,
+                journal_json({"key": key, "message": message, "payload_hash": digest, "existing_hash": effect.payload_hash}),
             )
             return effect, False, message
-        ctx._append(
-            intent_kind, name,
-            dumps({"connector": connector_name, "key": key, "payload_hash": digest, "reused": effect is not None}),
+        journal.append(
+            kinds.intent, name,
+            journal_json({"connector": connector_name, "key": key, "payload_hash": digest, "reused": effect is not None}),
             steps=1 if op.kind == "effect" else 0,
         )
         if effect is not None:
@@ -165,7 +165,7 @@ def _record_intent(
         mark_now = not op.needs_dispatch_mark
         now = timezone.now()
         effect = EffectRecord.objects.create(
-            tenant=ctx.tenant, idempotency_key=key, run_id=ctx.run_id, step_name=name, kind=op.kind,
+            tenant=journal.tenant, idempotency_key=key, run_id=journal.run_id, step_name=name, kind=op.kind,
             connector=connector_name, request_payload=payload, payload_hash=digest,
             status=EffectStatus.IN_PROGRESS if mark_now else EffectStatus.PENDING,
             attempts=1 if mark_now else 0, dispatched_at=now if mark_now else None, intent_at=now,
@@ -174,7 +174,7 @@ def _record_intent(
 
 
 def _dispatch(
-    ctx: Context, op: Operation, name: str, effect: EffectRecord, payload: Any, *, premarked: bool = False
+    journal: Journal, op: Operation, name: str, effect: EffectRecord, payload: Any, *, premarked: bool = False
 ) -> Any:
     """Call the connector with the effect's key, retrying ``Retryable`` within policy.
 
@@ -184,81 +184,81 @@ def _dispatch(
     started = time.monotonic()
     delay = op.backoff_seconds
     while True:
-        crash_point("after_intent", name)
+        journal.crash_point("after_intent", name)
         if not premarked:
-            _mark_dispatched(ctx, effect)
+            _mark_dispatched(journal, effect)
         premarked = False
         try:
             result = op.execute(payload, key)
         except Retryable as exc:
             exhausted = effect.attempts >= op.max_attempts or time.monotonic() - started + delay > op.deadline_seconds
             if exhausted:
-                return _settle_failed(ctx, name, effect, exc, note=f"gave up after {effect.attempts} attempt(s)")
+                return _settle_failed(journal, name, effect, exc, note=f"gave up after {effect.attempts} attempt(s)")
             with transaction.atomic():
                 effect_transition(effect, EffectStatus.PENDING, error=exc)
             time.sleep(delay)
             delay = min(delay * op.backoff_factor, op.backoff_max_seconds)
-            if shutdown_requested.is_set():  # PENDING again: the next worker retries it safely
-                raise Yield("worker shutting down")
+            journal.before_retry()  # may stop here: PENDING again, the next owner retries it safely
             continue
         except Final as exc:
-            return _settle_failed(ctx, name, effect, exc)
+            return _settle_failed(journal, name, effect, exc)
         except Exception as exc:  # Timeout, a dropped connection, a bug after sending: nobody knows
-            _settle_unknown(ctx, op, name, effect, exc)
-        crash_point("after_dispatch", name)
-        return _settle_succeeded(ctx, op, name, effect, result, op.downstream_ref(result))
+            _settle_unknown(journal, op, name, effect, exc)
+        journal.crash_point("after_dispatch", name)
+        return _settle_succeeded(journal, op, name, effect, result, op.downstream_ref(result))
 
 
-def _mark_dispatched(ctx: Context, effect: EffectRecord) -> None:
+def _mark_dispatched(journal: Journal, effect: EffectRecord) -> None:
     """PENDING/UNKNOWN/IN_PROGRESS -> IN_PROGRESS (attempt +1) under the run's fence."""
     with transaction.atomic():
-        ctx._check_fence()
+        journal.check_fence()
         effect_transition(effect, EffectStatus.IN_PROGRESS, dispatched=True)
 
 
-def _recover(ctx: Context, op: Operation, name: str, effect: EffectRecord, payload: Any) -> Any:
+def _recover(journal: Journal, op: Operation, name: str, effect: EffectRecord, payload: Any) -> Any:
     """A record exists: use what it says, never call blindly (state 2 and 3 of the ledger)."""
     status = effect.status
     if status == EffectStatus.SUCCEEDED:
-        return _settle_succeeded(ctx, op, name, effect, effect.result, effect.downstream_ref, already=True)
+        return _settle_succeeded(journal, op, name, effect, effect.result, effect.downstream_ref, already=True)
     if status == EffectStatus.FAILED_FINAL:
-        _journal_result(ctx, name, effect)
+        _journal_result(journal, name, effect)
         return _recorded_outcome(result_payload(effect), effect.idempotency_key)
     if status == EffectStatus.PENDING:
-        return _dispatch(ctx, op, name, effect, payload)
+        return _dispatch(journal, op, name, effect, payload)
     # IN_PROGRESS or UNKNOWN: the call may have happened.
     if op.can_lookup:
         outcome = lookup(effect)
         if isinstance(outcome, Succeeded):
-            return _settle_succeeded(ctx, op, name, effect, outcome.result, outcome.downstream_ref, resolution="lookup")
+            return _settle_succeeded(journal, op, name, effect, outcome.result, outcome.downstream_ref, resolution="lookup")
         if isinstance(outcome, NotExecuted):
-            return _dispatch(ctx, op, name, effect, payload)
+            return _dispatch(journal, op, name, effect, payload)
         reason = outcome.reason if isinstance(outcome, Unknown) else type(outcome).__name__.lower()
-        _settle_unknown(ctx, op, name, effect, RuntimeError(f"lookup was inconclusive: {reason}"))
+        _settle_unknown(journal, op, name, effect, RuntimeError(f"lookup was inconclusive: {reason}"))
     if op.idempotent:
-        return _dispatch(ctx, op, name, effect, payload)
+        return _dispatch(journal, op, name, effect, payload)
     _settle_unknown(
-        ctx, op, name, effect,
+        journal, op, name, effect,
         RuntimeError("the call may have reached the provider, which offers neither a status lookup nor idempotency"),
     )
 
 
 def result_payload(effect: EffectRecord) -> dict[str, Any]:
+    """The payload of a settled effect's result entry in the journal (``KINDS[kind].result``)."""
     if effect.status == EffectStatus.SUCCEEDED:
         return {"status": "SUCCEEDED", "result": effect.result, "downstream_ref": effect.downstream_ref}
     return {"status": "FAILED_FINAL", "error_class": effect.error_class, "message": effect.error_message}
 
 
-def _journal_result(ctx: Context, name: str, effect: EffectRecord) -> None:
-    ctx._append(_KINDS[effect.kind][1], name, dumps(result_payload(effect)))
+def _journal_result(journal: Journal, name: str, effect: EffectRecord) -> None:
+    journal.append(KINDS[effect.kind].result, name, journal_json(result_payload(effect)))
 
 
-def _settle(ctx: Context, name: str, effect: EffectRecord, write: Callable[[EffectRecord], None]) -> EffectRecord:
+def _settle(journal: Journal, name: str, effect: EffectRecord, write: Callable[[EffectRecord], None]) -> EffectRecord:
     """Commit an outcome: ``write(record)`` in one transaction with its journal entry.
 
     The outcome came from the provider and exists only in this worker's memory until
     it commits, so a database that went away does not lose it: the commit is retried
-    with back-off while the lease lasts (``Context._durably``), each time on a fresh
+    with back-off while the journal's owner holds it (``Journal.durably``), each time on a fresh
     copy of the record, and not at all once the lost commit turns out to have gone
     through. Returns the record as committed.
     """
@@ -273,19 +273,19 @@ def _settle(ctx: Context, name: str, effect: EffectRecord, write: Callable[[Effe
             write(record)
         return record
 
-    return ctx._durably(
-        attempt, kind=_KINDS[effect.kind][1], name=name, recorded=lambda _seq: EffectRecord.objects.get(id=effect.id)
+    return journal.durably(
+        attempt, kind=KINDS[effect.kind].result, name=name, recorded=lambda _seq: EffectRecord.objects.get(id=effect.id)
     )
 
 
 def _settle_succeeded(
-    ctx: Context, op: Operation, name: str, effect: EffectRecord, result: Any, ref: str,
+    journal: Journal, op: Operation, name: str, effect: EffectRecord, result: Any, ref: str,
     *, already: bool = False, resolution: str = "",
 ) -> Any:
     """Commit 2: SUCCEEDED in the ledger and effect_result in the journal, together.
 
     If the run's fence moved on, the ledger still records what the provider said
-    (it is evidence, whoever holds the run) and the caller stops with LeaseLost.
+    (it is evidence, whoever holds the run) and ``FenceLost`` goes on to the caller.
     """
 
     def write(record: EffectRecord) -> None:
@@ -294,36 +294,37 @@ def _settle_succeeded(
             if resolution:
                 record.resolution, record.resolved_by_label, record.resolved_at = resolution, "engine", timezone.now()
                 record.save(update_fields=["resolution", "resolved_by_label", "resolved_at"])
-        crash_point("after_outcome", name)
-        _journal_result(ctx, name, record)
+        journal.crash_point("after_outcome", name)
+        _journal_result(journal, name, record)
 
     try:
-        _settle(ctx, name, effect, write)
-    except LeaseLost:
+        _settle(journal, name, effect, write)
+    except FenceLost:
         if not already:
             with transaction.atomic():
                 fresh = EffectRecord.objects.select_for_update().get(id=effect.id)
                 if fresh.status in (EffectStatus.IN_PROGRESS, EffectStatus.UNKNOWN):
                     effect_transition(fresh, EffectStatus.SUCCEEDED, result=result, downstream_ref=ref)
         raise
-    return json.loads(dumps(result))
+    return json.loads(journal_json(result))
 
 
-def _settle_failed(ctx: Context, name: str, effect: EffectRecord, exc: BaseException, note: str = "") -> Any:
+def _settle_failed(journal: Journal, name: str, effect: EffectRecord, exc: BaseException, note: str = "") -> Any:
     def write(record: EffectRecord) -> None:
         if record.status != EffectStatus.FAILED_FINAL:
             effect_transition(record, EffectStatus.FAILED_FINAL, error=exc)
             if note:
                 record.error_message = f"{record.error_message} ({note})"
                 record.save(update_fields=["error_message"])
-        _journal_result(ctx, name, record)
+        _journal_result(journal, name, record)
 
-    record = _settle(ctx, name, effect, write)
+    record = _settle(journal, name, effect, write)
     return _recorded_outcome(result_payload(record), record.idempotency_key)
 
 
-def _settle_unknown(ctx: Context, op: Operation, name: str, effect: EffectRecord, exc: BaseException) -> None:
-    """Record UNKNOWN (never "failed") and halt the run for reconciliation or a person.
+def _settle_unknown(journal: Journal, op: Operation, name: str, effect: EffectRecord, exc: BaseException) -> None:
+    """Record UNKNOWN (never "failed") and raise ``OutcomeUnknown``: reconciliation or a
+    person decides (the engine halts the run for them).
 
     If the database is unreachable the record stays IN_PROGRESS, which recovery
     treats the same way (lookup, same-key retry, else UNKNOWN)."""
@@ -331,7 +332,7 @@ def _settle_unknown(ctx: Context, op: Operation, name: str, effect: EffectRecord
         effect_transition(
             effect, EffectStatus.UNKNOWN, error=exc, next_check_in=BASE_SECONDS if op.can_lookup else None
         )
-    raise EffectUnknown(
+    raise OutcomeUnknown(
         f"effect {name!r} ({effect.connector}, key {effect.idempotency_key}) has an unknown outcome: "
         f"{type(exc).__name__}: {exc}",
         effect_id=effect.id,
