@@ -18,9 +18,7 @@ from channels.layers import get_channel_layer
 from channels.testing import WebsocketCommunicator
 from channels_redis.core import RedisChannelLayer
 from django.conf import settings
-from django.contrib import admin
-from django.contrib.auth.models import Group, Permission, User
-from django.db import DatabaseError, connection, transaction
+from django.contrib.auth.models import Group, User
 from django.test import Client
 from django.utils.html import format_html
 
@@ -30,9 +28,9 @@ from console import consumers, live, roles, topics
 from console.models import AuditEntry
 from sagas import start
 from sagas.engine import Outcome, advance
-from sagas.models import JournalEntry, RunStatus, WorkflowRun
+from sagas.models import WorkflowRun
 from sagas.registry import workflow
-from sagas.signals import run_changed
+from sagas.signals import PROGRESS_INTERVAL, run_changed
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -295,30 +293,38 @@ def test_it_pushes_the_audit_log_when_an_audit_entry_is_written(viewer_cookie, m
 
 
 def test_it_sends_no_redis_traffic_per_step_of_a_worker():
+    """200 steps make two signals (claimed, completed), and the heartbeat adds a "progress" one
+    at most once per PROGRESS_INTERVAL so that an open run page keeps moving. Nothing asserted
+    here depends on how fast the machine is: a slow one only spaces the signals out more."""
+    steps = 200
     causes: Counter[str] = Counter()
+    progress_at: list[float] = []
 
     def count(sender, cause, **kwargs):
         causes[cause] += 1
+        if cause == "progress":
+            progress_at.append(time.monotonic())
 
     run_changed.connect(count, weak=False, dispatch_uid="test-live-count")
     try:
-        run = start("live_many_steps", {"steps": 200, "nap": 0.01})
+        run = start("live_many_steps", {"steps": steps, "nap": 0.01})  # at least 2 s of steps
         assert live_broadcast.publisher.flush()
         out_before = live_broadcast.publisher.topics_out
-        began = time.monotonic()
         assert advance(str(run.id), owner="t") == Outcome.COMPLETED
-        elapsed = time.monotonic() - began
         assert live_broadcast.publisher.flush()
         topics_out = live_broadcast.publisher.topics_out - out_before
     finally:
         run_changed.disconnect(dispatch_uid="test-live-count")
     run.refresh_from_db()
-    assert run.steps_used == 200
+    assert run.steps_used == steps
     assert causes["claimed"] == 1 and causes["completed"] == 1
-    # The heartbeat keeps a run page moving, at most once a second, off the step loop.
-    assert 1 <= causes["progress"] <= elapsed + 1
-    assert sum(causes.values()) <= elapsed + 3
-    assert 1 <= topics_out <= 4 * sum(causes.values()) < 200 // 5
+    assert causes["progress"] >= 1  # the run page moved while the steps ran
+    # ... but not per step: the heartbeat spaces them (half the interval allows for a thread
+    # that waited for the CPU between deciding to send and sending).
+    gaps = [later - earlier for earlier, later in zip(progress_at, progress_at[1:])]
+    assert all(gap >= PROGRESS_INTERVAL / 2 for gap in gaps), gaps
+    # A progress signal is the run's own topic; any other signal at most four topics.
+    assert 1 <= topics_out <= 4 * (sum(causes.values()) - causes["progress"]) + causes["progress"] < steps
 
 
 def test_it_keeps_writing_when_redis_is_down(monkeypatch):
@@ -346,105 +352,3 @@ def test_it_keeps_writing_when_redis_is_down(monkeypatch):
         return await asyncio.wait_for(layer.receive(listener), timeout=5)
 
     assert async_to_sync(heard)() == {"type": topics.EVENT_TYPE, "topic": "runs"}
-
-
-# --- the Django admin ----------------------------------------------------------------------
-
-
-def test_it_registers_every_model_of_the_project_in_the_admin():
-    from django.apps import apps
-
-    missing = [
-        m._meta.label for label in ("ledger", "sagas", "console", "demo")
-        for m in apps.get_app_config(label).get_models() if not admin.site.is_registered(m)
-    ]
-    assert missing == []
-
-
-def test_it_makes_the_admin_read_only_for_viewers():
-    run = start("live_two_steps", {})
-    change_run = Permission.objects.get(codename="change_workflowrun")
-    viewer = _user("auditor", roles.VIEWER, is_staff=True)
-    viewer.user_permissions.add(change_run)  # even an explicit permission does not let a viewer write
-    for codename in ("add_providerfault", "change_providerfault"):
-        viewer.user_permissions.add(Permission.objects.get(codename=codename))
-
-    client = Client()
-    client.force_login(viewer)
-    assert client.get("/admin/sagas/workflowrun/").status_code == 200
-    page = client.get(f"/admin/sagas/workflowrun/{run.id}/change/")
-    assert page.status_code == 200 and 'name="_save"' not in page.content.decode()
-    assert client.get("/admin/ledger/effectrecord/").status_code == 200
-    assert client.get("/admin/sagas/workflowrun/add/").status_code == 403
-    assert client.post(f"/admin/sagas/workflowrun/{run.id}/delete/", {"post": "yes"}).status_code == 403
-    assert client.get("/admin/demo/providerfault/add/").status_code == 403
-    assert WorkflowRun.objects.filter(id=run.id).exists()
-
-
-def test_it_lets_nobody_edit_runs_or_effects_in_the_admin_because_that_would_bypass_roles_and_audit():
-    run = start("live_two_steps", {})
-    operator = _user("opal", roles.VIEWER, roles.OPERATOR, is_staff=True)
-    operator.user_permissions.add(*Permission.objects.filter(content_type__app_label__in=["sagas", "ledger", "demo"]))
-    root = User.objects.create_superuser("root", password="pw-for-tests")
-
-    for user in (operator, root):
-        client = Client()
-        client.force_login(user)
-        page = client.get(f"/admin/sagas/workflowrun/{run.id}/change/")
-        assert page.status_code == 200 and 'name="_save"' not in page.content.decode()
-        posted = client.post(f"/admin/sagas/workflowrun/{run.id}/change/", {"status": "COMPLETED"})
-        assert posted.status_code == 403
-        assert client.post(f"/admin/sagas/workflowrun/{run.id}/delete/", {"post": "yes"}).status_code == 403
-        assert client.get("/admin/ledger/effectrecord/add/").status_code == 403
-        assert client.get("/admin/demo/providerexecution/add/").status_code == 403
-        # The demo providers' fault injection stays writable for those allowed to write.
-        assert client.get("/admin/demo/providerfault/add/").status_code == 200
-    assert WorkflowRun.objects.get(id=run.id).status == RunStatus.PENDING
-
-
-def test_it_keeps_the_audit_log_and_the_journal_read_only_for_superusers():
-    run = start("live_two_steps", {})
-    entry = JournalEntry.objects.get(run=run, seq=1)
-    audit = AuditEntry.objects.create(actor_label="op", action="run.cancel", object_type="run", object_id="x",
-                                      outcome="ok")
-    root = User.objects.create_superuser("root", password="pw-for-tests")
-    client = Client()
-    client.force_login(root)
-    for url in (f"/admin/sagas/journalentry/{entry.pk}/change/", f"/admin/console/auditentry/{audit.pk}/change/"):
-        page = client.get(url)
-        assert page.status_code == 200 and 'name="_save"' not in page.content.decode()
-    assert client.get("/admin/console/auditentry/add/").status_code == 403
-    assert client.post(f"/admin/sagas/journalentry/{entry.pk}/delete/", {"post": "yes"}).status_code == 403
-    assert client.get("/admin/sagas/journalentry/").status_code == 200
-    assert RunStatus.PENDING == WorkflowRun.objects.get(id=run.id).status
-
-
-def test_the_database_refuses_to_rewrite_or_delete_an_audit_entry_whoever_asks():
-    audit = AuditEntry.objects.create(actor_label="op", action="run.cancel", object_type="run", object_id="x",
-                                      outcome="ok")
-    for statement in ("UPDATE console_auditentry SET actor_label = 'someone else' WHERE id = %s",
-                      "DELETE FROM console_auditentry WHERE id = %s"):
-        with pytest.raises(DatabaseError, match="console_auditentry is append-only"), transaction.atomic():
-            with connection.cursor() as cur:
-                cur.execute(statement, [audit.pk])
-    assert AuditEntry.objects.get(pk=audit.pk).actor_label == "op"
-
-
-def test_it_finds_runs_and_their_history_in_the_admin_by_run_id_or_business_key():
-    run = start("live_two_steps", {}, business_key="order-1842")
-    other = start("live_two_steps", {}, business_key="order-1843")
-    client = Client()
-    client.force_login(_user("auditor", roles.VIEWER, is_staff=True))
-
-    def listed(url: str, term: str) -> str:
-        page = client.get(url, {"q": term})
-        assert page.status_code == 200
-        return page.content.decode()
-
-    assert str(run.id) in listed("/admin/sagas/workflowrun/", "order-1842")
-    assert str(other.id) not in listed("/admin/sagas/workflowrun/", "order-1842")
-    assert str(other.id) in listed("/admin/sagas/workflowrun/", str(other.id))
-    journal = listed("/admin/sagas/journalentry/", str(run.id))
-    assert str(run.id) in journal and str(other.id) not in journal
-    assert "0 journal entries" in listed("/admin/sagas/journalentry/", "not-a-run-id")
-    assert listed("/admin/ledger/effectrecord/", "no-such-key")

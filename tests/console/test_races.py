@@ -12,20 +12,14 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from dataclasses import dataclass, field
-from datetime import timedelta
-from typing import Any
 
 import pytest
 from django.db import connection
-from django.test import Client
-from django.urls import reverse
 from django.utils import timezone
 
-from console.models import AuditEntry, AuditOutcome
-from ledger import Connector, Timeout, connector
+from console.models import AuditOutcome
 from ledger.models import EffectRecord, EffectStatus
-from sagas import Context, start, workflow
+from sagas import start
 from sagas.engine import advance
 from sagas.models import (
     ApprovalRequest,
@@ -35,161 +29,20 @@ from sagas.models import (
     RunStatus,
     WorkflowRun,
 )
-from tests.console.conftest import client_for
+from tests.console.race_moves import (
+    ROUNDS,
+    Move,
+    clients_for,
+    decide_move,
+    describe,
+    race,
+    resolve_move,
+    run_move,
+    unknown_effect,
+    waiting_run,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-ROUNDS = 20
-
-
-# --- workflows and connectors of this module ---------------------------------------------------
-
-
-@connector("race.charge")
-class RaceCharge(Connector):
-    def execute(self, payload, *, key):
-        return {"transaction_id": f"tx-{payload['order']}"}
-
-    def compensate(self, payload, result, *, key):
-        return {"refund_id": f"rf-{payload['order']}"}
-
-
-@connector("race.blind")
-class RaceBlind(Connector):
-    """No lookup, not idempotent: a timeout leaves the effect UNKNOWN for a person."""
-
-    def execute(self, payload, *, key):
-        raise Timeout("no answer within 2.0 s")
-
-
-@workflow("race_charge_wait", version=1)
-def race_charge_wait(ctx: Context, order: dict) -> dict:
-    ctx.effect("charge", "race.charge", {"order": order["id"], "amount_cents": 900})
-    ctx.approval("ship", reason=f"Ship order {order['id']}?", timeout=timedelta(hours=1))
-    return {"shipped": order["id"]}
-
-
-@workflow("race_expiring", version=1)
-def race_expiring(ctx: Context, order: dict) -> dict:
-    ctx.approval("ship", reason=f"Ship order {order['id']}?", timeout=timedelta(milliseconds=1))
-    return {"shipped": order["id"]}
-
-
-@workflow("race_unknown", version=1)
-def race_unknown(ctx: Context, order: dict) -> dict:
-    ctx.effect("capture", "race.blind", {"order": order["id"]})
-    return {"captured": order["id"]}
-
-
-# --- data ---------------------------------------------------------------------------------------
-
-
-def waiting_run(key: str) -> tuple[WorkflowRun, ApprovalRequest]:
-    """A WAITING run with a SUCCEEDED charge (something to compensate) and a PENDING approval."""
-    run = start("race_charge_wait", {"id": key}, business_key=key)
-    advance(str(run.id), owner="t")
-    run.refresh_from_db()
-    assert run.status == RunStatus.WAITING
-    return run, ApprovalRequest.objects.get(run=run)
-
-
-def unknown_effect(key: str) -> EffectRecord:
-    run = start("race_unknown", {"id": key}, business_key=key)
-    advance(str(run.id), owner="t")
-    run.refresh_from_db()
-    assert (run.status, run.status_reason) == (RunStatus.NEEDS_ATTENTION, "effect_unknown")
-    return EffectRecord.objects.get(run_id=run.id)
-
-
-# --- one move of one person ---------------------------------------------------------------------
-
-
-@dataclass
-class Move:
-    """One POST: who, where, what they saw (``expected``) and which audit entry it leaves."""
-
-    who: str
-    kind: str
-    url: str
-    form: dict[str, str]
-    action: str
-    object_type: str
-    object_id: str
-    expected: str
-    response: Any = field(default=None, repr=False)
-
-    def current_state(self) -> str:
-        if self.object_type == "run":
-            return WorkflowRun.objects.get(id=self.object_id).status
-        if self.object_type == "approval":
-            return ApprovalRequest.objects.get(id=self.object_id).state
-        return EffectRecord.objects.get(id=int(self.object_id)).status
-
-    def audit(self) -> list[AuditEntry]:
-        return list(AuditEntry.objects.filter(action=self.action, object_type=self.object_type,
-                                              object_id=self.object_id).order_by("id"))
-
-
-def run_move(who: str, kind: str, run: WorkflowRun) -> Move:
-    reason = f"{kind} by {who}: customer asked on ticket 4411"
-    if kind == "cancel":
-        return Move(who, kind, reverse("console:run_cancel", args=[run.id]),
-                    {"reason": reason, "expected": run.status}, "run.cancel", "run", str(run.id), run.status)
-    if kind == "cancel_compensate":
-        return Move(who, kind, reverse("console:run_cancel", args=[run.id]),
-                    {"reason": reason, "expected": run.status, "compensate": "on"}, "run.cancel", "run",
-                    str(run.id), run.status)
-    assert kind == "compensate"
-    return Move(who, kind, reverse("console:run_compensate", args=[run.id]),
-                {"reason": reason, "expected": run.status}, "run.compensate", "run", str(run.id), run.status)
-
-
-def decide_move(who: str, kind: str, approval: ApprovalRequest) -> Move:
-    return Move(who, kind, reverse("console:approval_decide", args=[approval.id]),
-                {"decision": kind, "comment": f"{kind} by {who}", "expected": approval.state},
-                f"approval.{kind}", "approval", str(approval.id), approval.state)
-
-
-def resolve_move(who: str, outcome: str, effect: EffectRecord) -> Move:
-    form = {"outcome": outcome, "note": f"{who} checked the provider dashboard", "expected": effect.status}
-    if outcome == "succeeded":
-        form["downstream_ref"] = f"ch-{who}"
-    return Move(who, f"resolve_{outcome}", reverse("console:effect_resolve", args=[effect.id]), form,
-                "effect.resolve", "effect", str(effect.id), effect.status)
-
-
-def race(clients: dict[str, Client], *moves: Move) -> None:
-    """Send the moves' POSTs at the same moment, one thread (and DB connection) each."""
-    barrier = threading.Barrier(len(moves))
-    errors: list[BaseException] = []
-
-    def go(move: Move) -> None:
-        try:
-            barrier.wait(timeout=60)
-            move.response = clients[move.who].post(move.url, move.form)
-        except BaseException as exc:  # surfaced by the main thread
-            errors.append(exc)
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=go, args=(m,), name=f"race-{m.who}") for m in moves]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
-    assert not any(t.is_alive() for t in threads), "a racing request hung"
-    assert not errors, errors
-
-
-def describe(move: Move) -> str:
-    response = move.response
-    detail = ""
-    if response.status_code >= 500 and getattr(response, "exc_info", None):
-        detail = f": {response.exc_info[1]!r}"
-    return f"{move.who} {move.kind} -> {response.status_code}{detail}"
-
-
-# --- what must hold after each round ------------------------------------------------------------
 
 
 def check_round(a: Move, b: Move, run: WorkflowRun, approval: ApprovalRequest | None) -> Move:
@@ -250,8 +103,6 @@ def check_round(a: Move, b: Move, run: WorkflowRun, approval: ApprovalRequest | 
     return winner
 
 
-# --- the pairs ----------------------------------------------------------------------------------
-
 # (first person, their move), (second person, their move)
 PAIRS = {
     "approve_vs_cancel": (("ann", "approve"), ("olga", "cancel")),
@@ -263,15 +114,6 @@ PAIRS = {
 }
 
 
-def _clients(people) -> dict[str, Client]:
-    clients = {}
-    for user in people.values():
-        client = client_for(user)
-        client.raise_request_exception = False  # a crash must show as the 500 a browser would get
-        clients[user.get_username()] = client
-    return clients
-
-
 def _move(who: str, kind: str, run: WorkflowRun, approval: ApprovalRequest) -> Move:
     if kind in ("approve", "reject"):
         return decide_move(who, kind, approval)
@@ -281,7 +123,7 @@ def _move(who: str, kind: str, run: WorkflowRun, approval: ApprovalRequest) -> M
 @pytest.mark.parametrize("pair", list(PAIRS))
 def test_it_lets_exactly_one_of_two_concurrent_actions_on_a_run_win(people, pair):
     (who_a, kind_a), (who_b, kind_b) = PAIRS[pair]
-    clients = _clients(people)
+    clients = clients_for(people)
     wins: Counter[str] = Counter()
     for i in range(ROUNDS):
         run, approval = waiting_run(f"{pair}-{i}")
@@ -294,7 +136,7 @@ def test_it_lets_exactly_one_of_two_concurrent_actions_on_a_run_win(people, pair
 
 
 def test_it_lets_exactly_one_of_two_concurrent_resolutions_of_an_unknown_effect_win(people):
-    clients = _clients(people)
+    clients = clients_for(people)
     wins: Counter[str] = Counter()
     for i in range(ROUNDS):
         effect = unknown_effect(f"resolve-{i}")
@@ -307,64 +149,12 @@ def test_it_lets_exactly_one_of_two_concurrent_resolutions_of_an_unknown_effect_
     assert sum(wins.values()) == ROUNDS
 
 
-# --- `expected` is required for effect resolve and approval decide ----------------------------------
-
-
-def test_it_refuses_an_effect_resolution_that_does_not_say_what_was_seen(people):
-    effect = unknown_effect("no-expected-effect")
-    move = resolve_move("olga", "succeeded", effect)
-    del move.form["expected"]
-
-    response = _clients(people)["olga"].post(move.url, move.form)
-
-    assert response.status_code == 400
-    assert "which state you saw" in response.content.decode()
-    effect.refresh_from_db()
-    assert effect.status == EffectStatus.UNKNOWN and effect.resolved_at is None
-    assert WorkflowRun.objects.get(id=effect.run_id).status == RunStatus.NEEDS_ATTENTION
-    [entry] = move.audit()
-    assert entry.outcome == AuditOutcome.REFUSED and entry.actor_label == "olga"
-    assert entry.before["state"] == "UNKNOWN" and "which state you saw" in entry.message
-
-
-def test_it_refuses_an_approval_decision_that_does_not_say_what_was_seen(people):
-    run, approval = waiting_run("no-expected-approval")
-    move = decide_move("ann", "approve", approval)
-    move.form["expected"] = ""
-
-    response = _clients(people)["ann"].post(move.url, move.form)
-
-    assert response.status_code == 400
-    assert "which state you saw" in response.content.decode()
-    approval.refresh_from_db()
-    run.refresh_from_db()
-    assert approval.state == ApprovalState.PENDING and run.status == RunStatus.WAITING
-    assert not JournalEntry.objects.filter(run=run, kind="approval_decided").exists()
-    [entry] = move.audit()
-    assert entry.outcome == AuditOutcome.REFUSED and entry.before["state"] == "PENDING"
-
-
-def test_it_still_denies_a_viewer_before_looking_at_expected(people):
-    run, approval = waiting_run("viewer-no-expected")
-    move = decide_move("vera", "approve", approval)
-    del move.form["expected"]
-    response = _clients(people)["vera"].post(move.url, move.form)
-    assert response.status_code == 403
-    [entry] = move.audit()
-    assert entry.outcome == AuditOutcome.DENIED
-    approval.refresh_from_db()
-    assert approval.state == ApprovalState.PENDING
-
-
-# --- a worker expiring an approval at its deadline while an approver decides it ------------------
-
-
 def test_it_lets_a_worker_expire_an_approval_while_an_approver_decides_it_without_a_deadlock(people):
     """At the deadline the worker escalates the approval and parks the run; an approver deciding
     at that moment locks the run first. Both may legitimately happen one after the other (an
     escalated approval can still be decided); neither may deadlock, and the decision always
     wins over the parking: the run is never left NEEDS_ATTENTION with an approved approval."""
-    client = _clients(people)["ann"]
+    client = clients_for(people)["ann"]
     outcomes: Counter[str] = Counter()
     for i in range(ROUNDS):
         run = start("race_expiring", {"id": f"expiry-{i}"}, business_key=f"expiry-{i}")
