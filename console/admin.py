@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from django.apps import apps
 from django.contrib import admin
 from django.http import HttpRequest
 
@@ -87,10 +88,8 @@ def apply_viewer_policy(site: admin.AdminSite = admin.site) -> None:
     """Re-register each ModelAdmin of the policy apps with ``ConsoleRolePolicy`` in front.
 
     Idempotent. A model of those apps without an admin is logged (and fails
-    tests/console/test_live.py): "the Django admin covers every model".
+    tests/console/test_admin.py): "the Django admin covers every model".
     """
-    from django.apps import apps
-
     for label in POLICY_APPS:
         for model in apps.get_app_config(label).get_models():
             if not site.is_registered(model):

@@ -38,6 +38,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from channels.layers import DEFAULT_CHANNEL_LAYER, channel_layers
 from django.db import connection, transaction
 from django.db.models.signals import post_save
 
@@ -172,8 +173,6 @@ class Publisher:
 
 def _make_layer() -> Any:
     """A channel layer of our own (its own connections, on the publisher's event loop)."""
-    from channels.layers import DEFAULT_CHANNEL_LAYER, channel_layers
-
     return channel_layers.make_backend(DEFAULT_CHANNEL_LAYER)
 
 
