@@ -10,7 +10,8 @@ from django.utils import timezone
 from config.storage import retry_storage
 from sagas import queue, readiness, recovery, registry, services
 from sagas.engine import set_worker_id, worker_id
-from sagas.worker import MAX_CONCURRENCY, BackgroundThread, SagaWorker, WorkerPool
+from sagas.rqworker import SagaWorker
+from sagas.worker import MAX_CONCURRENCY, BackgroundThread, WorkerPool
 
 log = logging.getLogger("sagas.worker")
 
