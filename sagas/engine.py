@@ -4,7 +4,8 @@
 conditional UPDATE (a worker that loses the race returns quietly), checks the
 definition hash, loads the journal in one query, runs the workflow function from
 the top with a replaying ``Context``, and records how it ended, all under the
-claim's fence. A heartbeat thread extends the lease while the function runs.
+claim's fence. A heartbeat thread (``sagas.heartbeat``) extends the lease while the
+function runs; ``sagas.identity`` names the worker in leases and the journal.
 
 What is guaranteed: a journaled step is never executed again by any worker; a
 worker that lost its lease records nothing more. What is not: a step whose
@@ -16,13 +17,10 @@ from __future__ import annotations
 
 import enum
 import logging
-import os
-import socket
-import threading
 import time
 
 from django.conf import settings
-from django.db import InterfaceError, OperationalError, connection
+from django.db import InterfaceError, OperationalError
 
 from config.storage import is_storage_error, note_failure, note_success, wait_for_database
 from sagas import queue, registry, signals, systemdb
@@ -40,6 +38,10 @@ from sagas.errors import (
     VersionMismatch,
     Yield,
 )
+from sagas.heartbeat import Heartbeat
+
+# Re-exported: sagas.worker and the sagas_worker command still import these from here.
+from sagas.identity import set_thread_worker_id, set_worker_id, worker_id  # noqa: F401
 from sagas.models import JournalKind, RunStatus
 from sagas.systemdb import ClaimedRun, dumps
 
@@ -57,116 +59,6 @@ class Outcome(str, enum.Enum):
     WAITING = "waiting"
     COMPENSATED = "compensated"
     STORAGE_UNAVAILABLE = "storage_unavailable"
-
-
-_worker_id: tuple[int, str] | None = None
-_thread_worker_id = threading.local()
-
-
-def worker_id() -> str:
-    """The identity written into leases and the journal by the calling thread.
-
-    A worker thread of a process that runs several (``sagas_worker --concurrency N``)
-    has its own, set with ``set_thread_worker_id``; every other thread uses the
-    process's: ``host:pid`` unless named with ``set_worker_id``.
-    """
-    own = getattr(_thread_worker_id, "value", None)
-    if own is not None and own[0] == os.getpid():
-        return own[1]
-    global _worker_id
-    if _worker_id is None or _worker_id[0] != os.getpid():
-        _worker_id = (os.getpid(), f"{socket.gethostname()}:{os.getpid()}")
-    return _worker_id[1]
-
-
-def set_worker_id(name: str) -> None:
-    """Name this process (every thread without its own name)."""
-    global _worker_id
-    _worker_id = (os.getpid(), name)
-
-
-def set_thread_worker_id(name: str | None) -> None:
-    """Name the calling thread only; ``None`` gives it the process's name back."""
-    _thread_worker_id.value = None if name is None else (os.getpid(), name)
-
-
-class Heartbeat:
-    """Extends the lease every ttl/3 on its own connection until stopped.
-
-    If a renewal matches no row the lease is gone; the main thread will find out
-    at its next write (which the fence refuses), so the heartbeat just stops.
-
-    It also watches the journal position of the ``Context`` given to ``watch``: while
-    it moves, ``run_changed`` (cause "progress") is sent at most once per
-    ``signals.PROGRESS_INTERVAL``, from this thread, so the step loop itself stays
-    one commit per step with nothing else.
-    """
-
-    def __init__(
-        self, run_id: str, fence: int, ttl: float, *, status: str, claimed_at: float | None = None
-    ) -> None:
-        self.run_id, self.fence, self.ttl, self.status = run_id, fence, ttl, status
-        self.lost = False
-        # Monotonic time until which the lease surely holds: a renewal that started at
-        # t and succeeded extends it to t + ttl (the database's clock started later).
-        self.lease_until = (time.monotonic() if claimed_at is None else claimed_at) + ttl
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name=f"heartbeat-{run_id[:8]}", daemon=True)
-        self._ctx: Context | None = None
-        self._seen_seq = 0
-        self._progress_sent = 0.0
-
-    def watch(self, ctx: Context) -> Context:
-        self._seen_seq = ctx.last_seq
-        self._ctx = ctx
-        ctx.lease_until = self.lease_until
-        return ctx
-
-    def _report_progress(self) -> None:
-        ctx = self._ctx
-        if ctx is None or ctx.last_seq == self._seen_seq:
-            return
-        now = time.monotonic()
-        if now - self._progress_sent < signals.PROGRESS_INTERVAL:
-            return
-        self._seen_seq, self._progress_sent = ctx.last_seq, now
-        signals.send_run_changed_now(self.run_id, self.status, cause="progress")
-
-    def __enter__(self) -> Heartbeat:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=self.ttl)
-
-    def _loop(self) -> None:
-        every = self.ttl / 3
-        renew_at = time.monotonic() + every
-        try:
-            while not self._stop.wait(max(0.0, min(renew_at - time.monotonic(), signals.PROGRESS_INTERVAL))):
-                self._report_progress()
-                if time.monotonic() < renew_at:
-                    continue
-                started = time.monotonic()
-                renew_at = started + every
-                try:
-                    if not systemdb.renew_lease(self.run_id, fence=self.fence, ttl=self.ttl):
-                        self.lost = True
-                        log.warning("run %s: heartbeat found the lease taken over", self.run_id)
-                        return
-                    note_success()
-                    self.lease_until = started + self.ttl
-                    if self._ctx is not None:
-                        self._ctx.lease_until = self.lease_until
-                except Exception as exc:  # try again soon; the lease may still hold
-                    if not is_storage_error(exc):
-                        log.exception("run %s: heartbeat failed", self.run_id)
-                    note_failure(exc, doing="renewing leases")
-                    connection.close()
-                    renew_at = time.monotonic() + min(every, 0.5)
-        finally:
-            connection.close()
 
 
 def advance(run_id: str, *, owner: str | None = None) -> Outcome:

@@ -7,7 +7,7 @@ from typing import Any
 from django.dispatch import receiver
 
 from ledger.services import effect_resolved, effect_resolving
-from sagas.services import run_effect_resolved, run_lock_for_effect_resolution
+from sagas.resolutions import run_effect_resolved, run_lock_for_effect_resolution
 
 
 @receiver(effect_resolving, dispatch_uid="sagas.effect_resolving")

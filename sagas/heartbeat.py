@@ -1,0 +1,94 @@
+"""The heartbeat: a thread that keeps a claimed run's lease while its worker advances it."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from django.db import connection
+
+from config.storage import is_storage_error, note_failure, note_success
+from sagas import signals, systemdb
+from sagas.cursor import JournalCursor
+
+log = logging.getLogger("sagas.engine")
+
+
+class Heartbeat:
+    """Extends the lease every ttl/3 on its own connection until stopped.
+
+    If a renewal matches no row the lease is gone; the main thread will find out
+    at its next write (which the fence refuses), so the heartbeat just stops.
+
+    It also watches the journal position of the ``Context`` given to ``watch``: while
+    it moves, ``run_changed`` (cause "progress") is sent at most once per
+    ``signals.PROGRESS_INTERVAL``, from this thread, so the step loop itself stays
+    one commit per step with nothing else.
+    """
+
+    def __init__(
+        self, run_id: str, fence: int, ttl: float, *, status: str, claimed_at: float | None = None
+    ) -> None:
+        self.run_id, self.fence, self.ttl, self.status = run_id, fence, ttl, status
+        self.lost = False
+        # Monotonic time until which the lease surely holds: a renewal that started at
+        # t and succeeded extends it to t + ttl (the database's clock started later).
+        self.lease_until = (time.monotonic() if claimed_at is None else claimed_at) + ttl
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name=f"heartbeat-{run_id[:8]}", daemon=True)
+        self._ctx: JournalCursor | None = None
+        self._seen_seq = 0
+        self._progress_sent = 0.0
+
+    def watch(self, ctx: JournalCursor) -> JournalCursor:
+        self._seen_seq = ctx.last_seq
+        self._ctx = ctx
+        ctx.lease_until = self.lease_until
+        return ctx
+
+    def _report_progress(self) -> None:
+        ctx = self._ctx
+        if ctx is None or ctx.last_seq == self._seen_seq:
+            return
+        now = time.monotonic()
+        if now - self._progress_sent < signals.PROGRESS_INTERVAL:
+            return
+        self._seen_seq, self._progress_sent = ctx.last_seq, now
+        signals.send_run_changed_now(self.run_id, self.status, cause="progress")
+
+    def __enter__(self) -> Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=self.ttl)
+
+    def _loop(self) -> None:
+        every = self.ttl / 3
+        renew_at = time.monotonic() + every
+        try:
+            while not self._stop.wait(max(0.0, min(renew_at - time.monotonic(), signals.PROGRESS_INTERVAL))):
+                self._report_progress()
+                if time.monotonic() < renew_at:
+                    continue
+                started = time.monotonic()
+                renew_at = started + every
+                try:
+                    if not systemdb.renew_lease(self.run_id, fence=self.fence, ttl=self.ttl):
+                        self.lost = True
+                        log.warning("run %s: heartbeat found the lease taken over", self.run_id)
+                        return
+                    note_success()
+                    self.lease_until = started + self.ttl
+                    if self._ctx is not None:
+                        self._ctx.lease_until = self.lease_until
+                except Exception as exc:  # try again soon; the lease may still hold
+                    if not is_storage_error(exc):
+                        log.exception("run %s: heartbeat failed", self.run_id)
+                    note_failure(exc, doing="renewing leases")
+                    connection.close()
+                    renew_at = time.monotonic() + min(every, 0.5)
+        finally:
+            connection.close()
