@@ -139,10 +139,6 @@ def get_connector(name: str) -> Connector:
         raise ConnectorNotRegistered(f"no connector named {name!r} is registered") from None
 
 
-def all_connectors() -> dict[str, Connector]:
-    return dict(_connectors)
-
-
 def autodiscover(extra_modules: list[str]) -> None:
     from django.utils.module_loading import autodiscover_modules
 

@@ -31,7 +31,6 @@ EFFECT_TRANSITIONS: dict[str, frozenset[str]] = {
     E.SUCCEEDED: frozenset(),
     E.FAILED_FINAL: frozenset(),
 }
-OPEN_STATUSES = frozenset({E.PENDING, E.IN_PROGRESS, E.UNKNOWN})
 
 
 class IllegalEffectTransition(LedgerError):

@@ -125,10 +125,6 @@ class WorkflowRun(models.Model):
     def __str__(self) -> str:
         return f"{self.workflow_name} v{self.version} {self.id} [{self.status}]"
 
-    @property
-    def is_terminal(self) -> bool:
-        return self.status in TERMINAL_STATUSES
-
 
 class JournalKind(models.TextChoices):
     STARTED = "started"
