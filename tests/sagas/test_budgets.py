@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-import time
 from datetime import timedelta
 from decimal import Decimal
 
 import pytest
+from django.utils import timezone
 
 from sagas import start, workflow
 from sagas.engine import Outcome, advance
 from sagas.models import JournalEntry, RunStatus, WorkflowRun
+from tests.procs import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -36,7 +37,11 @@ def budget_cost(ctx, spec):
 @workflow("budget_duration", version=1, max_duration=timedelta(seconds=1))
 def budget_duration(ctx, spec):
     def slow(i):
-        time.sleep(0.6)
+        # The first step is quick; the second lasts until the run is past its budget
+        # (polled, so a loaded machine cannot make either end early or late).
+        if i:
+            started = WorkflowRun.objects.values_list("started_at", flat=True).get(id=ctx.run_id)
+            wait_until(lambda: timezone.now() - started > timedelta(seconds=1), 30, what="the budget to run out")
         return i
 
     return [ctx.step("slow", slow, i) for i in range(5)]
