@@ -39,9 +39,7 @@ from sagas.errors import (
     Yield,
 )
 from sagas.heartbeat import Heartbeat
-
-# Re-exported: sagas.worker and the sagas_worker command still import these from here.
-from sagas.identity import set_thread_worker_id, set_worker_id, worker_id  # noqa: F401
+from sagas.identity import worker_id
 from sagas.models import JournalKind, RunStatus
 from sagas.systemdb import ClaimedRun, dumps
 

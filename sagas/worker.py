@@ -29,7 +29,7 @@ from redis import Redis
 from config.storage import is_storage_error, note_failure, note_success
 from sagas import recovery, services
 from sagas.context import shutdown_requested
-from sagas.engine import set_thread_worker_id
+from sagas.identity import set_thread_worker_id
 from sagas.rqworker import ThreadWorker
 
 log = logging.getLogger("sagas.worker")

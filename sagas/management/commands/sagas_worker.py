@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from config.storage import retry_storage
 from sagas import queue, readiness, recovery, registry, services
-from sagas.engine import set_worker_id, worker_id
+from sagas.identity import set_worker_id, worker_id
 from sagas.rqworker import SagaWorker
 from sagas.worker import MAX_CONCURRENCY, BackgroundThread, WorkerPool
 
