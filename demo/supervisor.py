@@ -30,6 +30,8 @@ from django.conf import settings
 from redis import RedisError
 
 ROOT = Path(settings.BASE_DIR)
+# The demo's workers run with a short lease, so a killed worker's runs move on visibly soon.
+LEASE_TTL = "5"
 STOP_GRACE = 10.0
 LOCK_FILE = "demo.lock"
 STATE_FILE = "demo-state.json"

@@ -40,7 +40,6 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -51,12 +50,12 @@ from django.db import DatabaseError
 
 from config.storage import is_storage_error
 from demo import embedded
-from demo.supervisor import ROOT, DemoRunning, RunDirLock, Supervisor, forget_rq_worker, shown
+from demo.quick import run_quick
+from demo.supervisor import LEASE_TTL, ROOT, DemoRunning, RunDirLock, Supervisor, forget_rq_worker, shown
 
 if TYPE_CHECKING:
     from demo.loadgen import LoadGenerator
 
-LEASE_TTL = "5"
 STATUS_EVERY = 10.0
 # (username, role); the passwords are random, kept in <run dir>/demo-users.txt
 USERS = (("operator", "operator"), ("approver", "approver"), ("auditor", "viewer"))
@@ -138,7 +137,7 @@ class Command(BaseCommand):
         try:
             self._setup()
             if options["quick"]:
-                self._quick()
+                run_quick(self)
             elif not self.stop.is_set():
                 self._product()
         finally:
@@ -369,74 +368,3 @@ class Command(BaseCommand):
             new = self.sup.restart(child.name)
             self.say(f"{elapsed:6.0f}s  {child.name} exited with status {child.popen.returncode}; "
                      f"restarted as pid {new.popen.pid} (log {shown(child.log)})")
-
-    # --- --quick: the v1 demo --------------------------------------------------------
-
-    def _quick(self) -> None:
-        from sagas import start
-        from sagas.models import JournalEntry, RunStatus, WorkflowRun
-
-        o = self.options
-        for name in ("worker-1", "worker-2"):
-            forget_rq_worker(name)
-            self.sup.spawn(name, "manage.py", "sagas_worker", "--name", name, "--no-sweep", quiet=True)
-        self.sup.spawn("sweeper", "manage.py", "sagas_sweep", "--loop", quiet=True)
-        self.say(f"started worker-1, worker-2 and the sweeper (logs in {shown(self.run_dir)}/); "
-                 f"lease TTL {LEASE_TTL}s")
-
-        batch = time.strftime("%H%M%S")
-        runs = {}
-        for i in range(1, o["runs"] + 1):
-            order = {"id": f"order-{batch}-{i:02d}", "sku": f"SKU-{i % 4 + 1}", "qty": i % 3 + 1}
-            run = start("order_fulfilment", order, business_key=order["id"], started_via="demo")
-            runs[str(run.id)] = order["id"]
-        self.say(f"started {len(runs)} order_fulfilment runs\n")
-
-        t0 = time.monotonic()
-        last_id = JournalEntry.objects.filter(run_id__in=runs).order_by("id").values_list("id", flat=True).first() or 0
-        killed = o["no_kill"]
-        while True:
-            if self.stop.is_set():
-                self.say("\ninterrupted: stopping workers and sweeper")
-                raise SystemExit(130)
-            entries = list(
-                JournalEntry.objects.filter(run_id__in=runs, id__gt=last_id)
-                .exclude(kind="started")
-                .order_by("id")
-                .values_list("id", "run_id", "kind", "name", "worker_id")
-            )
-            for entry_id, run_id, kind, name, worker in entries:
-                last_id = entry_id
-                what = f"{kind} {name}".strip()
-                self.say(f"{time.monotonic() - t0:6.2f}s  {runs[str(run_id)]}  {what:<22} {worker}")
-            statuses = Counter(WorkflowRun.objects.filter(id__in=runs).values_list("status", flat=True))
-            done = statuses.get(RunStatus.COMPLETED, 0)
-            if not killed and done >= len(runs) // 4:
-                self._kill_worker("worker-1", f"{time.monotonic() - t0:6.2f}s")
-                killed = True
-            if done == len(runs):
-                break
-            stuck = {s: n for s, n in statuses.items() if s in (RunStatus.FAILED, RunStatus.NEEDS_ATTENTION)}
-            if stuck:
-                raise CommandError(f"runs ended badly: {stuck}; see {self.run_dir}/*.log")
-            if time.monotonic() - t0 > o["timeout"]:
-                raise CommandError(f"timed out after {o['timeout']:.0f}s: {dict(statuses)}")
-            self.stop.wait(0.2)
-        self._quick_summary(runs, time.monotonic() - t0)
-
-    def _quick_summary(self, runs: dict[str, str], elapsed: float) -> None:
-        from sagas.models import JournalEntry, RunStatus, WorkflowRun
-
-        qs = WorkflowRun.objects.filter(id__in=runs)
-        steps = sum(qs.values_list("steps_used", flat=True))
-        resumed = qs.filter(attempts__gt=1).count()
-        names = Counter(JournalEntry.objects.filter(run_id__in=runs, kind="step").values_list("run_id", "name"))
-        repeated = sum(1 for n in names.values() if n > 1)
-        self.say(
-            f"\nsummary: {qs.filter(status=RunStatus.COMPLETED).count()}/{len(runs)} runs COMPLETED in {elapsed:.1f}s; "
-            f"{steps} steps journaled; {resumed} run(s) resumed on another worker after a crash; "
-            f"{repeated} step(s) journaled twice (must be 0)"
-        )
-        if repeated:
-            raise CommandError("a step was journaled twice")
-
