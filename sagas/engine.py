@@ -207,7 +207,7 @@ def _definition_for(run: ClaimedRun) -> registry.WorkflowDefinition:
             worker_hash=None,
             worker=worker_id(),
         )
-    if definition.definition_hash != run.definition_hash:
+    if run.definition_hash not in definition.accepted_hashes:
         raise VersionMismatch(
             f"{run.workflow_name} version {run.version} changed since this run started: "
             f"run has {run.definition_hash[:12]}, worker {worker_id()} has {definition.definition_hash[:12]}",

@@ -16,6 +16,7 @@ other workflows) that the console diffs between versions.
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import logging
 from collections.abc import Callable
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from sagas.definition_hash import definition_hash, definition_source
+from sagas.definition_hash import definition_hash, definition_source, function_source
 from sagas.errors import DuplicateWorkflow, WorkflowNotRegistered
 
 log = logging.getLogger("sagas.registry")
@@ -44,6 +45,15 @@ class WorkflowDefinition:
     max_duration: timedelta | None = None
     on_failure: str = "compensate"
     approve_irreversible: bool = True
+    # The hash of releases before the whole-module hash: the function's own source
+    # (``function_source``). Runs started under it resume on this definition while that
+    # source is unchanged, so upgrading Saga Console strands no run in flight.
+    legacy_hash: str = ""
+
+    @property
+    def accepted_hashes(self) -> frozenset[str]:
+        """The run hashes this definition resumes: its own, and the legacy one."""
+        return frozenset(h for h in (self.definition_hash, self.legacy_hash) if h)
 
 
 _registry: dict[tuple[str, int], WorkflowDefinition] = {}
@@ -88,6 +98,7 @@ def workflow(
             max_duration=max_duration,
             on_failure=on_failure,
             approve_irreversible=approve_irreversible,
+            legacy_hash=hashlib.sha256(function_source(fn).encode("utf-8")).hexdigest(),
         )
         existing = _registry.get((name, version))
         if existing is not None and existing.definition_hash != definition.definition_hash:

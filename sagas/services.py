@@ -227,8 +227,9 @@ def run_park_unroutable(*, run_id: str, live_hashes: set[str]) -> bool:
 
 def worker_beat(*, name: str, hostname: str, pid: int, started_at: datetime) -> None:
     """Upsert this worker's registry row with the definitions it runs."""
-    definitions = [
-        {"name": d.name, "version": d.version, "hash": d.definition_hash} for d in registry.all_definitions()
+    definitions = [  # the legacy hash too: the sweeper routes runs started before the upgrade here
+        {"name": d.name, "version": d.version, "hash": h}
+        for d in registry.all_definitions() for h in sorted(d.accepted_hashes)
     ]
     now = timezone.now()
     WorkerProcess.objects.update_or_create(

@@ -143,3 +143,29 @@ def test_it_hashes_a_function_without_a_source_file_by_its_own_code():
 
     assert hashed(made("spec")) == hashed(made("spec"))
     assert hashed(made("spec")) != hashed(made("[spec]"))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_resumes_a_run_started_before_the_whole_module_hash_under_its_old_function_hash():
+    """Upgrading Saga Console changed how hashes are computed. A run in flight recorded the
+    old one (the function's own source): it resumes while that source is unchanged, and a run
+    with any other hash is still refused."""
+    import hashlib
+
+    from sagas.definition_hash import function_source
+    from sagas.engine import Outcome, advance
+    from tests.sagas import wf_helper_a
+
+    definition = registry.get("helper_edited", 1)
+    legacy = hashlib.sha256(function_source(wf_helper_a.helper_edited).encode("utf-8")).hexdigest()
+    assert definition.legacy_hash == legacy != definition.definition_hash
+
+    before_upgrade = start("helper_edited", {"cents": 1000})
+    WorkflowRun.objects.filter(id=before_upgrade.id).update(definition_hash=legacy)
+    assert advance(str(before_upgrade.id), owner="t") == Outcome.COMPLETED
+
+    foreign = start("helper_edited", {"cents": 1000}, business_key="foreign")
+    WorkflowRun.objects.filter(id=foreign.id).update(definition_hash="0" * 64)
+    assert advance(str(foreign.id), owner="t") == Outcome.NEEDS_ATTENTION
+    foreign.refresh_from_db()
+    assert foreign.status == RunStatus.NEEDS_ATTENTION and foreign.status_reason == "version_mismatch"

@@ -54,14 +54,14 @@ class Command(BaseCommand):
         def register() -> list[str]:
             services.versions_sync_all()
             background.beat()
-            return services.runs_resume_stranded(hashes={d.definition_hash for d in definitions})
+            return services.runs_resume_stranded(hashes={h for d in definitions for h in d.accepted_hashes})
 
         # A worker started (or restarted by its supervisor) while PostgreSQL is away waits for
         # it, one log line per outage, instead of exiting and being restarted in a loop.
         resumed = retry_storage(register, doing="starting the worker")
         # Compensations first: undoing effects is rarer and more urgent than new work.
         queue_names = [queue.compensation_queue_name()] + sorted(
-            {queue.queue_name_for(d.definition_hash) for d in definitions}
+            {queue.queue_name_for(h) for d in definitions for h in d.accepted_hashes}
         )
         self.stdout.write(
             f"sagas worker {name}: {len(definitions)} workflow version(s) on {len(queue_names) - 1} queue(s) "
