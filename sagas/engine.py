@@ -291,20 +291,13 @@ def _storage_lost(run: ClaimedRun, owner: str, beat: Heartbeat, exc: BaseExcepti
     answer in time, or another worker has taken over, the lease and the sweeper do it.
     """
     log.warning("run %s: storage unavailable, handing the run back: %s", run.id, exc)
-    until = max(beat.lease_until, time.monotonic()) + run_lease_grace()
+    until = max(beat.lease_until, time.monotonic()) + float(settings.SAGAS_LEASE_TTL)
     if not wait_for_database(until=until, doing=f"handing back run {run.id}"):
         log.warning("run %s: the database did not answer in time; left to its lease", run.id)
         return Outcome.STORAGE_UNAVAILABLE
-    compensating = run.status == RunStatus.COMPENSATING
     try:
-        systemdb.finish(
-            run.id,
-            fence=run.fence,
-            status=RunStatus.COMPENSATING if compensating else RunStatus.PENDING,
-            kind=K.YIELDED,
-            worker=owner,
-            payload={"reason": "storage unavailable", "error": f"{type(exc).__name__}: {str(exc)[:500]}"},
-        )
+        status = _hand_back(run, owner, {"reason": "storage unavailable",
+                                         "error": f"{type(exc).__name__}: {str(exc)[:500]}"})
     except LeaseLost:
         return Outcome.LEASE_LOST
     except Exception as again:
@@ -312,29 +305,23 @@ def _storage_lost(run: ClaimedRun, owner: str, beat: Heartbeat, exc: BaseExcepti
             raise
         note_failure(again, doing=f"handing back run {run.id}")
         return Outcome.STORAGE_UNAVAILABLE
-    queue.enqueue_advance(run.id, run.definition_hash, compensating=compensating)
-    signals.send_run_changed(run.id, RunStatus.COMPENSATING if compensating else RunStatus.PENDING,
-                             cause="yielded")
+    signals.send_run_changed(run.id, status, cause="yielded")
     return Outcome.STORAGE_UNAVAILABLE
 
 
-def run_lease_grace() -> float:
-    return float(settings.SAGAS_LEASE_TTL)
+def _hand_back(run: ClaimedRun, owner: str, payload: dict) -> str:
+    """Release the run as it is (PENDING, or COMPENSATING: it must not run forward), journal
+    ``yielded`` and wake a worker for it. Returns the status; raises ``LeaseLost``."""
+    status = RunStatus.COMPENSATING if run.status == RunStatus.COMPENSATING else RunStatus.PENDING
+    systemdb.finish(run.id, fence=run.fence, status=status, kind=K.YIELDED, worker=owner, payload=payload)
+    queue.enqueue_advance(run.id, run.definition_hash, compensating=status == RunStatus.COMPENSATING)
+    return status
 
 
 def _yield(run: ClaimedRun, owner: str) -> Outcome:
-    compensating = run.status == RunStatus.COMPENSATING  # handed back as it is: it must not run forward
     try:
-        systemdb.finish(
-            run.id,
-            fence=run.fence,
-            status=RunStatus.COMPENSATING if compensating else RunStatus.PENDING,
-            kind=K.YIELDED,
-            worker=owner,
-            payload={"reason": "worker shutting down"},
-        )
+        _hand_back(run, owner, {"reason": "worker shutting down"})
     except LeaseLost:
         return Outcome.LEASE_LOST
-    queue.enqueue_advance(run.id, run.definition_hash, compensating=compensating)
     log.info("run %s: handed back on shutdown", run.id)
     return Outcome.YIELDED
