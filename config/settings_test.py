@@ -50,3 +50,12 @@ from config.settings import *  # noqa: E402,F403
 
 SAGAS_LEASE_TTL = 3.0
 SAGAS_SWEEP_INTERVAL = 0.5
+
+# The journal and the audit log refuse TRUNCATE (config/append_only.py), and pytest-django
+# empties the tables with TRUNCATE after every transactional test. The test harness, and
+# nothing else, turns the refusal off for its own connections; production's protection
+# is the runtime role, which may not TRUNCATE at all (README, "Least-privilege database role").
+from config.append_only import TRUNCATE_ESCAPE_GUC  # noqa: E402
+
+_db_options = DATABASES["default"]["OPTIONS"]  # noqa: F405
+_db_options["options"] = f"{_db_options.get('options', '')} -c {TRUNCATE_ESCAPE_GUC}=on".strip()
