@@ -6,6 +6,8 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+# The demo and the local worker/sweeper run as development (settings: DEBUG is off unless set).
+DEV    := DEBUG=$${DEBUG:-1}
 
 .PHONY: install test demo demo-quick bench bench-chaos bench-faults worker sweep clean
 
@@ -31,10 +33,10 @@ $(DEMO_STAMP): pyproject.toml
 	@touch $(DEMO_STAMP)
 
 demo: $(DEMO_STAMP)
-	$(PY) manage.py demo
+	$(DEV) $(PY) manage.py demo
 
 demo-quick: $(DEMO_STAMP)
-	$(PY) manage.py demo --quick
+	$(DEV) $(PY) manage.py demo --quick
 
 bench: $(STAMP)
 	$(PY) bench/engine.py
@@ -46,10 +48,10 @@ bench-faults: $(STAMP)
 	$(PY) bench/faults.py
 
 worker: $(STAMP)
-	$(PY) manage.py sagas_worker
+	$(DEV) $(PY) manage.py sagas_worker
 
 sweep: $(STAMP)
-	$(PY) manage.py sagas_sweep --loop
+	$(DEV) $(PY) manage.py sagas_sweep --loop
 
 clean:
 	rm -rf $(VENV) .run .pytest_cache *.egg-info

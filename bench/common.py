@@ -17,6 +17,7 @@ BENCH_REDIS = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/14")
 
 def bench_env(**extra: str) -> dict[str, str]:
     env = dict(os.environ)
+    env.setdefault("DEBUG", "1")  # as the figures were measured; bench/console.py runs with DEBUG off
     env.update(
         DJANGO_SETTINGS_MODULE="config.settings",
         DATABASE_URL=BENCH_DB,

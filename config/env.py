@@ -44,9 +44,64 @@ def env_float(name: str, default: float, *, minimum: float = 0.0) -> float:
     return value
 
 
+def env_int(name: str, default: int, *, minimum: int = 0) -> int:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}={raw!r} is not a whole number") from None
+    if value < minimum:
+        raise ImproperlyConfigured(f"{name}={raw!r} must be at least {minimum}")
+    return value
+
+
 def env_list(name: str, default: str = "") -> list[str]:
     raw = os.environ.get(name, default)
     return [part.strip() for part in raw.split(",") if part.strip()]
+
+
+def env_origins(name: str) -> list[str]:
+    """Comma-separated origins, each ``scheme://host[:port]`` (as ``CSRF_TRUSTED_ORIGINS`` needs)."""
+    origins = env_list(name)
+    for origin in origins:
+        parts = urlsplit(origin)
+        if parts.scheme not in {"http", "https"} or not parts.netloc or parts.path not in {"", "/"}:
+            raise ImproperlyConfigured(
+                f"{name}: {origin!r} is not an origin (use scheme://host[:port], e.g. https://console.example.com)"
+            )
+    return origins
+
+
+def env_proxy_header(name: str) -> tuple[str, str] | None:
+    """``HEADER,value`` (e.g. ``HTTP_X_FORWARDED_PROTO,https``) as Django's ``SECURE_PROXY_SSL_HEADER``."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return None
+    header, sep, value = (part.strip() for part in raw.partition(","))
+    if not sep or not value or "," in value or not header.startswith("HTTP_") or not header.replace("_", "").isalnum():
+        raise ImproperlyConfigured(
+            f"{name}={raw!r} is not HEADER,value (the header as Django names it, e.g. HTTP_X_FORWARDED_PROTO,https)"
+        )
+    return header.upper(), value
+
+
+def production_secret_key(name: str, *, dev_key: str) -> str:
+    """The secret key a process with DEBUG off needs: set, not the development key, and long and
+    varied enough that Django's deploy check (security.W009) accepts it."""
+    value = os.environ.get(name, "")
+    how = "set it to a random string, e.g. the output of: python -c 'import secrets; print(secrets.token_urlsafe(50))'"
+    if not value:
+        raise ImproperlyConfigured(f"{name} must be set when DEBUG is off; {how} (or set DEBUG=1 for development)")
+    if value == dev_key or value.startswith("django-insecure"):
+        raise ImproperlyConfigured(f"{name} is the development key, which must not be used with DEBUG off; {how}")
+    if len(value) < 50 or len(set(value)) < 5:
+        raise ImproperlyConfigured(
+            f"{name} is too weak ({len(value)} characters, {len(set(value))} distinct): use at least 50 characters "
+            f"and 5 distinct ones; {how}"
+        )
+    return value
 
 
 def parse_database_url(url: str) -> dict:

@@ -1,6 +1,7 @@
 """Django settings. Everything that differs between machines comes from the environment.
 
 Variables: DATABASE_URL, REDIS_URL, SECRET_KEY, DEBUG, ALLOWED_HOSTS, SAGAS_MODULES,
+SECURE_* / SESSION_COOKIE_SECURE / CSRF_* (README: "Deploying: settings from the environment"),
 SAGAS_LEASE_TTL, SAGAS_SWEEP_INTERVAL, SAGAS_QUEUE, SAGAS_CRASH_AT, SAGAS_WORKER_CONCURRENCY,
 DEMO_PROVIDERS_URL, DEMO_PROVIDER_TIMEOUT.
 """
@@ -12,16 +13,50 @@ from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
 
-from config.env import env_bool, env_float, env_list, env_str, parse_database_url, validate_redis_url
+from config.env import (
+    env_bool,
+    env_float,
+    env_int,
+    env_list,
+    env_origins,
+    env_proxy_header,
+    env_str,
+    parse_database_url,
+    production_secret_key,
+    validate_redis_url,
+)
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
-DEBUG = env_bool("DEBUG", True)
+# Off unless set: a deployment that forgets it gets no debug pages. Development, the demo
+# (make demo) and the tests set DEBUG=1; with DEBUG off the process refuses to start
+# without a real SECRET_KEY and an explicit ALLOWED_HOSTS.
+DEBUG = env_bool("DEBUG", False)
 _DEV_SECRET = "dev-only-insecure-secret-key-change-me"
-SECRET_KEY = env_str("SECRET_KEY", _DEV_SECRET if DEBUG else "")
-if not DEBUG and (not SECRET_KEY or SECRET_KEY == _DEV_SECRET):
-    raise ImproperlyConfigured("SECRET_KEY must be set when DEBUG is off")
-ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "127.0.0.1,localhost" if not DEBUG else "*")
+if DEBUG:
+    SECRET_KEY = env_str("SECRET_KEY", _DEV_SECRET)
+    # Never "*": the websocket's Origin check (config/asgi.py) compares against this list too.
+    ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "127.0.0.1,localhost,[::1]")
+else:
+    SECRET_KEY = production_secret_key("SECRET_KEY", dev_key=_DEV_SECRET)
+    ALLOWED_HOSTS = env_list("ALLOWED_HOSTS")
+    if not ALLOWED_HOSTS:
+        raise ImproperlyConfigured(
+            "ALLOWED_HOSTS must be set when DEBUG is off: the host names the console is served under, "
+            "comma-separated (e.g. ALLOWED_HOSTS=console.example.com); it also limits which origins may "
+            "open the live-update websocket"
+        )
+
+# HTTPS and the proxy in front (README: "Deploying: settings from the environment"). All off
+# by default, for plain-HTTP development; manage.py check --deploy passes with them set.
+SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", False)
+SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", False)
+SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", False)
+SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", False)
+CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", False)
+CSRF_TRUSTED_ORIGINS = env_origins("CSRF_TRUSTED_ORIGINS")
+SECURE_PROXY_SSL_HEADER = env_proxy_header("SECURE_PROXY_SSL_HEADER")
 
 INSTALLED_APPS = [
     "daphne",
@@ -157,3 +192,8 @@ SAGAS_WORKER_CONCURRENCY = int(_concurrency)
 DEMO_PROVIDERS_URL = env_str("DEMO_PROVIDERS_URL", "http://127.0.0.1:8765")
 # Seconds a demo connector waits for a provider's answer before raising Timeout.
 DEMO_PROVIDER_TIMEOUT = env_float("DEMO_PROVIDER_TIMEOUT", 2.0, minimum=0.1)
+
+# --- redaction ---
+# Key names hidden on every page, export and admin view on top of config/redaction.py's list:
+# comma-separated, each matched by whole name segments (e.g. "dob,mothers maiden name").
+REDACTION_EXTRA_KEYS = env_list("REDACTION_EXTRA_KEYS")

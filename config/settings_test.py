@@ -33,6 +33,10 @@ def _take_slot() -> int:
     raise ImproperlyConfigured(f"more than {len(_REDIS_DBS)} test sessions are running at once")
 
 
+# The tests run as development does (DEBUG=1, the development key): config.settings refuses to
+# start otherwise, and the processes the tests start (daphne, workers, the demo) inherit it.
+os.environ.setdefault("DEBUG", "1")
+
 _held: list = []
 _slot = 0 if "TEST_REDIS_URL" in os.environ else _take_slot()
 _dev_redis = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
