@@ -57,6 +57,9 @@ SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", False)
 CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", False)
 CSRF_TRUSTED_ORIGINS = env_origins("CSRF_TRUSTED_ORIGINS")
 SECURE_PROXY_SSL_HEADER = env_proxy_header("SECURE_PROXY_SSL_HEADER")
+# Error reports (the DEBUG page, error mails) hide URL/DSN settings and mask any password in a
+# scheme://user:password@host string (Django's filter shows DATABASE_URL and REDIS_URL in full).
+DEFAULT_EXCEPTION_REPORTER_FILTER = "config.debug.CredentialsFilter"
 
 INSTALLED_APPS = [
     "daphne",
