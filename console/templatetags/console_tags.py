@@ -3,25 +3,28 @@
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 from django import template
 
+from config import redaction
+
 register = template.Library()
 
-SECRET_KEY_PATTERN = re.compile(r"pass(word)?|token|secret|card|authorization|cookie|api[_-]?key|cvv|pan", re.I)
-REDACTED = "•••• redacted"
+REDACTED = redaction.MARK
 PREVIEW_CHARS = 600
 
 
 def redact(value: Any) -> Any:
-    """A copy of ``value`` with every value under a secret-looking key replaced."""
-    if isinstance(value, dict):
-        return {k: (REDACTED if SECRET_KEY_PATTERN.search(str(k)) else redact(v)) for k, v in value.items()}
-    if isinstance(value, list):
-        return [redact(v) for v in value]
-    return value
+    """A copy of ``value`` with secrets masked: the one policy, config/redaction.py."""
+    return redaction.redact(value)
+
+
+@register.filter(name="redact_text")
+def redact_text(value: Any) -> str:
+    """Free text (an error message, a reason) with embedded secrets masked. A plain string:
+    the template escapes it."""
+    return "" if value is None else redaction.redact_text(str(value))
 
 
 @register.filter

@@ -20,9 +20,9 @@ from django.shortcuts import render
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
+from config.redaction import redact
 from console.forms import HistoryPageForm
 from console.selectors.runs import run_history_batches, run_history_page
-from console.templatetags.console_tags import redact
 from console.views.base import get_run_for_user, viewer_required
 from sagas.models import WorkflowRun
 
