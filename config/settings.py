@@ -9,6 +9,7 @@ DEMO_PROVIDERS_URL, DEMO_PROVIDER_TIMEOUT.
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
@@ -65,6 +66,7 @@ INSTALLED_APPS = [
     "daphne",
     "django.contrib.admin",
     "django.contrib.auth",
+    "axes",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
     "django.contrib.messages",
@@ -89,6 +91,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # Last, as django-axes requires: it turns a login refused for a lockout into the lockout page.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "config.urls"
@@ -130,6 +134,23 @@ CHANNEL_LAYERS = {
         "CONFIG": {"hosts": [REDIS_URL], "prefix": "sagas-console:"},
     }
 }
+
+# django-axes first: it refuses a locked-out username+address before any password is checked.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+# Login throttling: after AXES_FAILURE_LIMIT failed logins for one username from one address,
+# that pair is locked out for AXES_COOLOFF_MINUTES (restarted by each attempt while locked);
+# other addresses and other usernames are not. A successful login clears the count. Each
+# lockout is in the audit log (console/auth_audit.py). Behind a proxy, run daphne with
+# --proxy-headers so the address is the client's, not the proxy's.
+AXES_FAILURE_LIMIT = env_int("AXES_FAILURE_LIMIT", 5, minimum=1)
+AXES_COOLOFF_TIME = timedelta(minutes=env_float("AXES_COOLOFF_MINUTES", 15.0, minimum=1.0))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_HTTP_RESPONSE_CODE = 429
+AXES_LOCKOUT_CALLABLE = "console.auth_audit.lockout_response"
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},

@@ -9,8 +9,10 @@ class ConsoleConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        from console import auth_audit
         from console.admin import apply_viewer_policy
         from console.broadcast import connect_signals
 
         connect_signals()
+        auth_audit.connect_signals()
         apply_viewer_policy()
