@@ -26,6 +26,7 @@ from django.apps import apps
 from django.contrib import admin
 from django.http import HttpRequest
 
+from config.redacted_admin import RedactedFieldsAdmin
 from console import roles
 from console.models import AuditEntry
 
@@ -36,7 +37,7 @@ POLICY_APPS = ("ledger", "sagas", "console", "demo")
 SERVICE_OWNED = frozenset({"ledger", "sagas", "console", "demo.providerexecution", "demo.providerreplay"})
 
 
-class ReadOnlyAdmin(admin.ModelAdmin):
+class ReadOnlyAdmin(RedactedFieldsAdmin):
     """For append-only tables: nobody adds, changes or deletes rows here."""
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
@@ -107,5 +108,6 @@ class AuditEntryAdmin(ReadOnlyAdmin):
     list_display = ("created_at", "actor_label", "action", "object_type", "object_id", "outcome")
     list_filter = ("outcome", "action", "object_type")
     search_fields = ("actor_label", "object_id", "reason", "message")
+    redacted_fields = ("before", "after", "reason", "message")
     date_hierarchy = "created_at"
     show_full_result_count = False

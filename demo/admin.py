@@ -5,14 +5,16 @@ from __future__ import annotations
 
 from django.contrib import admin
 
+from config.redacted_admin import RedactedFieldsAdmin
 from demo.models import ProviderExecution, ProviderFault, ProviderReplay
 
 
 @admin.register(ProviderExecution)
-class ProviderExecutionAdmin(admin.ModelAdmin):
+class ProviderExecutionAdmin(RedactedFieldsAdmin):
     list_display = ("id", "provider", "operation", "idempotency_key", "status_code", "caller_pid", "created_at")
     list_filter = ("provider", "operation", "status_code")
     search_fields = ("idempotency_key",)
+    redacted_fields = ("request", "response")
 
 
 @admin.register(ProviderReplay)

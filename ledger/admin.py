@@ -1,6 +1,6 @@
 """Django admin for the side-effect ledger. Plain Django: the console applies its role
 policy on top (read-only for everyone: changes go through the console), see
-console/admin.py."""
+console/admin.py. Payloads and notes are shown only redacted (config/redacted_admin.py)."""
 
 from __future__ import annotations
 
@@ -10,11 +10,12 @@ from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
+from config.redacted_admin import RedactedFieldsAdmin
 from ledger.models import EffectRecord
 
 
 @admin.register(EffectRecord)
-class EffectRecordAdmin(admin.ModelAdmin):
+class EffectRecordAdmin(RedactedFieldsAdmin):
     list_display = ("id", "tenant", "idempotency_key", "kind", "connector", "step_name", "status", "attempts",
                     "intent_at", "completed_at", "resolution")
     list_filter = ("status", "kind")
@@ -22,6 +23,7 @@ class EffectRecordAdmin(admin.ModelAdmin):
     search_help_text = "A run id, or an idempotency key (exact)."
     raw_id_fields = ("resolved_by",)
     readonly_fields = ("payload_hash", "intent_at", "updated_at")
+    redacted_fields = ("request_payload", "result", "error_message", "resolution_note")
     show_full_result_count = False
 
     def get_search_results(self, request: HttpRequest, queryset: QuerySet, search_term: str) -> tuple[QuerySet, bool]:

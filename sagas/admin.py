@@ -6,6 +6,9 @@ The journal is append-only (a database trigger refuses UPDATE and DELETE), so it
 is read-only for everyone. The tables grow to millions of rows, so: foreign keys to runs
 use raw id fields (a select box would load every run), search is an exact match on an
 indexed column (a run id, or a business key), and no filter needs a DISTINCT scan.
+
+Payloads and free text (a run's input, result and error, journal payloads, approval and
+compensation reasons) are shown only redacted (config/redacted_admin.py).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
+from config.redacted_admin import RedactedFieldsAdmin
 from sagas.models import (
     ApprovalRequest,
     CompensationItem,
@@ -28,7 +32,7 @@ from sagas.models import (
 )
 
 
-class ExactRunSearch(admin.ModelAdmin):
+class ExactRunSearch(RedactedFieldsAdmin):
     """Search box: a run id finds that run's rows; anything else is matched exactly against
     ``text_field`` (if any). Both use an index."""
 
@@ -53,6 +57,7 @@ class WorkflowRunAdmin(ExactRunSearch):
     search_fields = ("id", "business_key")  # see ExactRunSearch
     search_help_text = "A run id, or a business key (exact)."
     run_field, text_field = "id", "business_key"
+    redacted_fields = ("input", "result", "error")
     raw_id_fields = ("started_by",)
     readonly_fields = ("id", "definition_hash", "fence", "last_seq", "created_at", "updated_at")
     show_full_result_count = False
@@ -64,6 +69,7 @@ class JournalEntryAdmin(ExactRunSearch):
     search_fields = ("run__id",)  # see ExactRunSearch
     search_help_text = "A run id."
     raw_id_fields = ("run",)
+    redacted_fields = ("payload",)
     show_full_result_count = False
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
@@ -96,6 +102,7 @@ class ApprovalRequestAdmin(ExactRunSearch):
     search_fields = ("run__id",)  # see ExactRunSearch
     search_help_text = "A run id."
     raw_id_fields = ("run", "decided_by")
+    redacted_fields = ("reason", "comment")
     show_full_result_count = False
 
 
@@ -113,6 +120,7 @@ class CompensationPlanAdmin(ExactRunSearch):
     search_fields = ("run__id",)  # see ExactRunSearch
     search_help_text = "A run id."
     raw_id_fields = ("run", "created_by")
+    redacted_fields = ("reason",)
     inlines = (CompensationItemInline,)
 
 
