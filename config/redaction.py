@@ -261,14 +261,14 @@ def _redact(value: Any, policy: KeyPolicy, depth: int) -> Any:
         secret = policy.is_secret
         depth += 1
         return {
-            k: (MARK if v is not None and type(k) is str and secret(k) else _redact(v, policy, depth))
+            k: (MARK if v is not None and isinstance(k, str) and secret(k) else _redact(v, policy, depth))
             for k, v in value.items()
         }
     if isinstance(value, (list, tuple)):
         if depth >= MAX_DEPTH:
             return TOO_DEEP
         first = value[0] if len(value) == 2 else None
-        if type(first) is str and _KEY_LIKE.match(first) and policy.is_secret(first):
+        if isinstance(first, str) and _KEY_LIKE.match(first) and policy.is_secret(first):
             items = [first, None if value[1] is None else MARK]
         else:
             depth += 1
