@@ -9,6 +9,7 @@ from django.urls import path
 from console.views import (
     audit,
     overview,
+    payloads,
     queues,
     run_actions,
     run_detail,
@@ -31,6 +32,10 @@ urlpatterns = [
     path("runs/<uuid:run_id>/cancel/", run_actions.run_cancel, name="run_cancel"),
     path("runs/<uuid:run_id>/retry/", run_actions.run_retry, name="run_retry"),
     path("runs/<uuid:run_id>/compensate/", run_actions.run_compensate, name="run_compensate"),
+    # One stored value in full, behind a page's truncated preview (console/views/payloads.py).
+    path("runs/<uuid:run_id>/payload/<str:kind>/", payloads.run_payload, name="run_payload"),
+    path("runs/<uuid:run_id>/payload/<str:kind>/<int:item_id>/", payloads.run_payload, name="run_item_payload"),
+    path("audit/<int:entry_id>/payload/<str:kind>/", payloads.audit_payload, name="audit_payload"),
     # The queues: ambiguous effects and the approvals inbox.
     path("effects/", queues.effects, name="effects"),
     path("effects/<int:effect_id>/query/", queues.effect_query, name="effect_query"),
