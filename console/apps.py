@@ -9,10 +9,12 @@ class ConsoleConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from console import auth_audit
+        from console import admin_users, auth_audit, user_audit
         from console.admin import apply_viewer_policy
         from console.broadcast import connect_signals
 
         connect_signals()
+        user_audit.connect_signals()
         auth_audit.connect_signals()
+        admin_users.register()
         apply_viewer_policy()

@@ -9,8 +9,14 @@ each top-level element into the page by its id (``live-<name>``).
 Contract:
 
 * only authenticated users with a console role connect (others are refused before the
-  handshake completes); access is checked again before every push, so a user whose role
-  was removed, who was deactivated or whose session ended is disconnected (code 4403);
+  handshake completes), and a page about a run outside the user's tenants
+  (console/selectors/tenancy.py) is refused too;
+* access is checked again before every push and whenever the user's account changes (the
+  ``user.<id>`` topic, published by console/user_audit.py: password, active flag, roles,
+  tenants): a user whose password changed since the session was made (Django's session
+  auth hash), who was deactivated or logged out is disconnected with code 4401; one whose
+  console role was removed, or whose tenants no longer include the page's run, with 4403.
+  Either way nothing more is pushed to that socket;
 * unknown fragment names are ignored; a malformed ``run`` param or no known fragment
   refuses the connection;
 * pushes are coalesced: at most one per ``PUSH_INTERVAL`` per connection, and a change
@@ -36,11 +42,14 @@ from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
-from django.contrib.auth import get_user_model
+from django.contrib.auth import HASH_SESSION_KEY, get_user_model
+from django.utils.crypto import constant_time_compare
 
 from config.storage import OUTAGES, REDIS, is_storage_error, note_failure
 from console import live, roles
-from console.topics import group_for
+from console.selectors.tenancy import may_see
+from console.topics import group_for, user_topic
+from sagas.models import WorkflowRun
 
 log = logging.getLogger("console.live")
 
@@ -52,6 +61,7 @@ MAX_FRAGMENTS = 12
 MAX_PARAMS = 20
 MAX_PARAM_LENGTH = 500
 CLOSE_FORBIDDEN = 4403  # not in htmx-ext-ws's reconnect list: the page stops retrying
+CLOSE_SESSION_ENDED = 4401  # password changed, deactivated or logged out: the page stops retrying too
 # Redis is away: the page should retry. 1011-1013 would say so, but daphne (autobahn) lets
 # an application close only with 1000 or 3000-4999, and console.js reconnects after 1000.
 CLOSE_RETRY = 1000
@@ -92,15 +102,33 @@ def parse_query(query_string: bytes, known: set[str]) -> tuple[list[str], dict[s
     return names, params
 
 
+def _session_current(user: Any, session: Any) -> bool:
+    """The session still logs ``user`` in: it exists, and its auth hash is the user's (a
+    password change makes a new hash; ``SECRET_KEY_FALLBACKS`` hashes are accepted, as
+    Django's own check does)."""
+    if session is None:
+        return True
+    if session.session_key and not session.exists(session.session_key):
+        return False  # logged out (or the session expired) since the socket opened
+    held = session.get(HASH_SESSION_KEY) or ""
+    hashes = [user.get_session_auth_hash(), *user.get_session_auth_fallback_hash()]
+    return bool(held) and any(constant_time_compare(held, h) for h in hashes)
+
+
 @database_sync_to_async
-def _user_may_view(user_pk: Any, session: Any) -> Any:
-    """The user, fresh from the database, if they may still read console pages; else None."""
+def _access(user_pk: Any, session: Any, run_id: str | None) -> tuple[Any, int]:
+    """``(the user fresh from the database, 0)`` if they may still see the page; else
+    ``(None, the close code)``."""
     user = get_user_model().objects.filter(pk=user_pk, is_active=True).first()
-    if user is None or not roles.can_view(user):
-        return None
-    if session is not None and session.session_key and not session.exists(session.session_key):
-        return None  # logged out (or the session expired) since the socket opened
-    return user
+    if user is None or not _session_current(user, session):
+        return None, CLOSE_SESSION_ENDED
+    if not roles.can_view(user):
+        return None, CLOSE_FORBIDDEN
+    if run_id:
+        tenant = WorkflowRun.objects.filter(id=run_id).values_list("tenant", flat=True).first()
+        if tenant is not None and not may_see(user, tenant):
+            return None, CLOSE_FORBIDDEN  # as if there were no such run: the fragments render nothing of it
+    return user, 0
 
 
 class LiveConsumer(AsyncWebsocketConsumer):
@@ -137,21 +165,22 @@ class LiveConsumer(AsyncWebsocketConsumer):
         if user is None or not user.is_authenticated:
             await self.close()
             return
-        self.user = await _user_may_view(user.pk, None)
-        if self.user is None:
-            await self.close()
-            return
         try:
             self.fragments, self.params = parse_query(self.scope.get("query_string", b""), set(live.FRAGMENTS))
         except BadRequest as exc:
-            log.info("live socket refused for %s: %s", self.user.get_username(), exc)
+            log.info("live socket refused for %s: %s", user.get_username(), exc)
             await self.close()
             return
+        self.user, _ = await _access(user.pk, self.scope.get("session"), self.params.get("run"))
+        if self.user is None:
+            await self.close()
+            return
+        self.user_topic = user_topic(self.user.pk)
         self.topic_fragments: dict[str, set[str]] = {}
         for name in self.fragments:
             for topic in live.topics_for(name, self.params):
                 self.topic_fragments.setdefault(topic, set()).add(name)
-        for topic in self.topic_fragments:
+        for topic in [*self.topic_fragments, self.user_topic]:
             await self.channel_layer.group_add(group_for(topic), self.channel_name)
             self.live_groups.append(group_for(topic))
         OUTAGES.up(REDIS)  # logs the end of an outage this process noted, if any
@@ -186,8 +215,13 @@ class LiveConsumer(AsyncWebsocketConsumer):
 
     async def live_changed(self, event: dict[str, Any]) -> None:
         """A group event of type ``topics.EVENT_TYPE`` ("live.changed"): the topic's data changed.
-        The fragments that follow that topic, by its name, are rendered again."""
-        self._changed(self.topic_fragments.get(event.get("topic", ""), set()))
+        The fragments that follow that topic, by its name, are rendered again; on the user's own
+        topic, their access is checked again."""
+        topic = event.get("topic", "")
+        if topic == self.user_topic:
+            await self._check_access()
+            return
+        self._changed(self.topic_fragments.get(topic, set()))
 
     def _changed(self, fragments: set[str]) -> None:
         if not fragments or self._revoked:
@@ -213,13 +247,22 @@ class LiveConsumer(AsyncWebsocketConsumer):
         except Exception:
             log.exception("live push failed for %s", getattr(self.user, "pk", None))
 
-    async def _push(self, names: list[str]) -> bool:
-        user = await _user_may_view(self.user.pk, self.scope.get("session"))
+    async def _check_access(self) -> bool:
+        """Close the socket (and push nothing more) if the user may no longer see the page."""
+        user, code = await _access(self.user.pk, self.scope.get("session"), self.params.get("run"))
+        if self._revoked:
+            return False  # closed meanwhile (a push and an account change checked at once)
         if user is None:
             self._revoked = True
-            await self.close(code=CLOSE_FORBIDDEN)
+            await self.close(code=code)
             return False
         self.user = user
+        return True
+
+    async def _push(self, names: list[str]) -> bool:
+        if not await self._check_access():
+            return False
+        user = self.user
         parts = []
         for name in names:
             try:

@@ -1,8 +1,10 @@
-"""The audit log: who did what, to which object, from what to what, and whether it was allowed."""
+"""The audit log (who did what, to which object, from what to what, and whether it was allowed),
+and the tenants each user may see."""
 
 from __future__ import annotations
 
 from django.conf import settings
+from django.contrib.postgres.fields import ArrayField
 from django.db import models
 
 
@@ -27,6 +29,9 @@ class AuditEntry(models.Model):
     ip = models.GenericIPAddressField(null=True, blank=True)
     outcome = models.CharField(max_length=10, choices=AuditOutcome.choices)
     message = models.TextField(blank=True, default="")
+    # The tenant of the object the entry is about ("" for none: users, logins); the audit log
+    # shows an entry only to users who may see that tenant (console/selectors/tenancy.py).
+    tenant = models.CharField(max_length=100, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
 
     class Meta:
@@ -37,7 +42,26 @@ class AuditEntry(models.Model):
             models.Index(fields=["action", "-created_at"], name="audit_action"),
             models.Index(fields=["object_type", "object_id"], name="audit_object"),
             models.Index(fields=["-created_at", "-id"], name="audit_keyset"),
+            models.Index(fields=["tenant", "-created_at", "-id"], name="audit_tenant_keyset"),
         ]
 
     def __str__(self) -> str:
         return f"{self.created_at:%Y-%m-%d %H:%M:%S} {self.actor_label} {self.action} {self.object_type}:{self.object_id} [{self.outcome}]"
+
+
+class TenantScope(models.Model):
+    """The tenants a user is limited to. No row: every tenant (the default); a row with an
+    empty list: none. So removing a tenant from the list never widens what the user sees;
+    only deleting the row does. Superusers see every tenant regardless."""
+
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, primary_key=True,
+                                related_name="tenant_scope")
+    tenants = ArrayField(models.CharField(max_length=100), default=list, blank=True,
+                         help_text="Comma-separated. The user sees only these tenants' runs, effects, approvals "
+                                   "and audit entries; empty: none. Delete this limit to let them see every tenant.")
+
+    class Meta:
+        verbose_name = "tenant limit"
+
+    def __str__(self) -> str:
+        return f"{self.user_id}: {', '.join(self.tenants) or '(no tenant)'}"

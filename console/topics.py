@@ -2,7 +2,8 @@
 (console/broadcast.py), the fragment registry (console/live.py) and the consumer.
 
 A topic is a name: ``runs`` (any run changed), ``effects``, ``approvals``, ``audit``,
-``overview``, and ``run.<uuid>`` for one run. Each topic is one channel-layer group
+``overview``, ``run.<uuid>`` for one run, and ``user.<id>`` for one user's access (their
+password, roles, tenants or active flag changed: their open sockets check it again). Each topic is one channel-layer group
 (``live.<topic>``), and an event on it says only "look again" (``EVENT_TYPE``).
 """
 
@@ -21,6 +22,8 @@ LIST_TOPICS = (RUNS, EFFECTS, APPROVALS, AUDIT, OVERVIEW)
 # In a fragment's ``follows``: the topic of the run its page shows (``run.<the page's run param>``).
 THIS_RUN = "run"
 
+USER = "user"  # ``user.<id>``: see user_topic
+
 EVENT_TYPE = "live.changed"  # routed to LiveConsumer.live_changed
 
 
@@ -28,15 +31,21 @@ def run_topic(run_id: Any) -> str:
     return f"run.{str(run_id).lower()}"
 
 
+def user_topic(user_id: Any) -> str:
+    return f"{USER}.{int(user_id)}"
+
+
 def group_for(topic: str) -> str:
     return f"live.{topic}"
 
 
 def is_topic(topic: str) -> bool:
-    """A list topic, or ``run.`` and a run id in canonical form."""
+    """A list topic, ``run.`` and a run id in canonical form, or ``user.`` and a user id."""
     if topic in LIST_TOPICS:
         return True
     kind, _, run_id = topic.partition(".")
+    if kind == USER:
+        return run_id.isascii() and run_id.isdigit() and str(int(run_id)) == run_id
     if kind != THIS_RUN:
         return False
     try:

@@ -23,6 +23,7 @@ from ledger.connectors import get_connector
 from ledger.errors import AlreadyResolved, ConnectorNotRegistered, InvalidResolution
 from ledger.models import EffectRecord, EffectStatus, check_effect_transition
 from ledger.signals import send_effect_changed
+from ledger.storable import json_storable, text_storable
 
 # Sent inside the resolving transaction before the effect's row is locked: effect_id.
 # A receiver locks what must be locked before the effect (its run) and may refuse the
@@ -33,6 +34,7 @@ effect_resolving = Signal()
 effect_resolved = Signal()
 
 RESOLUTION_OUTCOMES = ("succeeded", "not_executed", "failed")
+EVIDENCE_CHARS = 4000  # a resolution's note, as the console caps it
 
 
 def canonical_json(value: Any) -> str:
@@ -121,6 +123,13 @@ def effect_resolve(
     """
     if outcome not in RESOLUTION_OUTCOMES:
         raise InvalidResolution(f"outcome must be one of {', '.join(RESOLUTION_OUTCOMES)}, not {outcome!r}")
+    try:  # evidence PostgreSQL can store (no NUL), within the console's caps
+        text_storable(note or "", what="the note", max_length=EVIDENCE_CHARS)
+        text_storable(downstream_ref, what="the downstream reference", max_length=300, one_line=True)
+        if result is not None:
+            result = json.loads(json_storable(result, what="the result"))
+    except ValueError as exc:
+        raise InvalidResolution(str(exc)) from None
     note = (note or "").strip()
     if resolution == "manual" and not note:
         raise InvalidResolution("a note with the evidence is required")

@@ -29,7 +29,9 @@ raises the model's ``DoesNotExist`` (a ``django.core.exceptions.ObjectDoesNotExi
 except in ``get_run``, which returns None.
 
 Errors: every error a caller handles is a ``SagaError`` with a stable ``code``
-(``StartConflict``, ``AlreadyDecided``, ``FourEyesViolation`` ...). ``StorageUnavailable``
+(``StartConflict``, ``AlreadyDecided``, ``FourEyesViolation`` ...). Arguments are checked
+before anything is written: a malformed one raises ``InvalidArgument`` (also a
+``ValueError``), a JSON value PostgreSQL cannot store ``NotSerializable``. ``StorageUnavailable``
 and ``NonDeterminismError`` are ``BaseException``s: the engine's, never the workflow's
 to swallow.
 """
@@ -45,6 +47,7 @@ from sagas.errors import (
     ApprovalRejected,
     DuplicateWorkflow,
     FourEyesViolation,
+    InvalidArgument,
     NonDeterminismError,
     NotSerializable,
     RunFinished,
@@ -73,6 +76,7 @@ __all__ = [
     "Context",
     "DuplicateWorkflow",
     "FourEyesViolation",
+    "InvalidArgument",
     "NonDeterminismError",
     "NotSerializable",
     "RunFinished",
@@ -119,10 +123,21 @@ def start(
     and return it, PENDING; a worker with that exact code picks it up after the commit.
 
     Idempotent per ``(tenant, name, business_key)``: the same input returns the existing
-    run; a different input raises ``StartConflict`` and starts nothing. ``input`` must be
-    JSON (``NotSerializable`` otherwise). Budgets default to the workflow's. The person in
+    run; a different input, or a ``version`` other than the existing run's, raises
+    ``StartConflict`` and starts nothing. Budgets default to the workflow's. The person in
     ``started_by`` cannot approve the run's approvals (four-eyes).
     ``WorkflowNotRegistered`` if this process does not have the workflow.
+
+    Checked before the database is touched, nothing written when refused:
+
+    * ``InvalidArgument`` (a ``ValueError``): ``name``, ``tenant`` (1-100 characters),
+      ``business_key`` (0-200) or ``started_via`` (1-20) not a string, too long, or holding
+      a control character (NUL included); ``version`` or ``max_steps`` not a whole number
+      of at least 1; ``max_cost`` not a finite number in 0-99,999,999.999999;
+      ``max_duration`` not a positive ``timedelta``; ``started_by`` not a saved user.
+    * ``NotSerializable``: ``input`` not JSON, or JSON PostgreSQL cannot store: a NUL
+      (``U+0000``) or lone surrogate in a string or key, nesting deeper than 64 levels,
+      more than 10 MiB encoded (``ledger.storable``).
     """
     from sagas.services import run_start
 
@@ -203,6 +218,7 @@ def approve(
     Four-eyes: the person who started the run cannot (``FourEyesViolation``). A second
     decision raises ``AlreadyDecided`` naming who decided and when; a finished run,
     ``RunFinished``. An escalated approval (past its deadline) can still be approved.
+    ``comment``: at most 4,000 characters, no NUL (``InvalidArgument``).
     """
     from sagas.waits import approval_decide
 
@@ -230,7 +246,8 @@ def reject(
 def signal(*, run_id: Any, name: str, payload: Any = None, actor: str = "api") -> None:
     """Deliver signal ``name`` (with a JSON ``payload``) to a run. It is kept until a
     ``ctx.wait_for(name)`` takes it: signals sent before the wait are not lost, and the
-    n-th wait for a name receives the n-th signal. ``RunFinished`` if the run is finished."""
+    n-th wait for a name receives the n-th signal. ``RunFinished`` if the run is finished;
+    ``InvalidArgument`` or ``NotSerializable`` for a name or payload ``start`` would refuse."""
     from sagas.waits import signal_send
 
     signal_send(run_id=str(run_id), name=name, payload=payload, actor=actor)

@@ -44,6 +44,7 @@ from sagas.models import (
 )
 from sagas.signals import send_run_changed
 from sagas.systemdb import dumps
+from sagas.validation import FREE_TEXT_CHARS, checked_text
 
 log = logging.getLogger("sagas.compensation")
 K = JournalKind
@@ -131,6 +132,7 @@ def compensation_start(*, run_id: str, user: AbstractBaseUser | None, reason: st
 
     Locks in ``sagas.locks``' order: the run, its open approvals (expired), then the plan."""
     actor = actor or (user.get_username() if user is not None else "system")
+    checked_text(reason, what="reason", max_length=FREE_TEXT_CHARS)
     if not reason.strip():
         raise ActionNotAllowed("a reason is required")
     with transaction.atomic():

@@ -38,9 +38,16 @@ class DuplicateWorkflow(SagaError):
 
 
 class StartConflict(SagaError):
-    """A run with this tenant, workflow and business key exists with a different input."""
+    """A run with this tenant, workflow and business key exists with a different input or version."""
 
     code = "start_conflict"
+
+
+class InvalidArgument(SagaError, ValueError):
+    """An argument is malformed: the wrong type, empty, too long for its column, a NUL or
+    control character, a negative budget. Raised before anything is written."""
+
+    code = "invalid_argument"
 
 
 class IllegalTransition(SagaError):
@@ -48,7 +55,8 @@ class IllegalTransition(SagaError):
 
 
 class NotSerializable(SagaError):
-    """A step returned, or a workflow was given, a value that is not JSON."""
+    """A step returned, or a workflow was given, a value that is not JSON, or JSON that
+    PostgreSQL cannot store (NUL, too deep, too large: ``ledger.storable``)."""
 
     code = "not_serializable"
 

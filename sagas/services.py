@@ -4,7 +4,6 @@ workers; cancelling and retrying. How a ledger resolution reaches its run is
 
 from __future__ import annotations
 
-import json
 import logging
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -16,7 +15,7 @@ from django.utils import timezone
 
 from sagas import queue, registry, selectors, systemdb
 from sagas.compensation import approvals_expire_open, needs_compensation, plan_create, run_move_to_compensating
-from sagas.errors import ActionNotAllowed, NotSerializable, RunFinished, StartConflict
+from sagas.errors import ActionNotAllowed, RunFinished, StartConflict
 from sagas.locks import run_lock
 from sagas.models import (
     LEASED_STATUSES,
@@ -34,6 +33,7 @@ from sagas.models import (
 )
 from sagas.signals import send_run_changed
 from sagas.systemdb import dumps
+from sagas.validation import FREE_TEXT_CHARS, checked_text, start_arguments_check, start_name_check
 
 log = logging.getLogger("sagas.services")
 
@@ -64,13 +64,6 @@ def versions_sync_all() -> int:
     return len(definitions)
 
 
-def _json_roundtrip(value: Any, what: str) -> Any:
-    try:
-        return json.loads(dumps(value))
-    except (TypeError, ValueError) as exc:
-        raise NotSerializable(f"{what} is not JSON: {exc}") from None
-
-
 def run_start(
     *,
     name: str,
@@ -86,17 +79,22 @@ def run_start(
 ) -> WorkflowRun:
     """Create a PENDING run and wake a worker for it after commit.
 
-    Idempotent per ``(tenant, name, business_key)``: starting again with the same
-    input returns the existing run; with a different input raises
+    Every argument is checked before the database is touched (``sagas.validation``:
+    ``InvalidArgument``, ``NotSerializable``). Idempotent per ``(tenant, name,
+    business_key)``: starting again with the same input returns the existing run; with a
+    different input, or naming another ``version`` than the existing run's, raises
     ``StartConflict`` and creates nothing. Budgets default to the workflow's.
     """
+    start_name_check(name, version)
     definition = registry.get(name, version)
-    input = _json_roundtrip(input, "the run's input")
-    if len(business_key) > 200:
-        raise ValueError("business_key is longer than 200 characters")
+    checked = start_arguments_check(
+        input=input, business_key=business_key, tenant=tenant, started_by=started_by, started_via=started_via,
+        max_steps=max_steps, max_cost=max_cost, max_duration=max_duration,
+    )
+    input = checked.input
     version_sync(definition=definition)
     budget_steps = max_steps if max_steps is not None else definition.max_steps
-    budget_cost = max_cost if max_cost is not None else definition.max_cost
+    budget_cost = checked.max_cost if max_cost is not None else definition.max_cost
     budget_duration = max_duration if max_duration is not None else definition.max_duration
     try:
         with transaction.atomic():
@@ -140,6 +138,12 @@ def run_start(
             raise StartConflict(
                 f"{definition.name} run {existing.id} already exists for business key {business_key!r} "
                 f"(tenant {tenant!r}) with a different input; nothing was started"
+            ) from None
+        if version is not None and existing.version != version:
+            raise StartConflict(
+                f"{definition.name} run {existing.id} already exists for business key {business_key!r} "
+                f"(tenant {tenant!r}) at version {existing.version}, not the version {version} asked for; "
+                f"nothing was started"
             ) from None
         return existing
     return run
@@ -252,6 +256,7 @@ def run_cancel(*, run_id: str, user: AbstractBaseUser | None, reason: str, compe
 
     Locks in ``sagas.locks``' order: the run, its approvals, then the plan it creates."""
     actor = user.get_username() if user is not None else "system"
+    checked_text(reason, what="reason", max_length=FREE_TEXT_CHARS)
     if not reason.strip():
         raise ActionNotAllowed("a reason is required to cancel a run")
     with transaction.atomic():
@@ -293,6 +298,7 @@ def run_retry(*, run_id: str, user: AbstractBaseUser | None, reason: str) -> Wor
     (non-determinism: deploy the fix as a new version, then cancel or compensate).
     """
     actor = user.get_username() if user is not None else "system"
+    checked_text(reason, what="reason", max_length=FREE_TEXT_CHARS)
     with transaction.atomic():
         run = run_lock(run_id=run_id)  # then its plan: sagas.locks' order
         if run.status != RunStatus.NEEDS_ATTENTION:

@@ -42,6 +42,7 @@ from sagas.models import (
 )
 from sagas.signals import send_run_changed
 from sagas.systemdb import dumps
+from sagas.validation import FREE_TEXT_CHARS, SIGNAL_NAME_CHARS, checked_json, checked_text
 
 log = logging.getLogger("sagas.waits")
 K = JournalKind
@@ -181,6 +182,7 @@ def approval_decide(
 
     Locks the run, then the approval (``sagas.locks``' order, the same as cancelling or
     compensating the run, which expire its approvals)."""
+    checked_text(comment, what="the comment", max_length=FREE_TEXT_CHARS)
     with transaction.atomic():
         run, request = approval_lock(approval_id=approval_id)
         if request.state not in OPEN_APPROVAL_STATES:
@@ -207,7 +209,10 @@ def approval_decide(
 
 
 def signal_send(*, run_id: str, name: str, payload: Any = None, actor: str = "api") -> None:
-    """Deliver signal ``name`` to a run; it is kept until a ``ctx.wait_for(name)`` takes it."""
+    """Deliver signal ``name`` to a run; it is kept until a ``ctx.wait_for(name)`` takes it.
+    ``InvalidArgument`` or ``NotSerializable`` (``sagas.validation``) before anything is written."""
+    checked_text(name, what="the signal name", max_length=SIGNAL_NAME_CHARS, required=True, one_line=True)
+    payload = checked_json(payload, what="the signal's payload")
     with transaction.atomic():
         run = run_lock(run_id=run_id)
         if run.status in TERMINAL_STATUSES:

@@ -1,5 +1,6 @@
 """Reads for the overview page: runs by status, the queues that need a person, runs per minute.
 
+Everything is counted within the user's tenants (console/selectors/tenancy.py).
 Three queries whatever the data: one count by status, one ``UNION ALL`` of the queues' counts
 and oldest items, one for the per-minute chart. The page is re-rendered on every push to every
 open overview, so its cost is paid often.
@@ -14,6 +15,7 @@ from django.db import connection
 from django.db.models import CharField, Count, F, Min, QuerySet, Value
 from django.utils import timezone
 
+from console.selectors.tenancy import User, scope, scope_runs, tenants_of
 from ledger.models import EffectRecord, EffectStatus
 from sagas.models import (
     OPEN_APPROVAL_STATES,
@@ -46,14 +48,18 @@ def _queue(qs: QuerySet[Any], key: str, oldest: str) -> QuerySet[Any]:
         n=Count("pk"), oldest=Min(oldest)).order_by()
 
 
-def _queues() -> dict[str, tuple[int, datetime | None]]:
+def _queues(user: User) -> dict[str, tuple[int, datetime | None]]:
     """Every queue's size and the time its oldest item started waiting, in one query."""
-    unknown = EffectRecord.objects.filter(status=EffectStatus.UNKNOWN)
-    approvals = ApprovalRequest.objects.filter(state__in=OPEN_APPROVAL_STATES,
-                                               run__status__in=[RunStatus.WAITING, RunStatus.NEEDS_ATTENTION])
-    failed = CompensationItem.objects.filter(state__in=[CompensationItemState.FAILED, CompensationItemState.UNKNOWN])
+    unknown = scope(EffectRecord.objects.filter(status=EffectStatus.UNKNOWN), user)
+    approvals = scope(ApprovalRequest.objects.filter(state__in=OPEN_APPROVAL_STATES,
+                                                     run__status__in=[RunStatus.WAITING, RunStatus.NEEDS_ATTENTION]),
+                      user, field="run__tenant")
+    failed = scope(CompensationItem.objects.filter(state__in=[CompensationItemState.FAILED,
+                                                              CompensationItemState.UNKNOWN]),
+                   user, field="plan__run__tenant")
     attention = (
-        WorkflowRun.objects.filter(status=RunStatus.NEEDS_ATTENTION, status_reason__in=_ATTENTION_QUEUES)
+        scope_runs(WorkflowRun.objects.filter(status=RunStatus.NEEDS_ATTENTION, status_reason__in=_ATTENTION_QUEUES),
+                   user)
         .values(key=F("status_reason")).annotate(n=Count("pk"), oldest=Min("updated_at")).order_by()
     )
     union = _queue(unknown, "unknown_effects", "intent_at").union(
@@ -65,9 +71,10 @@ def _queues() -> dict[str, tuple[int, datetime | None]]:
     return {row["key"]: (row["n"], row["oldest"]) for row in union}
 
 
-def overview() -> dict[str, Any]:
-    counts = dict(WorkflowRun.objects.values_list("status").annotate(n=Count("id")).values_list("status", "n"))
-    found = _queues()
+def overview(*, user: User) -> dict[str, Any]:
+    runs = scope_runs(WorkflowRun.objects.all(), user)
+    counts = dict(runs.values_list("status").annotate(n=Count("id")).values_list("status", "n"))
+    found = _queues(user)
     queues = []
     for label, key, url in QUEUES:
         n, oldest = found.get(key, (0, None))
@@ -75,25 +82,29 @@ def overview() -> dict[str, Any]:
     return {
         "status_counts": [(s, counts.get(s, 0)) for s in RunStatus.values],
         "queues": queues,
-        "per_minute": runs_per_minute(),
+        "per_minute": runs_per_minute(user=user),
     }
 
 
-def runs_per_minute(minutes: int = 60) -> list[dict[str, Any]]:
-    """Runs started and finished in each of the last ``minutes`` minutes (oldest first).
-    One statement: two index range scans (created_at, finished_at), grouped by minute."""
+def runs_per_minute(*, user: User, minutes: int = 60) -> list[dict[str, Any]]:
+    """Runs of ``user``'s tenants started and finished in each of the last ``minutes`` minutes
+    (oldest first). One statement: two index range scans (created_at, finished_at), grouped by
+    minute."""
     now = timezone.now().replace(second=0, microsecond=0)
     since = now - timedelta(minutes=minutes - 1)
     table = connection.ops.quote_name(WorkflowRun._meta.db_table)
+    tenants = tenants_of(user)
+    in_tenants = "" if tenants is None else "AND tenant = ANY(%s::varchar[])"
+    scoped = [] if tenants is None else [tenants]
     with connection.cursor() as cur:
         cur.execute(
             f"""SELECT minute, sum(started), sum(finished) FROM (
                     SELECT date_trunc('minute', created_at) AS minute, 1 AS started, 0 AS finished
-                      FROM {table} WHERE created_at >= %s
+                      FROM {table} WHERE created_at >= %s {in_tenants}
                     UNION ALL
-                    SELECT date_trunc('minute', finished_at), 0, 1 FROM {table} WHERE finished_at >= %s
+                    SELECT date_trunc('minute', finished_at), 0, 1 FROM {table} WHERE finished_at >= %s {in_tenants}
                 ) AS moves GROUP BY minute""",
-            [since, since],
+            [since, *scoped, since, *scoped],
         )
         rows = cur.fetchall()
     started = {m: int(s) for m, s, _ in rows if s}

@@ -1,4 +1,5 @@
-"""Reads for the queues people work through: ambiguous effects and the approvals inbox."""
+"""Reads for the queues people work through: ambiguous effects and the approvals inbox, each
+narrowed to the user's tenants (console/selectors/tenancy.py)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 
 from console.selectors.paging import Cursor, Page, keyset_page
+from console.selectors.tenancy import User, scope
 from ledger.connectors import Operation, get_connector
 from ledger.errors import ConnectorNotRegistered
 from ledger.models import EffectRecord, EffectStatus
@@ -28,15 +30,15 @@ INBOX_LIMIT = 100  # rendering dominates: 500 rows cost ~0.7 s at a million runs
 # --- ambiguous effects ---------------------------------------------------------------------
 
 
-def effects_ambiguous() -> QuerySet[EffectRecord]:
+def effects_ambiguous(*, user: User) -> QuerySet[EffectRecord]:
     """Every UNKNOWN effect, and every IN_PROGRESS one whose run no worker holds a live lease
-    on (stuck: nobody will settle it by itself), oldest intent first."""
+    on (stuck: nobody will settle it by itself), of ``user``'s tenants, oldest intent first."""
     live_lease = WorkflowRun.objects.filter(
         id=OuterRef("run_id"), status__in=LEASED_STATUSES, lease_expires_at__gt=timezone.now()
     )
-    return EffectRecord.objects.filter(
+    return scope(EffectRecord.objects.filter(
         Q(status=EffectStatus.UNKNOWN) | (Q(status=EffectStatus.IN_PROGRESS) & ~Exists(live_lease))
-    ).order_by("intent_at", "id")
+    ), user).order_by("intent_at", "id")
 
 
 @dataclass(frozen=True)
@@ -59,10 +61,11 @@ def _can_lookup(effect: EffectRecord) -> tuple[bool, bool]:
         return False, False
 
 
-def effects_ambiguous_page(*, cursor: Cursor | None = None, size: int = EFFECTS_PAGE_SIZE) -> Page[EffectRow]:
+def effects_ambiguous_page(*, user: User, cursor: Cursor | None = None,
+                           size: int = EFFECTS_PAGE_SIZE) -> Page[EffectRow]:
     """One keyset page of ``effects_ambiguous`` (with how many there are in all), each effect
     with its run and whether its connector can be asked."""
-    qs = effects_ambiguous()
+    qs = effects_ambiguous(user=user)
     page = keyset_page(qs, field="intent_at", descending=False, cursor=cursor, size=size, total=qs.count())
     runs = WorkflowRun.objects.in_bulk({e.run_id for e in page.items})
     rows = []
@@ -92,29 +95,29 @@ def effect_current_outcome(effect_id: int) -> str:
 # --- approvals -----------------------------------------------------------------------------
 
 
-def approvals_open() -> QuerySet[ApprovalRequest]:
-    """Undecided approvals (PENDING, or ESCALATED past their deadline) of runs that still wait
-    for them, soonest deadline first."""
+def approvals_open(*, user: User) -> QuerySet[ApprovalRequest]:
+    """Undecided approvals (PENDING, or ESCALATED past their deadline) of runs of ``user``'s
+    tenants that still wait for them, soonest deadline first."""
     return (
-        ApprovalRequest.objects.filter(
+        scope(ApprovalRequest.objects.filter(
             state__in=OPEN_APPROVAL_STATES, run__status__in=[RunStatus.WAITING, RunStatus.NEEDS_ATTENTION]
-        )
+        ), user, field="run__tenant")
         .select_related("run", "run__started_by")
         .order_by("deadline", "id")
     )
 
 
-def approvals_inbox(*, limit: int = INBOX_LIMIT) -> tuple[list[ApprovalRequest], int]:
+def approvals_inbox(*, user: User, limit: int = INBOX_LIMIT) -> tuple[list[ApprovalRequest], int]:
     """The first ``limit`` of ``approvals_open`` and how many there are in all (counted only
     when there are more than fit)."""
-    qs = approvals_open()
+    qs = approvals_open(user=user)
     items = list(qs[:limit])
     return items, len(items) if len(items) < limit else qs.count()
 
 
-def approvals_recently_decided(limit: int = 20) -> list[ApprovalRequest]:
+def approvals_recently_decided(*, user: User, limit: int = 20) -> list[ApprovalRequest]:
     return list(
-        ApprovalRequest.objects.filter(decided_at__isnull=False)
+        scope(ApprovalRequest.objects.filter(decided_at__isnull=False), user, field="run__tenant")
         .exclude(state__in=OPEN_APPROVAL_STATES)
         .select_related("run")
         .order_by("-decided_at", "-id")[:limit]

@@ -1,4 +1,8 @@
-"""Reads for the runs list and a run's page (header, history, effects, approvals, compensation)."""
+"""Reads for the runs list and a run's page (header, history, effects, approvals, compensation).
+
+The list and ``run_get`` take the user and see only the user's tenants
+(console/selectors/tenancy.py); the reads of one run's parts take a run already got that way.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +17,7 @@ from django.core.exceptions import ValidationError
 from django.db.models import Q, QuerySet
 
 from console.selectors.paging import Cursor, Page, keyset_page
+from console.selectors.tenancy import User, scope_runs
 from ledger.models import EffectRecord
 from sagas.models import (
     ApprovalRequest,
@@ -63,13 +68,14 @@ def _run_id_range(prefix: str) -> tuple[uuid.UUID, uuid.UUID] | None:
     return uuid.UUID(digits.ljust(32, "0")), uuid.UUID(digits.ljust(32, "f"))
 
 
-def runs_filtered(filters: RunFilters) -> QuerySet[WorkflowRun]:
-    """Runs matching ``filters`` (unordered: ``runs_page`` orders them, newest first).
+def runs_filtered(filters: RunFilters, *, user: User) -> QuerySet[WorkflowRun]:
+    """Runs of ``user``'s tenants matching ``filters`` (unordered: ``runs_page`` orders them,
+    newest first). The tenant filter narrows within the user's tenants, never beyond them.
 
     Every filter is an equality or a range that one of the ``run_*_created`` indexes (sagas
     migration 0006) serves in the list's order, so a page reads about a page of index entries.
     """
-    qs = WorkflowRun.objects.all()
+    qs = scope_runs(WorkflowRun.objects.all(), user)
     if filters.status:
         qs = qs.filter(status=filters.status)
     if filters.workflow:
@@ -97,10 +103,11 @@ def runs_filtered(filters: RunFilters) -> QuerySet[WorkflowRun]:
     return qs
 
 
-def runs_page(filters: RunFilters, *, cursor: Cursor | None = None, size: int = RUNS_PAGE_SIZE) -> Page[WorkflowRun]:
+def runs_page(filters: RunFilters, *, user: User, cursor: Cursor | None = None,
+              size: int = RUNS_PAGE_SIZE) -> Page[WorkflowRun]:
     """One keyset page of ``runs_filtered``, newest first (``created_at`` desc, ``id`` desc).
     No OFFSET and no COUNT: page 1000 costs what page 1 costs."""
-    qs = runs_filtered(filters).defer("input", "result", "error")
+    qs = runs_filtered(filters, user=user).defer("input", "result", "error")
     return keyset_page(qs, field="created_at", descending=True, cursor=cursor, size=size)
 
 
@@ -112,10 +119,11 @@ def workflow_names() -> list[str]:
 # --- one run -------------------------------------------------------------------------------
 
 
-def run_get(run_id: Any) -> WorkflowRun | None:
-    """The run (with who started it), or None for an unknown or malformed id."""
+def run_get(run_id: Any, *, user: User) -> WorkflowRun | None:
+    """The run (with who started it), or None for an unknown or malformed id or a run outside
+    ``user``'s tenants."""
     try:
-        return WorkflowRun.objects.select_related("started_by").filter(id=run_id).first()
+        return scope_runs(WorkflowRun.objects.select_related("started_by"), user).filter(id=run_id).first()
     except (ValidationError, ValueError, TypeError):
         return None
 

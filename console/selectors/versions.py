@@ -1,5 +1,9 @@
 """Reads for the versions page: definitions, their hashes, runs in flight per hash, the live
-workers that run each, stranded runs, and the source diff between two versions."""
+workers that run each, stranded runs, and the source diff between two versions.
+
+Definitions, hashes, sources and workers are code, the same for every tenant, and shown to
+everyone; the runs (in flight, stranded) are counted and listed within the user's tenants.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ from dataclasses import dataclass, field
 
 from django.db.models import Count, QuerySet
 
+from console.selectors.tenancy import User, scope_runs
 from sagas.models import TERMINAL_STATUSES, RunStatus, WorkflowRun, WorkflowVersion
 from sagas.selectors import workers_live
 
@@ -37,13 +42,13 @@ class WorkflowRow:
     records: list[WorkflowVersion] = field(default_factory=list)  # for the diff pickers, newest first
 
 
-def versions_overview() -> list[WorkflowRow]:
+def versions_overview(*, user: User) -> list[WorkflowRow]:
     """Every workflow, its versions and their hashes, with runs in flight per (version, hash)
-    and the live workers that run each hash. Runs on a hash with no WorkflowVersion row are
+    (of ``user``'s tenants) and the live workers that run each hash. Runs on a hash with no WorkflowVersion row are
     listed too (record None), so nothing in flight is invisible."""
     in_flight: dict[tuple[str, int, str], int] = {
         (name, version, h): n
-        for name, version, h, n in WorkflowRun.objects.exclude(status__in=TERMINAL_STATUSES)
+        for name, version, h, n in scope_runs(WorkflowRun.objects.all(), user).exclude(status__in=TERMINAL_STATUSES)
         .values_list("workflow_name", "version", "definition_hash")
         .annotate(n=Count("id"))
         .values_list("workflow_name", "version", "definition_hash", "n")
@@ -78,15 +83,19 @@ def versions_overview() -> list[WorkflowRow]:
     return list(workflows.values())
 
 
-def runs_stranded(limit: int = 200) -> QuerySet[WorkflowRun]:
-    """Runs parked because no live worker has their code (version_mismatch), oldest first."""
-    return WorkflowRun.objects.filter(
-        status=RunStatus.NEEDS_ATTENTION, status_reason="version_mismatch"
-    ).order_by("updated_at", "id")[:limit]
+def _stranded(user: User) -> QuerySet[WorkflowRun]:
+    return scope_runs(WorkflowRun.objects.filter(status=RunStatus.NEEDS_ATTENTION, status_reason="version_mismatch"),
+                      user)
 
 
-def runs_stranded_count() -> int:
-    return WorkflowRun.objects.filter(status=RunStatus.NEEDS_ATTENTION, status_reason="version_mismatch").count()
+def runs_stranded(*, user: User, limit: int = 200) -> QuerySet[WorkflowRun]:
+    """Runs of ``user``'s tenants parked because no live worker has their code
+    (version_mismatch), oldest first."""
+    return _stranded(user).order_by("updated_at", "id")[:limit]
+
+
+def runs_stranded_count(*, user: User) -> int:
+    return _stranded(user).count()
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,8 @@ from django.db import transaction
 
 from console import roles
 from console.models import AuditEntry, AuditOutcome
+from console.selectors.tenancy import object_tenant
+from console.services.tenancy import check_tenant
 from ledger.errors import LedgerError
 from sagas.errors import SagaError
 
@@ -78,7 +80,7 @@ def _audit(actor: Actor, action: str, object_type: str, object_id: Any, *, outco
     return AuditEntry.objects.create(
         actor=actor.user, actor_label=actor.label, action=action, object_type=object_type,
         object_id=str(object_id), before=before, after=after, reason=reason, ip=actor.ip, outcome=outcome,
-        message=message[:4000],
+        message=message[:4000], tenant=object_tenant(object_type, object_id) or "",
     )
 
 
@@ -88,12 +90,14 @@ def perform(
 ) -> Any:
     """Run ``change`` as ``actor`` if their role allows ``action``; audit in the same transaction.
 
-    Order: the role (``Denied``, audited, before anything is read); then, in one transaction,
-    ``target.lock()``, the snapshot read under those locks, the check that it is still in the
+    Order: the tenant (``NotFound`` for an object outside the actor's tenants, audited, see
+    console/services/tenancy.py); the role (``Denied``, audited, before anything is read);
+    then, in one transaction, ``target.lock()``, the snapshot read under those locks, the check that it is still in the
     state ``expected`` the person saw (``Incomplete`` when the form did not say, ``Refused``
     when it moved on), ``change()`` and the audit entry. A refusal rolls everything back and
     is audited with the snapshot read under the lock, never the page's stale view.
     """
+    check_tenant(actor, action, target.object_type, target.object_id, reason=reason)
     if not roles.can(actor.user, action):
         _audit(actor, action, target.object_type, target.object_id, outcome=AuditOutcome.DENIED, reason=reason,
                message=f"role {roles.ACTION_ROLES[action]} required")

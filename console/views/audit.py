@@ -37,7 +37,7 @@ def _audit_context(user: AbstractBaseUser, params: Mapping[str, str]) -> dict[st
     valid = form.is_valid()
     return {"form": form, "cursor": form.cursor_text, "known": audit_known_values(),
             "filter_qs": urlencode(form.filter_params()),
-            "page": audit_page(form.filters(), cursor=form.cursor) if valid else None}
+            "page": audit_page(form.filters(), user=user, cursor=form.cursor) if valid else None}
 
 
 def audit_fragment(user: AbstractBaseUser, params: dict[str, str]) -> str:
@@ -81,12 +81,12 @@ def csv_row(entry: AuditEntry) -> list[str]:
     ]
 
 
-def _rows_sync(filters: AuditFilters) -> Iterator[str]:
+def _rows_sync(filters: AuditFilters, user: AbstractBaseUser) -> Iterator[str]:
     writer = csv.writer(_Echo())
     yield writer.writerow(CSV_HEADER)
     cursor = None
     while True:
-        page = audit_page(filters, cursor=cursor, size=CSV_CHUNK)
+        page = audit_page(filters, user=user, cursor=cursor, size=CSV_CHUNK)
         for entry in page.items:
             yield writer.writerow(csv_row(entry))
         if page.next is None:
@@ -94,12 +94,12 @@ def _rows_sync(filters: AuditFilters) -> Iterator[str]:
         cursor = page.next
 
 
-async def _rows_async(filters: AuditFilters) -> AsyncIterator[str]:
+async def _rows_async(filters: AuditFilters, user: AbstractBaseUser) -> AsyncIterator[str]:
     writer = csv.writer(_Echo())
     yield writer.writerow(CSV_HEADER)
     cursor = None
     while True:
-        page = await sync_to_async(audit_page)(filters, cursor=cursor, size=CSV_CHUNK)
+        page = await sync_to_async(audit_page)(filters, user=user, cursor=cursor, size=CSV_CHUNK)
         for entry in page.items:
             yield writer.writerow(csv_row(entry))
         if page.next is None:
@@ -118,7 +118,8 @@ def audit_csv(request: HttpRequest) -> HttpResponse:
         errors = "; ".join(f"{k}: {' '.join(v)}" for k, v in form.errors.items())
         return HttpResponse(f"invalid filters: {errors}", status=400, content_type="text/plain; charset=utf-8")
     filters = form.filters()
-    body = _rows_async(filters) if isinstance(request, ASGIRequest) else _rows_sync(filters)
+    user = request.user
+    body = _rows_async(filters, user) if isinstance(request, ASGIRequest) else _rows_sync(filters, user)
     response = StreamingHttpResponse(body, content_type="text/csv; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="audit-{timezone.now():%Y%m%d-%H%M%S}.csv"'
     return response

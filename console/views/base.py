@@ -12,9 +12,12 @@ from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
 
 from console import roles
+from console.selectors.queues import approval_get, effect_get
 from console.selectors.runs import run_get
 from console.services.actions import Actor
-from sagas.models import WorkflowRun
+from console.services.tenancy import check_tenant
+from ledger.models import EffectRecord
+from sagas.models import ApprovalRequest, WorkflowRun
 
 
 def viewer_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
@@ -34,12 +37,34 @@ def actor_of(request: HttpRequest) -> Actor:
     return Actor(user=request.user, ip=request.META.get("REMOTE_ADDR"))
 
 
-def get_run_for_user(request: HttpRequest, run_id: Any) -> WorkflowRun:
-    """The run, or 404 for an unknown or malformed id. (Every role may read every run.)"""
-    run = run_get(run_id)
+def get_run_for_user(request: HttpRequest, run_id: Any, *, action: str = "") -> WorkflowRun:
+    """The run, or 404 for an unknown or malformed id and for a run outside the user's tenants
+    (404, not 403: the answer does not say it exists). ``action``: the page is an action's, and
+    an attempt on another tenant's run is audited as denied (console/services/tenancy.py)."""
+    run = run_get(run_id, user=request.user)
     if run is None:
+        if action:
+            check_tenant(actor_of(request), action, "run", run_id)
         raise Http404("no such run")
     return run
+
+
+def get_effect_for_user(request: HttpRequest, effect_id: int, *, action: str) -> EffectRecord:
+    """The effect an action is about, or 404 (unknown, or outside the user's tenants: audited)."""
+    check_tenant(actor_of(request), action, "effect", effect_id)
+    effect = effect_get(effect_id)
+    if effect is None:
+        raise Http404("no such effect")
+    return effect
+
+
+def get_approval_for_user(request: HttpRequest, approval_id: int, *, action: str) -> ApprovalRequest:
+    """The approval an action is about, or 404 (unknown, or outside the user's tenants: audited)."""
+    check_tenant(actor_of(request), action, "approval", approval_id)
+    approval = approval_get(approval_id)
+    if approval is None:
+        raise Http404("no such approval")
+    return approval
 
 
 def live_context(fragments: list[str], **params: Any) -> dict[str, Any]:

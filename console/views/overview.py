@@ -19,10 +19,10 @@ OVERVIEW = "overview"
 @require_GET
 @viewer_required
 def overview(request: HttpRequest) -> HttpResponse:
-    context: dict[str, Any] = {"overview": overview_data()}
+    context: dict[str, Any] = {"overview": overview_data(user=request.user)}
     context.update(live_context([OVERVIEW]))
     return render(request, "console/overview.html", context)
 
 
 def overview_fragment(user: AbstractBaseUser, params: dict[str, str]) -> str:
-    return render_to_string("console/overview_live.html", {"overview": overview_data(), "user": user})
+    return render_to_string("console/overview_live.html", {"overview": overview_data(user=user), "user": user})

@@ -15,7 +15,7 @@ from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.models import AbstractBaseUser
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadRequest
+from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
 from django.urls import reverse
@@ -27,17 +27,21 @@ from console.forms import EffectsPageForm
 from console.selectors.queues import (
     INBOX_LIMIT,
     approval_current_decision,
-    approval_get,
     approvals_inbox,
     approvals_recently_decided,
     effect_current_outcome,
-    effect_get,
     effects_ambiguous_page,
 )
 from console.services.actions import Denied, Incomplete, Refused
 from console.services.queues import approval_act, effect_manual_resolve
 from console.services.queues import effect_query as effect_query_service
-from console.views.base import actor_of, live_context, viewer_required
+from console.views.base import (
+    actor_of,
+    get_approval_for_user,
+    get_effect_for_user,
+    live_context,
+    viewer_required,
+)
 from ledger.models import EffectRecord
 from sagas.models import ApprovalRequest, ApprovalState
 
@@ -103,7 +107,7 @@ def _respond(
 def _effects_context(user: AbstractBaseUser, form: EffectsPageForm) -> dict[str, Any]:
     """The queue's page at ``form``'s cursor (the first page if the cursor is not valid)."""
     return {
-        "page": effects_ambiguous_page(cursor=form.cursor),
+        "page": effects_ambiguous_page(user=user, cursor=form.cursor),
         "cursor": form.cursor_text,
         "can_query": roles.can(user, "effect.query"),
         "can_resolve": roles.can(user, "effect.resolve"),
@@ -134,13 +138,6 @@ def effects(request: HttpRequest) -> HttpResponse:
     return _effects_page(request)
 
 
-def _effect_or_404(effect_id: int) -> EffectRecord:
-    effect = effect_get(effect_id)
-    if effect is None:
-        raise Http404("no such effect")
-    return effect
-
-
 def _effects_url(request: HttpRequest) -> str:
     """The queue's page the action was taken on (the first page if its cursor is not valid)."""
     url = reverse("console:effects")
@@ -151,7 +148,7 @@ def _effects_url(request: HttpRequest) -> str:
 @require_POST
 @viewer_required
 def effect_query(request: HttpRequest, effect_id: int) -> HttpResponse:
-    effect = _effect_or_404(effect_id)
+    effect = get_effect_for_user(request, effect_id, action="effect.query")
 
     def said(answer: str) -> str:
         return f"Provider lookup for effect #{effect.id} ({effect.step_name}): {QUERY_ANSWERS.get(answer, answer)}"
@@ -166,7 +163,7 @@ def effect_query(request: HttpRequest, effect_id: int) -> HttpResponse:
 @require_POST
 @viewer_required
 def effect_resolve(request: HttpRequest, effect_id: int) -> HttpResponse:
-    effect = _effect_or_404(effect_id)
+    effect = get_effect_for_user(request, effect_id, action="effect.resolve")
     outcome = request.POST.get("outcome", "")
     downstream_ref = request.POST.get("downstream_ref", "").strip()
     note = request.POST.get("note", "")
@@ -210,7 +207,7 @@ def remaining_text(deadline: datetime, now: datetime) -> str:
 
 def _approvals_context(user: AbstractBaseUser, params: dict[str, str]) -> dict[str, Any]:
     now = timezone.now()
-    items, total = approvals_inbox()
+    items, total = approvals_inbox(user=user)
     rows = [
         {
             "a": a,
@@ -225,7 +222,7 @@ def _approvals_context(user: AbstractBaseUser, params: dict[str, str]) -> dict[s
         "rows": rows,
         "total": total,
         "limit": INBOX_LIMIT,
-        "recent": approvals_recently_decided(),
+        "recent": approvals_recently_decided(user=user),
         "can_approve": roles.can(user, "approval.approve"),
         "can_reject": roles.can(user, "approval.reject"),
     }
@@ -251,10 +248,9 @@ def approvals(request: HttpRequest) -> HttpResponse:
 @require_POST
 @viewer_required
 def approval_decide(request: HttpRequest, approval_id: int) -> HttpResponse:
-    approval = approval_get(approval_id)
-    if approval is None:
-        raise Http404("no such approval")
     decision = request.POST.get("decision", "")
+    approval = get_approval_for_user(request, approval_id,
+                                     action="approval.reject" if decision == "reject" else "approval.approve")
     if decision not in ("approve", "reject"):
         return HttpResponseBadRequest("decision must be approve or reject")
     approve = decision == "approve"

@@ -38,9 +38,9 @@ from sagas.compensation import compensation_preview
 from sagas.models import RunStatus, WorkflowRun
 
 
-def _fresh(run: WorkflowRun) -> WorkflowRun:
+def _fresh(request: HttpRequest, run: WorkflowRun) -> WorkflowRun:
     """The run as it is now, after an action (or an attempt)."""
-    return run_get(run.id) or run
+    return run_get(run.id, user=request.user) or run
 
 
 def _actions_response(request: HttpRequest, run: WorkflowRun, *, status: int = 200, error: str = "",
@@ -78,11 +78,11 @@ def _run_action(
         call(reason, expected or None)
     except (Denied, Incomplete, Refused) as exc:
         status = 403 if isinstance(exc, Denied) else 400 if isinstance(exc, Incomplete) else 409
-        run = _fresh(run)
+        run = _fresh(request, run)
         if request.htmx:
             return _actions_response(request, run, status=status, error=str(exc))
         return failed_page(request, run, status=status, error=str(exc))
-    run = _fresh(run)
+    run = _fresh(request, run)
     text = done(run)
     if request.htmx:
         return _actions_response(request, run, notice=text)
@@ -97,7 +97,7 @@ def _truthy(value: str | None) -> bool:
 @require_POST
 @viewer_required
 def run_cancel(request: HttpRequest, run_id: UUID) -> HttpResponse:
-    run = get_run_for_user(request, run_id)
+    run = get_run_for_user(request, run_id, action="run.cancel")
     compensate = _truthy(request.POST.get("compensate"))
 
     def done(after: WorkflowRun) -> str:
@@ -116,7 +116,7 @@ def run_cancel(request: HttpRequest, run_id: UUID) -> HttpResponse:
 @require_POST
 @viewer_required
 def run_retry(request: HttpRequest, run_id: UUID) -> HttpResponse:
-    run = get_run_for_user(request, run_id)
+    run = get_run_for_user(request, run_id, action="run.retry")
     return _run_action(
         request, run, "run.retry",
         lambda reason, expected: run_retry_act(
@@ -149,7 +149,7 @@ def _compensate_page(request: HttpRequest, run: WorkflowRun, *, status: int = 20
 def run_compensate(request: HttpRequest, run_id: UUID) -> HttpResponse:
     """GET: the plan a compensation would follow (nothing is written) and a form to confirm it.
     POST: start it."""
-    run = get_run_for_user(request, run_id)
+    run = get_run_for_user(request, run_id, action="run.compensate" if request.method == "POST" else "")
     if request.method == "GET":
         return _compensate_page(request, run)
 

@@ -175,8 +175,9 @@ def _history_new_context(run: WorkflowRun, since: int) -> dict[str, Any]:
 # --- run detail: live fragments ------------------------------------------------------------------
 
 
-def _run_from_params(params: Mapping[str, str]) -> WorkflowRun | None:
-    return run_get(params.get("run") or None)
+def _run_from_params(user: AbstractBaseUser, params: Mapping[str, str]) -> WorkflowRun | None:
+    """The page's run, if the user may still see it (else the fragment says it is missing)."""
+    return run_get(params.get("run") or None, user=user)
 
 
 def _missing(name: str) -> str:
@@ -184,7 +185,7 @@ def _missing(name: str) -> str:
 
 
 def run_header_fragment(user: AbstractBaseUser, params: dict[str, str]) -> str:
-    run = _run_from_params(params)
+    run = _run_from_params(user, params)
     if run is None:
         return _missing(RUN_HEADER)
     return render_to_string("console/run_header.html", header_context(run))
@@ -193,7 +194,7 @@ def run_header_fragment(user: AbstractBaseUser, params: dict[str, str]) -> str:
 def run_history_fragment(user: AbstractBaseUser, params: dict[str, str]) -> str:
     """Entries appended since the page rendered its first history page (``since``: its newest
     seq). The paged history below stays as the user loaded it: nothing jumps, nothing is lost."""
-    run = _run_from_params(params)
+    run = _run_from_params(user, params)
     if run is None:
         return _missing(RUN_HISTORY)
     try:
@@ -204,21 +205,21 @@ def run_history_fragment(user: AbstractBaseUser, params: dict[str, str]) -> str:
 
 
 def run_effects_fragment(user: AbstractBaseUser, params: dict[str, str]) -> str:
-    run = _run_from_params(params)
+    run = _run_from_params(user, params)
     if run is None:
         return _missing(RUN_EFFECTS)
     return render_to_string("console/run_effects.html", _effects_context(run))
 
 
 def run_approvals_fragment(user: AbstractBaseUser, params: dict[str, str]) -> str:
-    run = _run_from_params(params)
+    run = _run_from_params(user, params)
     if run is None:
         return _missing(RUN_APPROVALS)
     return render_to_string("console/run_approvals.html", _approvals_context(run, user))
 
 
 def run_compensation_fragment(user: AbstractBaseUser, params: dict[str, str]) -> str:
-    run = _run_from_params(params)
+    run = _run_from_params(user, params)
     if run is None:
         return _missing(RUN_COMPENSATION)
     return render_to_string("console/run_compensation.html",

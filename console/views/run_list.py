@@ -25,9 +25,9 @@ from sagas.models import RunStatus
 RUNS_TABLE = "runs_table"
 
 
-def _runs_table_context(params: Mapping[str, str]) -> dict[str, Any]:
+def _runs_table_context(user: AbstractBaseUser, params: Mapping[str, str]) -> dict[str, Any]:
     form = RunFilterForm(params)
-    page = runs_page(form.filters(), cursor=form.cursor) if form.is_valid() else None
+    page = runs_page(form.filters(), user=user, cursor=form.cursor) if form.is_valid() else None
     cursor = form.cursor_text
     base = reverse("console:runs")
     return {
@@ -40,13 +40,13 @@ def _runs_table_context(params: Mapping[str, str]) -> dict[str, Any]:
 
 
 def runs_table_fragment(user: AbstractBaseUser, params: dict[str, str]) -> str:
-    return render_to_string("console/runs_table.html", _runs_table_context(params))
+    return render_to_string("console/runs_table.html", _runs_table_context(user, params))
 
 
 @require_GET
 @viewer_required
 def runs_list(request: HttpRequest) -> HttpResponse:
-    context = _runs_table_context(request.GET)
+    context = _runs_table_context(request.user, request.GET)
     form: RunFilterForm = context["query"]
     context.update(statuses=RunStatus.values, workflow_names=workflow_names())
     context.update(live_context([RUNS_TABLE], **form.link_params(after=form.cursor_text)))

@@ -28,9 +28,9 @@ VERSIONS_FRAGMENT = "versions_list"
 
 def _versions_context(user: AbstractBaseUser, params: dict[str, str]) -> dict[str, Any]:
     return {
-        "workflows": versions_overview(),
-        "stranded": list(runs_stranded()),
-        "stranded_count": runs_stranded_count(),
+        "workflows": versions_overview(user=user),
+        "stranded": list(runs_stranded(user=user)),
+        "stranded_count": runs_stranded_count(user=user),
     }
 
 

@@ -8,6 +8,7 @@ import uuid
 from datetime import timedelta
 
 import pytest
+from django.contrib.auth import get_user_model
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
@@ -124,5 +125,5 @@ def test_it_reads_the_overview_in_a_few_queries_whatever_the_data():
         make_run(RunStatus.NEEDS_ATTENTION, "version_mismatch")
         make_run(RunStatus.NEEDS_ATTENTION, "budget_exceeded")
     with CaptureQueriesContext(connection) as queries:
-        overview()
+        overview(user=get_user_model()(is_superuser=True))  # sees every tenant without asking
     assert len(queries) == OVERVIEW_QUERIES, [q["sql"] for q in queries]

@@ -1,0 +1,79 @@
+"""Tenant scoping: which tenants' runs, effects, approvals and audit entries a user may see.
+
+A user with no ``TenantScope`` row sees every tenant (the default). A user with one sees only
+the tenants it lists, and none if the list is empty: removing a tenant never widens the scope.
+Superusers see every tenant whatever their row says (they own the admin, which is not scoped).
+
+Every console read goes through ``scope`` (or ``scope_runs``) with the user, so an object outside
+the user's tenants is, for that user, an object that does not exist: lists leave it out, counts
+do not count it, pages about it answer 404 (not 403, which would say it exists), and actions on
+it are refused as not found.
+
+Audit entries carry the tenant of the object they are about (``AuditEntry.tenant``); entries
+about no tenant's object (a user's roles, logins) have an empty tenant and are shown only to
+users who see every tenant.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.core.exceptions import ValidationError
+from django.db.models import Model, QuerySet
+
+from console.models import TenantScope
+from ledger.models import EffectRecord
+from sagas.models import ApprovalRequest, WorkflowRun
+
+M = TypeVar("M", bound=Model)
+User = AbstractBaseUser | AnonymousUser
+
+
+def tenants_of(user: User) -> list[str] | None:
+    """The tenants ``user`` may see, sorted; None: every tenant. Anonymous: none.
+    Cached on the user object (one request, one websocket push)."""
+    if not user.is_authenticated:
+        return []
+    if user.is_superuser:
+        return None
+    if not hasattr(user, "console_tenants"):
+        row = TenantScope.objects.filter(user_id=user.pk).values_list("tenants", flat=True).first()
+        user.console_tenants = None if row is None else sorted(set(row))  # type: ignore[union-attr]
+    return user.console_tenants  # type: ignore[union-attr]
+
+
+def may_see(user: User, tenant: str) -> bool:
+    tenants = tenants_of(user)
+    return tenants is None or tenant in tenants
+
+
+def scope(qs: QuerySet[M], user: User, *, field: str = "tenant") -> QuerySet[M]:
+    """``qs`` narrowed to the rows whose ``field`` (a tenant column, or a path to one such as
+    ``run__tenant``) is one of the user's tenants; unchanged for a user who sees every tenant."""
+    tenants = tenants_of(user)
+    if tenants is None:
+        return qs
+    return qs.filter(**{f"{field}__in": tenants})
+
+
+def scope_runs(qs: QuerySet[WorkflowRun], user: User) -> QuerySet[WorkflowRun]:
+    return scope(qs, user, field="tenant")
+
+
+def object_tenant(object_type: str, object_id: Any) -> str | None:
+    """The tenant of the object an action or an audit entry is about ("run", "effect",
+    "approval"); "" for other kinds (they belong to no tenant); None for an id that names
+    nothing."""
+    try:
+        if object_type == "run":
+            found = WorkflowRun.objects.filter(id=object_id).values_list("tenant", flat=True).first()
+        elif object_type == "effect":
+            found = EffectRecord.objects.filter(id=int(object_id)).values_list("tenant", flat=True).first()
+        elif object_type == "approval":
+            found = ApprovalRequest.objects.filter(id=int(object_id)).values_list("run__tenant", flat=True).first()
+        else:
+            return ""
+    except (ValidationError, ValueError, TypeError, OverflowError):  # a malformed id names nothing
+        return None
+    return found
