@@ -11,19 +11,38 @@ swaps it in by id).
 ``FRAGMENTS`` below is the one list of them: a fragment is live only if it is listed here,
 with the topics (console/topics.py) after which it must be rendered again. Publishing is in
 console/broadcast.py.
+
+A push is bounded: ``render_fragment`` never returns more than ``PUSH_MAX_BYTES`` (UTF-8). A
+fragment that renders larger, or whose rendering fails for a reason other than our storage
+being away, is replaced by a small notice (``console/live_stale.html``) inserted at the top of
+the region already on the page: the region keeps what it showed, says it is out of date, and
+the live indicator says "live updates paused" (console/static/console/console.js) until a
+later push replaces the region. Each fragment's first oversize or failure is logged, not every
+push of it.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from django.contrib.auth.models import AbstractBaseUser
+from django.template.loader import render_to_string
 
+from config.storage import is_storage_error
 from console import topics
 from console.views import audit, overview, queues, run_detail, run_list, versions
 
 FragmentFn = Callable[[AbstractBaseUser, dict[str, str]], str]
+
+log = logging.getLogger("console.live")
+
+# Half the channel layer's default message limit (channels_redis: 1 MiB), and more than any page
+# of truncated payloads (console/templatetags/payloads.py) renders to.
+PUSH_MAX_BYTES = 512 * 1024
+TOO_LARGE = "too_large"
+FAILED = "failed"
 
 
 @dataclass(frozen=True)
@@ -52,8 +71,35 @@ FRAGMENTS: dict[str, Fragment] = _by_name(
 )
 
 
+_noted: set[tuple[str, str]] = set()  # (fragment, why) already logged by this process
+
+
 def render_fragment(name: str, user: AbstractBaseUser, params: dict[str, str]) -> str:
-    return FRAGMENTS[name].render(user, params)
+    """Fragment ``name`` as pushed: its HTML, or the stale notice when that would be more than
+    ``PUSH_MAX_BYTES`` or its rendering failed. Storage errors are raised (the consumer handles
+    outages)."""
+    try:
+        html = FRAGMENTS[name].render(user, params)
+    except Exception as exc:
+        if is_storage_error(exc):
+            raise
+        if (name, FAILED) not in _noted:
+            _noted.add((name, FAILED))
+            log.exception("live fragment %r failed to render (params %r); pushing a notice", name, params)
+        return stale_notice(name, FAILED)
+    size = len(html.encode("utf-8"))
+    if size <= PUSH_MAX_BYTES:
+        return html
+    if (name, TOO_LARGE) not in _noted:
+        _noted.add((name, TOO_LARGE))
+        log.warning("live fragment %r is %d bytes, over the %d-byte push limit; pushing a notice instead",
+                    name, size, PUSH_MAX_BYTES)
+    return stale_notice(name, TOO_LARGE)
+
+
+def stale_notice(name: str, why: str) -> str:
+    """A small push that tells the page region ``live-<name>`` it is out of date."""
+    return render_to_string("console/live_stale.html", {"fragment": name, "too_large": why == TOO_LARGE})
 
 
 def topics_for(name: str, params: Mapping[str, str]) -> list[str]:

@@ -7,12 +7,19 @@
 // or server timeout) we ask it to reconnect, with the same backoff, unless the server
 // closed with a 4xxx code: access ended (role removed, logged out), so the page says so.
 //
+// A section that could not be pushed says so: instead of a section too large to push, or one
+// that failed to render, the server sends a small notice that htmx puts at the top of that
+// section (console/live.py, a ".live-stale" banner). While any such banner is on the page it
+// says "live updates paused" instead of "live"; a later push that replaces the section
+// removes the banner, and the page says "live" again.
+//
 // The extension's own backoff doubles up to 64 s: after a long outage (Redis or the
 // server away for a minute) a page would go on saying "reconnecting" for up to a minute
 // after everything is back. Both retry paths use the same full jitter, capped at 10 s.
 (function () {
   var RETRIED_BY_EXTENSION = [1006, 1011, 1012, 1013];
   var RECONNECTING = "live: disconnected, reconnecting…";
+  var PAUSED = "live updates paused: reload the page";
   var MAX_DELAY = 10000; // ms
   var down = false;
   var retries = 0;
@@ -34,6 +41,11 @@
     down = false;
     retries = 0;
     set("open", "live");
+  });
+  document.addEventListener("htmx:wsAfterMessage", function () {
+    var el = document.getElementById("live-status");
+    if (document.querySelector(".live-stale")) set("paused", PAUSED);
+    else if (el && el.dataset.state === "paused") set("open", "live");
   });
   document.addEventListener("htmx:wsError", function () {
     down = true;
