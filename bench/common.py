@@ -58,10 +58,14 @@ def reset_state() -> None:
     """Empty the bench database's engine tables and the bench Redis db."""
     from django.db import connection
 
+    from config.append_only import TRUNCATE_ESCAPE_GUC
     from sagas.queue import redis_connection
 
     with connection.cursor() as cur:
+        # The journal refuses TRUNCATE unless the session says it is a harness emptying its own database.
+        cur.execute(f"SET {TRUNCATE_ESCAPE_GUC} = on")
         cur.execute("TRUNCATE sagas_journalentry, sagas_workflowrun CASCADE")
+        cur.execute(f"RESET {TRUNCATE_ESCAPE_GUC}")
     redis_connection().flushdb()
 
 
