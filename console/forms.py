@@ -1,10 +1,14 @@
-"""The list pages' query strings, validated with Django forms: one form per list page, and one
-field type for the page cursor (``after``) of every keyset-paged list.
+"""The console's input, validated with Django forms: one form per list page's query string, one
+field type for the page cursor (``after``) of every keyset-paged list, and one form per action.
 
 A list page builds its form from ``request.GET`` (or a live socket's params, which are the
 page's query string), asks ``is_valid()`` and reads the selector's filters from the form. An
 invalid filter is shown next to the form with what was typed, and the list is not queried
 with it.
+
+Every text field has a server-side cap (``MAX_TEXT_CHARS`` for what people write: reasons,
+notes, comments; ``MAX_FILTER_CHARS`` or less for filters) and refuses NUL characters (Django's
+``CharField`` does; PostgreSQL cannot store them), each with a message that names the field.
 """
 
 from __future__ import annotations
@@ -25,6 +29,34 @@ from console.selectors.runs import RunFilters
 from sagas.models import RunStatus
 
 MAX_FILTER_CHARS = 200
+MAX_TEXT_CHARS = 4000  # a reason, a note (the evidence), a comment
+
+
+def _messages(label: str) -> dict[str, str]:
+    """Error messages that say which field is wrong (a page shows them without the form)."""
+    return {
+        "max_length": f"{label} is longer than %(limit_value)d characters (it has %(show_value)d); "
+                      f"shorten it. Nothing was changed.",
+        "null_characters_not_allowed": f"{label} contains a NUL character, which cannot be stored; remove it.",
+    }
+
+
+def text_field(label: str, max_length: int, *, required: str = "", **kwargs: Any) -> forms.CharField:
+    """A capped free-text field that refuses NUL, with messages naming ``label``. ``required``:
+    the message when it is left empty (none: it may be)."""
+    messages = _messages(label) | ({"required": required} if required else {})
+    return forms.CharField(required=bool(required), max_length=max_length, label=label, error_messages=messages,
+                           **kwargs)
+
+
+class Problems:
+    """``problems()`` for any form: every error as a sentence for the page."""
+
+    errors: Any
+
+    def problems(self) -> list[str]:
+        """Every error, as sentences for the page (empty when the form is valid)."""
+        return [message for messages in self.errors.values() for message in messages]
 
 
 class CursorField(forms.CharField):
@@ -50,7 +82,7 @@ class CursorField(forms.CharField):
             raise ValidationError(str(exc), code="bad_cursor") from exc
 
 
-class PageForm(forms.Form):
+class PageForm(Problems, forms.Form):
     """A list without filters: only its page cursor. Subclasses set ``after``."""
 
     after: forms.Field
@@ -67,10 +99,6 @@ class PageForm(forms.Form):
         """The cursor as it goes into links: the one given if it is valid, else ""."""
         cursor = self.cursor
         return encode_cursor(cursor.at, cursor.pk) if cursor else ""
-
-    def problems(self) -> list[str]:
-        """Every error, as sentences for the page (empty when the form is valid)."""
-        return [message for messages in self.errors.values() for message in messages]
 
 
 class EffectsPageForm(PageForm):
@@ -96,7 +124,7 @@ def _quoted(text: str) -> str:
 
 
 def _too_long(label: str) -> dict[str, str]:
-    return {"max_length": f"{label} is longer than {MAX_FILTER_CHARS} characters."}
+    return {**_messages(label), "max_length": f"{label} is longer than {MAX_FILTER_CHARS} characters."}
 
 
 def _looks_like_a_whole_run_id(text: str) -> bool:
@@ -116,23 +144,23 @@ class RunFilterForm(PageForm):
     PARAMS = ("q", "status", "workflow", "version", "tenant", "from", "to")
 
     q = forms.CharField(required=False, max_length=MAX_FILTER_CHARS, error_messages=_too_long("Search"))
-    status = forms.CharField(required=False)
+    status = forms.CharField(required=False, max_length=40, error_messages=_messages("Status"))
     workflow = forms.CharField(required=False, max_length=MAX_FILTER_CHARS, error_messages=_too_long("Workflow"))
-    version = forms.CharField(required=False)
+    version = forms.CharField(required=False, max_length=20, error_messages=_messages("Version"))
     tenant = forms.CharField(required=False, max_length=MAX_FILTER_CHARS, error_messages=_too_long("Tenant"))
     after = CursorField(key=uuid.UUID, forgiving=True)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         # "from" is a Python keyword: these two fields cannot be declared as attributes.
-        self.fields["from"] = forms.CharField(required=False, label="Created from")
-        self.fields["to"] = forms.CharField(required=False, label="Created to")
+        self.fields["from"] = text_field("Created from", 40)
+        self.fields["to"] = text_field("Created to", 40)
         self.notes: list[str] = []
 
     @property
     def values(self) -> dict[str, str]:
         """The filters as typed (stripped), to refill the form and carry into links."""
-        return {key: str(self.data.get(key) or "").strip() for key in self.PARAMS}
+        return {key: str(self.data.get(key) or "").replace("\x00", "").strip() for key in self.PARAMS}
 
     def link_params(self, **extra: str) -> dict[str, str]:
         return {**{k: v for k, v in self.values.items() if v}, **extra}
@@ -168,6 +196,9 @@ class RunFilterForm(PageForm):
             moment = parse_datetime(text)
         except ValueError:  # well formed but impossible, such as 2026-13-40
             moment = None
+        except OverflowError:  # the day after 9999-12-31
+            raise ValidationError(f"{self.fields[name].label}: {_quoted(text)} is out of range; "
+                                  f"write a date before 9999-12-31.") from None
         if moment is None:
             raise ValidationError(f"{self.fields[name].label}: {_quoted(text)} is not a date or a time; "
                                   f"write 2026-11-29 or 2026-11-29T14:30.")
@@ -211,10 +242,10 @@ class AuditFilterForm(PageForm):
 
     FILTERS = ("actor", "action", "object_type", "object_id", "outcome", "since", "until")
 
-    actor = forms.CharField(required=False, max_length=200)
-    action = forms.CharField(required=False, max_length=60)
-    object_type = forms.CharField(required=False, max_length=60)
-    object_id = forms.CharField(required=False, max_length=100)
+    actor = text_field("Actor", 200)
+    action = text_field("Action", 60)
+    object_type = text_field("Object type", 60)
+    object_id = text_field("Object id", 100)
     outcome = forms.ChoiceField(required=False, choices=[("", "any"), *AuditOutcome.choices])
     since = forms.DateTimeField(required=False, label="from (UTC)")
     until = forms.DateTimeField(required=False, label="before (UTC)")
@@ -237,3 +268,47 @@ class AuditFilterForm(PageForm):
             actor=d["actor"].strip(), action=d["action"].strip(), object_type=d["object_type"].strip(),
             object_id=d["object_id"].strip(), outcome=d["outcome"], since=d["since"], until=d["until"],
         )
+
+
+# --- actions -------------------------------------------------------------------------------
+#
+# What a person writes is capped and must be storable; whether it is enough (a reason given, a
+# note with evidence, the state seen) is the service's to say, so a refusal is audited there.
+
+
+class ActionForm(Problems, forms.Form):
+    """An action's form. ``expected``: the state the person saw (an empty one is the service's
+    to refuse, audited)."""
+
+    expected = text_field("The state you saw", 40)
+
+
+class RunActionForm(ActionForm):
+    """Cancel, retry or compensate a run: a reason is required (it goes into the audit log and the
+    run's history), as is the status seen."""
+
+    reason = text_field("Reason", MAX_TEXT_CHARS,
+                        required="A reason is required; it goes into the audit log and the run's history.")
+    expected = text_field("The status you saw", 40,
+                          required="The form did not say which status you saw; reload the page and try again.")
+    compensate = text_field("Compensate", 10)
+
+    field_order = ["reason", "expected", "compensate"]
+
+
+class EffectResolveForm(ActionForm):
+    """Resolve an effect by hand: the outcome, the provider's reference and the evidence."""
+
+    outcome = text_field("Outcome", 40)
+    downstream_ref = text_field("Downstream reference", 300)
+    note = text_field("Evidence", MAX_TEXT_CHARS, strip=False)
+    after = text_field("Page", MAX_FILTER_CHARS)
+
+
+class ApprovalDecideForm(ActionForm):
+    """Approve or reject an approval, with an optional comment."""
+
+    decision = forms.ChoiceField(choices=[("approve", "approve"), ("reject", "reject")],
+                                 error_messages={"required": "decision must be approve or reject",
+                                                 "invalid_choice": "decision must be approve or reject"})
+    comment = text_field("Comment", MAX_TEXT_CHARS)

@@ -26,6 +26,7 @@ T = TypeVar("T")
 Key = int | uuid.UUID
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=dt_timezone.utc)
+MAX_CURSOR_CHARS = 80  # the longest encode_cursor writes is 53
 _MICRO = timedelta(microseconds=1)
 
 
@@ -47,6 +48,8 @@ def encode_cursor(at: datetime, pk: Key) -> str:
 
 def decode_cursor(text: str, *, key: type[int | uuid.UUID]) -> Cursor:
     """The cursor ``encode_cursor`` wrote; ``key``: the list's id type. Raises ``BadCursor``."""
+    if len(text) > MAX_CURSOR_CHARS:
+        raise BadCursor(f"not a page cursor: {text[:80]!r}… ({len(text)} characters)")
     try:
         micros, pk = text.split("_")
         return Cursor(at=_EPOCH + int(micros) * _MICRO, pk=uuid.UUID(hex=pk) if key is uuid.UUID else int(pk))
