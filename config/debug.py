@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from django.utils.safestring import SafeString
 from django.views.debug import SafeExceptionReporterFilter
 
 MASK = "********"
@@ -24,13 +25,17 @@ def mask_credentials(text: str) -> str:
     return _CREDENTIALS.sub(lambda m: f"{m.group('head')}{MASK}@", text)
 
 
+def _masked(value: Any) -> Any:
+    # type(), not isinstance(): a lazy object claims to be a str, and is left unevaluated.
+    return mask_credentials(value) if type(value) in (str, SafeString) else value
+
+
 class CredentialsFilter(SafeExceptionReporterFilter):
     hidden_settings = re.compile(SafeExceptionReporterFilter.hidden_settings.pattern + "|URL|DSN", flags=re.I)
 
     def cleanse_setting(self, key: Any, value: Any) -> Any:
         cleansed = super().cleanse_setting(key, value)  # recurses through dicts/lists via this method
-        return mask_credentials(cleansed) if isinstance(cleansed, str) else cleansed
+        return _masked(cleansed)
 
     def get_traceback_frame_variables(self, request: Any, tb_frame: Any) -> Any:
-        return [(name, mask_credentials(value) if isinstance(value, str) else value)
-                for name, value in super().get_traceback_frame_variables(request, tb_frame)]
+        return [(name, _masked(value)) for name, value in super().get_traceback_frame_variables(request, tb_frame)]

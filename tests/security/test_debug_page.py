@@ -5,12 +5,14 @@ from __future__ import annotations
 
 from django.test import Client
 from django.urls import path
+from django.utils.functional import SimpleLazyObject
 
 
 
 def fails(request):
     # A local variable holding a DSN (built at run time: the page also shows this source line).
     upstream = f"postgres://app:{request.headers['X-Db-Password']}@db.internal:5432/orders"  # noqa: F841
+    pending = SimpleLazyObject(lambda: "a lazy string (request.csp_nonce is one)")  # noqa: F841
     raise RuntimeError("the upstream did not answer")
 
 
