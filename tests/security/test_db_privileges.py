@@ -189,3 +189,19 @@ def test_it_refuses_manage_py_flush(deployment, finished_run, who):
     assert "couldn't be flushed" in done.stderr
     assert deployment.counts() == before
     assert deployment.one("SELECT count(*) FROM sagas_workflowrun")[0] == runs
+
+
+def test_it_prints_the_grants_for_review_and_refuses_a_role_that_could_rewrite_history(deployment):
+    printed = deployment.manage("db_roles", "--runtime-role", RUNTIME, env=deployment.owner_env)
+    assert printed.returncode == 0, printed.stderr
+    lines = printed.stdout.splitlines()
+    assert lines[1] == "-- append-only (SELECT, INSERT only): console_auditentry, sagas_journalentry"
+    assert 'REVOKE UPDATE, DELETE ON "public"."console_auditentry", "public"."sagas_journalentry" FROM "saga_app";' in lines
+    assert lines[-1] == "COMMIT;" and not any("WARNING" in line for line in lines)
+    with deployment.as_owner() as conn:
+        conn.execute("CREATE ROLE saga_super LOGIN SUPERUSER")
+        conn.execute("CREATE ROLE saga_member LOGIN IN ROLE postgres")
+    for role, why in [("saga_super", "saga_super is a superuser"), ("saga_member", "member of postgres"),
+                      ("postgres", "the owner that migrates"), ("nobody", "role nobody does not exist")]:
+        refused = deployment.manage("db_roles", "--runtime-role", role, "--apply", env=deployment.owner_env)
+        assert refused.returncode != 0 and why in refused.stderr, refused.stderr
