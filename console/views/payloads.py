@@ -4,7 +4,8 @@ truncated payload (console/templatetags/payloads.py).
 ``runs/<run>/payload/<kind>/`` (input, result, error), ``runs/<run>/payload/<kind>/<id>/`` (entry
 by seq, effect-request, effect-result, effect-error, approval-reason) and
 ``audit/<id>/payload/<kind>/`` (before, after, reason). Any console role may read them; the run
-is looked up as its page does (404 for an unknown run or item, or a kind nobody stores).
+is looked up as its page does (404 for an unknown run or item, or a kind nobody stores), and an
+audit entry only among those the user may see (404 for another tenant's: tenancy.py).
 
 What it answers, always redacted with the pages' policy:
 
@@ -27,6 +28,7 @@ from django.views.decorators.http import require_GET
 
 from console.models import AuditEntry
 from console.selectors.payloads import TEXT_KINDS, audit_value, run_item_value, run_value
+from console.selectors.tenancy import scope
 from console.templatetags.payloads import (
     EXPAND_MAX_CHARS,
     long_text,
@@ -80,7 +82,7 @@ def run_payload(request: HttpRequest, run_id: UUID, kind: str, item_id: int | No
 @require_GET
 @viewer_required
 def audit_payload(request: HttpRequest, entry_id: int, kind: str) -> HttpResponse:
-    found, value = audit_value(AuditEntry.objects.all(), entry_id, kind)
+    found, value = audit_value(scope(AuditEntry.objects.all(), request.user), entry_id, kind)
     if not found:
         raise Http404("no such value")
     return _answer(request, value, kind=kind, name=f"audit-{entry_id}-{kind}")

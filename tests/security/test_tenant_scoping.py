@@ -177,6 +177,11 @@ def test_it_shows_only_audit_entries_about_the_users_tenants_on_the_page_and_in_
 
     assert read(world.lim) == ({"acme"}, {"acme"}, False)
     assert read(world.all) == ({"acme", "globex"}, {"acme", "globex"}, True)
+    for tenant, status in (("acme", 200), ("globex", 404)):  # a value "show all of it" loads on demand
+        entry = AuditEntry.objects.get(action="effect.resolve", object_id=str(getattr(world, tenant).effect.id))
+        url = reverse("console:audit_payload", args=[entry.id, "reason"])
+        assert client_for(world.lim).get(url).status_code == status, tenant
+        assert client_for(world.all).get(url).status_code == 200
 
 
 def _cookie(user: User) -> bytes:
