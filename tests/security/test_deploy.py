@@ -67,9 +67,10 @@ def test_it_names_each_https_warning_while_the_variables_are_unset():
         ({"SECRET_KEY": STRONG_KEY, "ALLOWED_HOSTS": "a.example", "SECURE_HSTS_SECONDS": "1 year"},
          "SECURE_HSTS_SECONDS='1 year' is not a whole number"),
         ({"DEBUG": "of"}, "DEBUG='of' is not a boolean"),
+        ({"DEBUG": "1", "AXES_FAILURE_LIMIT": "five"}, "AXES_FAILURE_LIMIT='five' is not a whole number"),
     ],
     ids=["no-key", "short-key", "dev-key", "no-allowed-hosts", "proxy-header-typo", "origin-without-scheme",
-         "hsts-not-a-number", "debug-typo"],
+         "hsts-not-a-number", "debug-typo", "lockout-limit-typo"],
 )
 def test_it_refuses_to_start_a_careless_deployment_and_says_why(env, message):
     done = manage("check", **env)
