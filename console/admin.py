@@ -14,7 +14,9 @@ roles, so it applies the policy to all of them once every admin module is loaded
   effect record would silently disagree with its journal;
 * in the remaining models (the demo providers' injected faults) a staff user in the
   viewer group who is neither operator nor superuser can add, change and delete
-  nothing, whatever Django permissions they were given.
+  nothing, whatever Django permissions they were given;
+* a user limited to some tenants (console/selectors/tenancy.py) sees none of these
+  models here: the admin is not tenant-scoped, the console's pages are.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from django.http import HttpRequest
 from config.redacted_admin import RedactedFieldsAdmin
 from console import roles
 from console.models import AuditEntry
+from console.selectors.tenancy import tenants_of
 
 log = logging.getLogger("console.admin")
 
@@ -61,19 +64,29 @@ def _may_read(user: Any) -> bool:
     return user.is_active and user.is_staff and roles.can_view(user)
 
 
+def _tenant_limited(user: Any) -> bool:
+    """Limited to some tenants (console/selectors/tenancy.py). The admin lists every tenant's rows,
+    so it shows such a user none of these models, whatever Django permissions they hold."""
+    return tenants_of(user) is not None
+
+
 class ConsoleRolePolicy:
     """Mixed in front of every ModelAdmin of the policy apps (see the module docstring)."""
 
     def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        if _tenant_limited(request.user):
+            return False
         return _may_read(request.user) or super().has_view_permission(request, obj)  # type: ignore[misc]
 
     def has_module_permission(self, request: HttpRequest) -> bool:
+        if _tenant_limited(request.user):
+            return False
         return _may_read(request.user) or super().has_module_permission(request)  # type: ignore[misc]
 
     def _may_write(self, request: HttpRequest) -> bool:
         meta = self.model._meta  # type: ignore[attr-defined]
         owned = meta.app_label in SERVICE_OWNED or meta.label_lower in SERVICE_OWNED
-        return not owned and not is_viewer_only(request.user)
+        return not owned and not is_viewer_only(request.user) and not _tenant_limited(request.user)
 
     def has_add_permission(self, request: HttpRequest, *args: Any) -> bool:
         return self._may_write(request) and super().has_add_permission(request, *args)  # type: ignore[misc]

@@ -184,6 +184,18 @@ def test_it_shows_only_audit_entries_about_the_users_tenants_on_the_page_and_in_
         assert client_for(world.all).get(url).status_code == 200
 
 
+def test_it_shows_a_tenant_limited_staff_user_none_of_the_engines_rows_in_the_django_admin(world):
+    for user in (world.lim, world.all):
+        user.is_staff = True
+        user.save()
+    runs = reverse("admin:sagas_workflowrun_changelist")
+    assert client_for(world.lim).get(runs).status_code == 403
+    assert client_for(world.lim).get(reverse("admin:sagas_workflowrun_change", args=[world.acme.run.id])
+                                      ).status_code == 403
+    page = client_for(world.all).get(runs)
+    assert page.status_code == 200 and str(world.globex.run.id) in page.content.decode()
+
+
 def _cookie(user: User) -> bytes:
     client = Client()
     client.force_login(user)
