@@ -211,6 +211,6 @@ def test_it_pages_the_effects_queue_by_keyset_past_a_page(people):
     second = text(client.get(reverse("console:effects") + f"?after={cursor}"))
     more = re.findall(r'id="effect-(\d+)"', second)
     assert len(more) == 3 and not set(ids) & set(more)
-    steps = [int(s) for s in re.findall(r"step <strong>s(\d+)</strong>", first + second)]
+    steps = [int(s) for s in re.findall(r"step <strong><bdi>s(\d+)</bdi></strong>", first + second)]
     assert steps == list(range(53))
     assert client.get(reverse("console:effects") + "?after=bogus").status_code == 400
