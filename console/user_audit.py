@@ -32,6 +32,7 @@ from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser, Group
+from django.db.models import QuerySet
 from django.db.models.signals import m2m_changed, post_delete, post_save, pre_delete, pre_save
 
 from console.broadcast import broadcast
@@ -199,13 +200,22 @@ def _groups_changed(sender: Any, instance: Any, action: str, reverse: bool, pk_s
         _after(instance)
 
 
-def _scope_before(sender: Any, instance: TenantScope, raw: bool = False, **kwargs: Any) -> None:
-    if not raw:
+def _limit_changed(raw: bool, origin: Any) -> bool:
+    """A save or delete of the limit itself; not its cascade from deleting the user, which
+    is the user's deletion, not a widening of their tenants."""
+    if raw:
+        return False
+    model = origin.model if isinstance(origin, QuerySet) else type(origin)
+    return origin is None or model is TenantScope
+
+
+def _scope_before(sender: Any, instance: TenantScope, raw: bool = False, origin: Any = None, **kwargs: Any) -> None:
+    if _limit_changed(raw, origin):
         _before([instance.user_id], instance)
 
 
-def _scope_after(sender: Any, instance: TenantScope, raw: bool = False, **kwargs: Any) -> None:
-    if not raw:
+def _scope_after(sender: Any, instance: TenantScope, raw: bool = False, origin: Any = None, **kwargs: Any) -> None:
+    if _limit_changed(raw, origin):
         _after(instance)
 
 

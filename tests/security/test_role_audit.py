@@ -111,3 +111,11 @@ def test_it_limits_a_user_to_tenants_with_createuser_and_audits_it(db):
     tess = User.objects.get(username="tess")
     assert TenantScope.objects.get(user=tess).tenants == ["acme", "globex"]
     assert [e.after["tenants"] for e in _entries(tess)][-1] == ["acme", "globex"]
+
+
+def test_it_does_not_log_deleting_a_limited_user_as_lifting_their_limit(vera):
+    TenantScope.objects.create(user=vera, tenants=["acme"])
+    pk = vera.pk
+    vera.delete()
+    assert not AuditEntry.objects.filter(object_id=str(pk), message__contains="every tenant").exclude(
+        message__contains="every tenant -> acme").exists()
