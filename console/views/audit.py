@@ -18,10 +18,10 @@ from django.template.loader import render_to_string
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
+from config.redaction import redact, redact_text
 from console.forms import AuditFilterForm
 from console.models import AuditEntry
 from console.selectors.audit import AuditFilters, audit_known_values, audit_page
-from console.templatetags.console_tags import redact
 from console.views.base import live_context, viewer_required
 
 AUDIT_FRAGMENT = "audit_log"
@@ -76,7 +76,7 @@ def _payload(value: Any) -> str:
 def csv_row(entry: AuditEntry) -> list[str]:
     return [
         entry.created_at.isoformat(), _cell(entry.actor_label), _cell(entry.action), _cell(entry.object_type),
-        _cell(entry.object_id), entry.outcome, _cell(entry.reason), _cell(entry.message),
+        _cell(entry.object_id), entry.outcome, _cell(redact_text(entry.reason)), _cell(redact_text(entry.message)),
         _cell(_payload(entry.before)), _cell(_payload(entry.after)), entry.ip or "",
     ]
 

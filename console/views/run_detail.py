@@ -28,6 +28,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
+from config.redaction import redact_text
 from console import roles
 from console.selectors.runs import (
     RUN_EFFECTS_LIMIT,
@@ -113,7 +114,7 @@ def header_context(run: WorkflowRun, *, oob: bool = False) -> dict[str, Any]:
     now = timezone.now()
     return {
         "run": run,
-        "error_message": error_message,
+        "error_message": redact_text(error_message),
         "lease_live": bool(run.lease_expires_at and run.lease_expires_at > now),
         "budget": _budget_rows(run),
         "started_by": run.started_by.get_username() if run.started_by_id else "",
