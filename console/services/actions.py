@@ -92,10 +92,11 @@ def perform(
 
     Order: the tenant (``NotFound`` for an object outside the actor's tenants, audited, see
     console/services/tenancy.py); the role (``Denied``, audited, before anything is read);
-    then, in one transaction, ``target.lock()``, the snapshot read under those locks, the check that it is still in the
-    state ``expected`` the person saw (``Incomplete`` when the form did not say, ``Refused``
-    when it moved on), ``change()`` and the audit entry. A refusal rolls everything back and
-    is audited with the snapshot read under the lock, never the page's stale view.
+    then, in one transaction, ``target.lock()``, the snapshot read under those locks, the
+    check that it is still in the state ``expected`` the person saw (``Incomplete`` when the
+    form did not say, ``Refused`` when it moved on), ``change()`` and the audit entry. A refusal
+    rolls everything back and is audited with the snapshot read under the lock, never the
+    page's stale view.
     """
     check_tenant(actor, action, target.object_type, target.object_id, reason=reason)
     if not roles.can(actor.user, action):
