@@ -184,6 +184,19 @@ def test_it_shows_only_audit_entries_about_the_users_tenants_on_the_page_and_in_
         assert client_for(world.all).get(url).status_code == 200
 
 
+def test_it_shows_a_user_limited_to_no_tenant_nothing_rather_than_everything(world):
+    """An emptied limit is not "no limit": removing the last tenant never widens what one sees."""
+    TenantScope.objects.filter(user=world.lim).update(tenants=[])
+    lim = client_for(world.lim)
+    for name in ("console:overview", "console:runs", "console:effects", "console:approvals", "console:versions",
+                 "console:audit", "console:audit_csv"):
+        response = lim.get(reverse(name))
+        body = b"".join(response) if response.streaming else response.content
+        assert response.status_code == 200 and b"acme" not in body and b"globex" not in body, name
+    cards = status_cards(text(lim.get(reverse("console:overview"))))
+    assert set(cards.values()) == {"0"}
+
+
 def test_it_shows_a_tenant_limited_staff_user_none_of_the_engines_rows_in_the_django_admin(world):
     for user in (world.lim, world.all):
         user.is_staff = True
