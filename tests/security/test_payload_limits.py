@@ -187,3 +187,11 @@ def test_it_truncates_audit_payloads_and_reasons(clients):
     assert data["password"] == REDACTED and data["tag"] == "before"
     reason = _get(viewer, reverse("console:audit_payload", args=[entry.id, "reason"]) + "?download=1")
     assert reason["Content-Type"].startswith("text/plain") and len(reason.content) == len("because ") + MB
+
+
+def test_it_cuts_a_long_run_error_message(clients):
+    token = "Bearer sk_live_0123456789abcdef"
+    run = make_run(error={"message": f"upstream said Authorization: {token} " + "e" * 5 * MB})
+    page = _get(clients["viewer"], reverse("console:run", args=[run.id])).content.decode()
+    assert len(page.encode()) < PAGE_LIMIT
+    assert "sk_live_0123456789abcdef" not in page and "upstream said Authorization:" in page
