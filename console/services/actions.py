@@ -24,6 +24,7 @@ from django.db import transaction
 from console import roles
 from console.models import AuditEntry, AuditOutcome
 from console.selectors.tenancy import object_tenant
+from console.services.limits import clip_text
 from console.services.tenancy import check_tenant
 from ledger.errors import LedgerError
 from sagas.errors import SagaError
@@ -79,8 +80,8 @@ def _audit(actor: Actor, action: str, object_type: str, object_id: Any, *, outco
            before: Any = None, after: Any = None, message: str = "") -> AuditEntry:
     return AuditEntry.objects.create(
         actor=actor.user, actor_label=actor.label, action=action, object_type=object_type,
-        object_id=str(object_id), before=before, after=after, reason=reason, ip=actor.ip, outcome=outcome,
-        message=message[:4000], tenant=object_tenant(object_type, object_id) or "",
+        object_id=str(object_id), before=before, after=after, reason=clip_text(reason), ip=actor.ip,
+        outcome=outcome, message=clip_text(message), tenant=object_tenant(object_type, object_id) or "",
     )
 
 
@@ -91,7 +92,8 @@ def perform(
     """Run ``change`` as ``actor`` if their role allows ``action``; audit in the same transaction.
 
     Order: the tenant (``NotFound`` for an object outside the actor's tenants, audited, see
-    console/services/tenancy.py); the role (``Denied``, audited, before anything is read);
+    console/services/tenancy.py); the role (``Denied``, audited whatever ``reason`` holds, which
+    ``clip_text`` makes storable, before anything is read);
     then, in one transaction, ``target.lock()``, the snapshot read under those locks, the
     check that it is still in the state ``expected`` the person saw (``Incomplete`` when the
     form did not say, ``Refused`` when it moved on), ``change()`` and the audit entry. A refusal

@@ -11,6 +11,7 @@ from django.http import Http404
 
 from console.models import AuditEntry, AuditOutcome
 from console.selectors.tenancy import may_see, object_tenant
+from console.services.limits import clip_text
 
 if TYPE_CHECKING:
     from console.services.actions import Actor
@@ -32,7 +33,7 @@ def check_tenant(actor: Actor, action: str, object_type: str, object_id: Any, *,
         return
     AuditEntry.objects.create(
         actor=actor.user, actor_label=actor.label, action=action, object_type=object_type,
-        object_id=str(object_id)[:100], reason=reason[:4000], ip=actor.ip, outcome=AuditOutcome.DENIED,
+        object_id=str(object_id)[:100], reason=clip_text(reason), ip=actor.ip, outcome=AuditOutcome.DENIED,
         message=OUTSIDE_TENANTS, tenant=tenant,
     )
     raise NotFound(f"no such {object_type}")

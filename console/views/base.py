@@ -10,8 +10,10 @@ from urllib.parse import urlencode
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import render
 
 from console import roles
+from console.forms import ActionForm
 from console.selectors.queues import approval_get, effect_get
 from console.selectors.runs import run_get
 from console.services.actions import Actor
@@ -65,6 +67,28 @@ def get_approval_for_user(request: HttpRequest, approval_id: int, *, action: str
     if approval is None:
         raise Http404("no such approval")
     return approval
+
+
+def action_input(request: HttpRequest, form_class: type[ActionForm], action: str) -> tuple[dict[str, Any], str]:
+    """An action's form values, and what is wrong with them ("" when nothing is).
+
+    The role comes first: for someone whose role does not allow ``action`` the values are
+    returned as sent (stripped) and never called wrong, so the service denies and audits the
+    attempt whatever was typed (the audit entry stores it clipped, ``clip_text``). For someone
+    allowed, an invalid form is answered 400 before anything is attempted or stored."""
+    form = form_class(request.POST)
+    if not roles.can(request.user, action):
+        return {name: str(request.POST.get(name, "")).strip() for name in form.fields}, ""
+    if not form.is_valid():
+        return {}, " ".join(form.problems())
+    return form.cleaned_data, ""
+
+
+def bad_request(request: HttpRequest, message: str, *, title: str = "Bad request") -> HttpResponse:
+    """A 400 that says what is wrong (escaped like any text): a page in the console's layout, or
+    just the message for htmx."""
+    template = "console/error_message.html" if request.htmx else "console/error.html"
+    return render(request, template, {"title": title, "message": message}, status=400)
 
 
 def live_context(fragments: list[str], **params: Any) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.models import AbstractBaseUser
-from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
+from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
 from django.urls import reverse
@@ -23,7 +23,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
 from console import roles
-from console.forms import EffectsPageForm
+from console.forms import ApprovalDecideForm, EffectResolveForm, EffectsPageForm
 from console.selectors.queues import (
     INBOX_LIMIT,
     approval_current_decision,
@@ -36,6 +36,7 @@ from console.services.actions import Denied, Incomplete, Refused
 from console.services.queues import approval_act, effect_manual_resolve
 from console.services.queues import effect_query as effect_query_service
 from console.views.base import (
+    action_input,
     actor_of,
     get_approval_for_user,
     get_effect_for_user,
@@ -124,8 +125,8 @@ def _effects_page(request: HttpRequest, *, status: int = 200, error: str = "", n
         form = EffectsPageForm({"after": request.POST.get("after", "")})
     else:
         form = EffectsPageForm(request.GET)
-        if not form.is_valid():
-            return HttpResponseBadRequest(" ".join(form.problems()))
+        if not form.is_valid():  # a damaged page link: the first page, with what is wrong (400)
+            status, error = 400, " ".join(form.problems())
     context = _effects_context(request.user, form)
     context.update(error=error, notice=notice)
     return _respond(request, page="console/effects.html", fragment_template="console/effects_live.html",
@@ -164,9 +165,10 @@ def effect_query(request: HttpRequest, effect_id: int) -> HttpResponse:
 @viewer_required
 def effect_resolve(request: HttpRequest, effect_id: int) -> HttpResponse:
     effect = get_effect_for_user(request, effect_id, action="effect.resolve")
-    outcome = request.POST.get("outcome", "")
-    downstream_ref = request.POST.get("downstream_ref", "").strip()
-    note = request.POST.get("note", "")
+    fields, problem = action_input(request, EffectResolveForm, "effect.resolve")
+    if problem:
+        return _effects_page(request, status=400, error=problem)
+    outcome, downstream_ref, note = fields["outcome"], fields["downstream_ref"].strip(), fields["note"]
 
     def done(resolved: EffectRecord) -> str:
         ref = f", reference {downstream_ref}" if outcome == "succeeded" else ""
@@ -176,7 +178,7 @@ def effect_resolve(request: HttpRequest, effect_id: int) -> HttpResponse:
         request,
         lambda: effect_manual_resolve(
             actor_of(request), effect_id=effect.id, outcome=outcome, downstream_ref=downstream_ref, note=note,
-            expected=request.POST.get("expected") or None,
+            expected=fields["expected"] or None,
         ),
         success=done, refused_detail=lambda: effect_current_outcome(effect.id),
         rerender=_effects_page, back_to=_effects_url(request),
@@ -248,12 +250,14 @@ def approvals(request: HttpRequest) -> HttpResponse:
 @require_POST
 @viewer_required
 def approval_decide(request: HttpRequest, approval_id: int) -> HttpResponse:
-    decision = request.POST.get("decision", "")
-    approval = get_approval_for_user(request, approval_id,
-                                     action="approval.reject" if decision == "reject" else "approval.approve")
-    if decision not in ("approve", "reject"):
-        return HttpResponseBadRequest("decision must be approve or reject")
-    approve = decision == "approve"
+    # The role check comes before the decision is validated: an attempt by someone who may not
+    # decide is audited (as an approval, unless it says reject) whatever it carried.
+    approve = request.POST.get("decision", "") != "reject"
+    action = "approval.approve" if approve else "approval.reject"
+    approval = get_approval_for_user(request, approval_id, action=action)
+    fields, problem = action_input(request, ApprovalDecideForm, action)
+    if problem:
+        return _approvals_page(request, status=400, error=problem)
 
     def done(decided: ApprovalRequest) -> str:
         verb = "Approved" if approve else "Rejected"
@@ -262,8 +266,8 @@ def approval_decide(request: HttpRequest, approval_id: int) -> HttpResponse:
     return _act(
         request,
         lambda: approval_act(
-            actor_of(request), approval_id=approval.id, approve=approve,
-            comment=request.POST.get("comment", "").strip(), expected=request.POST.get("expected") or None,
+            actor_of(request), approval_id=approval.id, approve=approve, comment=fields["comment"],
+            expected=fields["expected"] or None,
         ),
         success=done, refused_detail=lambda: approval_current_decision(approval.id),
         rerender=_approvals_page, back_to=reverse("console:approvals"),

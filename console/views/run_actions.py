@@ -19,6 +19,7 @@ from django.template.loader import render_to_string
 from django.views.decorators.http import require_http_methods, require_POST
 
 from console import roles
+from console.forms import RunActionForm
 from console.selectors.runs import (
     effects_by_id,
     run_compensation,
@@ -27,7 +28,7 @@ from console.selectors.runs import (
 )
 from console.services.actions import Denied, Incomplete, Refused
 from console.services.runs import run_cancel_act, run_compensate_act, run_retry_act
-from console.views.base import actor_of, get_run_for_user, viewer_required
+from console.views.base import action_input, actor_of, get_run_for_user, viewer_required
 from console.views.run_detail import (
     COMPENSABLE,
     actions_context,
@@ -60,20 +61,15 @@ def _run_action(
     request: HttpRequest, run: WorkflowRun, action: str, call: Callable[[str, str | None], Any], *,
     done: Callable[[WorkflowRun], str], failed_page: Callable[..., HttpResponse],
 ) -> HttpResponse:
-    reason = request.POST.get("reason", "").strip()
-    expected = request.POST.get("expected", "").strip()
-    # Form mistakes of someone allowed to act are answered before anything is attempted. Anyone
-    # else goes on to the service, which denies them and audits the attempt.
-    if roles.can(request.user, action):
-        problem = ""
-        if not reason:
-            problem = "A reason is required; it goes into the audit log and the run's history."
-        elif not expected:
-            problem = "The form did not say which status you saw; reload the page and try again."
-        if problem:
-            if request.htmx:
-                return _actions_response(request, run, status=400, error=problem)
-            return failed_page(request, run, status=400, error=problem)
+    # Form mistakes of someone allowed to act are answered before anything is attempted (400,
+    # nothing stored). Anyone else goes on to the service, which denies them and audits the
+    # attempt, whatever they sent.
+    fields, problem = action_input(request, RunActionForm, action)
+    if problem:
+        if request.htmx:
+            return _actions_response(request, run, status=400, error=problem)
+        return failed_page(request, run, status=400, error=problem)
+    reason, expected = fields["reason"], fields["expected"]
     try:
         call(reason, expected or None)
     except (Denied, Incomplete, Refused) as exc:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadRequest
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.template.loader import render_to_string
 from django.views.decorators.http import require_GET
@@ -20,7 +20,7 @@ from console.selectors.versions import (
 from console.selectors.versions import (
     version_diff as diff_lines,
 )
-from console.views.base import live_context, viewer_required
+from console.views.base import bad_request, live_context, viewer_required
 from sagas.models import WorkflowVersion
 
 VERSIONS_FRAGMENT = "versions_list"
@@ -59,8 +59,7 @@ def version_diff(request: HttpRequest) -> HttpResponse:
     a = _version_or_404(request.GET.get("a"))
     b = _version_or_404(request.GET.get("b"))
     if a.name != b.name:
-        return HttpResponseBadRequest(
-            f"only versions of one workflow can be compared: {a.name!r} and {b.name!r} differ"
-        )
+        return bad_request(request, f"Only versions of one workflow can be compared: “{a.name}” and “{b.name}” "
+                                    f"are two workflows.", title="Not comparable")
     context = {"a": a, "b": b, "lines": diff_lines(a, b), "records": versions_of(a.name)}
     return render(request, "console/versions_diff.html", context)
