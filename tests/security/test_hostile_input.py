@@ -1,0 +1,251 @@
+"""Hostile strings in every query parameter, path segment and form field of every console URL,
+as every role: never a 500, and never the hostile markup echoed unescaped in an HTML page.
+
+The URLs come from the URLconf (``console:*``, every pattern, so a new page is fuzzed without
+anyone listing it). Path converters get real ids (a run, an effect, an approval, an audit entry,
+a payload kind), ids that match nothing, and every hostile string the converter accepts. Each
+GET sends the parameters its view reads (the fields of its form) one at a time, and then every
+parameter any console view reads all at once (a page whose form was fuzzed field by field gets
+that one only with hostile markup, all it could add); each action is POSTed with one form field
+at a time set to each hostile string and the others valid, so the hostile one reaches as deep as
+it can. The live socket's parameters go to every live fragment's renderer.
+
+Each request runs in a savepoint that is rolled back, so every one meets the same data (an
+action that succeeds does not turn the next ones into "already done"), and a database error
+in one cannot hide the next. About 1,000 requests per role; the test prints the count and the
+time per role.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import pytest
+from django.db import transaction
+from django.test import Client
+from django.urls import NoReverseMatch, URLPattern, URLResolver, get_resolver, resolve, reverse
+
+from console.forms import AuditFilterForm, EffectsPageForm, HistoryPageForm, RunFilterForm
+from console.models import AuditEntry, AuditOutcome
+from sagas.models import RunStatus, WorkflowVersion
+from tests.console.queue_data import make_approval, make_effect, make_run
+from tests.security.conftest import ROLES
+
+pytestmark = pytest.mark.django_db
+
+MARKUP = ("<img src=x onerror", "<script>alert")
+HOSTILE = (
+    "<img src=x onerror=alert(1)>",
+    '"><script>alert(1)</script>',
+    "\x00",
+    "a\x00b",
+    "9999-12-31",
+    "0001-01-01",
+    "-1",
+    "99999999999999999999999",
+    "%",
+    "'",
+    "\\",
+    "\u202e",
+    "x" * 5000,
+    "[]",
+    "1_99999999999999999999999",  # page cursors: a well-formed one out of every range
+    "99999999999999999999999_1",
+)
+MARKED = tuple(value for value in HOSTILE if any(m in value for m in MARKUP))
+
+# What each page's view reads from its query string (its form), by URL name. (The CSV export reads
+# the audit page's filters with the same form: it gets them all at once, below.)
+READS: dict[str, tuple[str, ...]] = {
+    "runs": (*RunFilterForm.PARAMS, "after"),
+    "audit": (*AuditFilterForm.FILTERS, "after"),
+    "effects": tuple(EffectsPageForm.base_fields),
+    "run_history": tuple(HistoryPageForm.base_fields),
+    "version_diff": ("a", "b"),
+    "login": ("next",),
+}
+# Sent all at once to every URL, for views that read something not listed above.
+EVERY_PARAM = sorted({
+    *(p for params in READS.values() for p in params),
+    "q", "after", "before", "tenant", "status", "workflow", "a", "b", "from", "to", "page", "fragments",
+    "expected", "reason", "comment", "evidence", "outcome", "note", "decision", "downstream_ref", "run", "since",
+    "download",
+})
+NOT_POSTED = {"login", "logout"}  # a POST would log the client in or out (and meet the login throttle)
+
+
+@dataclass
+class Objects:
+    run_id: uuid.UUID
+    effect_id: int
+    approval_id: int
+    audit_id: int
+    forms: dict[str, dict[str, str]] = field(default_factory=dict)  # a valid POST of each action
+    queries: dict[str, dict[str, str]] = field(default_factory=dict)  # a valid query string, where one is needed
+
+    def ids(self, url_name: str, name: str) -> list[object]:
+        """Path values for the kwarg ``name``: the real one, ones that match nothing, hostile ones."""
+        real = {"run_id": self.run_id, "effect_id": self.effect_id, "approval_id": self.approval_id,
+                "entry_id": self.audit_id, "item_id": 1,
+                "kind": {"audit_payload": "reason", "run_item_payload": "entry"}.get(url_name, "input")}.get(name)
+        unknown = [uuid.uuid4()] if name == "run_id" else [123456789, 2**63, 10**30]
+        return [v for v in (real, *unknown, *HOSTILE) if v is not None]
+
+
+@pytest.fixture
+def objects() -> Objects:
+    run = make_run(status=RunStatus.NEEDS_ATTENTION, reason="budget_exceeded", business_key="<b>key</b>")
+    effect = make_effect(connector="qp.lookup")
+    approval = make_approval()
+    a, b = (WorkflowVersion.objects.create(name=name, version=1, definition_hash=name[1] * 64, module="m",
+                                           source=f"def f():\n    return {name!r}\n") for name in MARKED)
+    forms = {
+        "run_cancel": {"reason": "customer asked", "expected": run.status, "compensate": ""},
+        "run_retry": {"reason": "fixed the budget", "expected": run.status},
+        "run_compensate": {"reason": "undo it all", "expected": run.status},
+        "effect_query": {"after": ""},
+        "effect_resolve": {"outcome": "succeeded", "downstream_ref": "ch_1", "note": "seen in the dashboard",
+                           "expected": "UNKNOWN", "after": ""},
+        "approval_decide": {"decision": "approve", "comment": "looks right", "expected": "PENDING"},
+    }
+    queries = {"version_diff": {"a": str(a.id), "b": str(b.id)}}  # two workflows: not comparable
+    entry = AuditEntry.objects.create(actor_label="olga", action="run.cancel", object_type="run",
+                                      object_id=str(run.id), outcome=AuditOutcome.OK, reason=MARKED[0])
+    return Objects(run.id, effect.id, approval.id, entry.id, forms, queries)
+
+
+def console_patterns() -> list[tuple[str, list[str]]]:
+    """(URL name, its path kwargs) of every ``console:`` pattern in the URLconf."""
+    found: list[tuple[str, list[str]]] = []
+
+    def walk(patterns: list, namespace: str) -> None:
+        for p in patterns:
+            if isinstance(p, URLResolver):
+                walk(p.url_patterns, p.namespace or namespace)
+            elif isinstance(p, URLPattern) and namespace == "console" and p.name:
+                found.append((p.name, list(p.pattern.converters)))
+
+    walk(get_resolver().url_patterns, "")
+    return found
+
+
+def urls(name: str, kwargs: list[str], objects: Objects) -> Iterator[tuple[str, bool]]:
+    """(url, real) for ``name``: first with the real ids, then each kwarg varied alone with every
+    value its converter accepts (``reverse`` refuses the others)."""
+    real = {k: objects.ids(name, k)[0] for k in kwargs}
+    yield reverse(f"console:{name}", kwargs=real), True
+    for k in kwargs:
+        for value in objects.ids(name, k)[1:]:
+            try:
+                yield reverse(f"console:{name}", kwargs={**real, k: value}), False
+            except NoReverseMatch:
+                continue
+
+
+class Probe:
+    """Sends requests, each in a rolled-back savepoint, and collects what went wrong."""
+
+    def __init__(self, client: Client, role: str) -> None:
+        self.client, self.role = client, role
+        self.client.raise_request_exception = True
+        self.sent = 0
+        self.problems: list[str] = []
+        self.took: Counter[str] = Counter()  # seconds per "METHOD url-name"
+
+    def send(self, method: str, url: str, data: dict[str, str], *, htmx: bool = False) -> None:
+        """One request; a view that raises (a 500 for a real visitor) or answers 5xx, or HTML
+        with hostile markup in it, is a problem."""
+        headers = {"HX-Request": "true"} if htmx else {}
+        what = f"{self.role} {method} {url} {_short(data)}{' (htmx)' if htmx else ''}"
+        self.sent += 1
+        started = time.monotonic()
+        try:
+            with transaction.atomic():
+                call = self.client.get if method == "GET" else self.client.post
+                response = call(url, data, headers=headers)
+                if hasattr(response, "streaming_content"):
+                    body = b"".join(response.streaming_content).decode(errors="replace")
+                else:
+                    body = response.content.decode(errors="replace")
+                transaction.set_rollback(True)
+        except Exception as exc:  # the view raised: a 500 for a real visitor
+            self.problems.append(f"{what}: 500 {type(exc).__name__}: {str(exc)[:120]}")
+            return
+        finally:
+            self.took[f"{method} {resolve(url).url_name}"] += time.monotonic() - started
+        if response.status_code >= 500:
+            self.problems.append(f"{what}: {response.status_code}")
+        if response.get("Content-Type", "").startswith("text/html"):
+            for marker in MARKUP:
+                if marker in body:
+                    self.problems.append(f"{what}: {response.status_code} text/html echoes {marker!r} unescaped")
+
+
+def _short(data: dict[str, str]) -> str:
+    return " ".join(f"{k}={v[:24]!r}{'…' if len(v) > 24 else ''}" for k, v in data.items())
+
+
+def fuzz(client: Client, role: str, objects: Objects) -> Probe:
+    probe = Probe(client, role)
+    for name, kwargs in console_patterns():
+        for url, real in urls(name, kwargs, objects):
+            query = objects.queries.get(name, {})
+            probe.send("GET", url, query)
+            if not real:
+                continue
+            for value in HOSTILE:
+                for param in READS.get(name, ()):
+                    probe.send("GET", url, {**query, param: value})
+                if name not in READS or value in MARKED:  # a page whose form is fuzzed above: markup only
+                    probe.send("GET", url, {param: value for param in EVERY_PARAM})
+            if name in NOT_POSTED or name not in objects.forms:
+                continue
+            valid = objects.forms[name]
+            probe.send("POST", url, valid)
+            for value in HOSTILE:
+                for param in valid:
+                    for htmx in (False, True) if value in MARKED else (False,):
+                        probe.send("POST", url, {**valid, param: value}, htmx=htmx)
+    return probe
+
+
+def test_it_finds_every_console_url_in_the_urlconf():
+    names = {name for name, _ in console_patterns()}
+    assert {"runs", "run", "run_cancel", "effects", "effect_resolve", "approval_decide", "version_diff",
+            "audit", "audit_csv"} <= names
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_it_answers_hostile_input_without_a_500_or_unescaped_markup(role, clients, objects):
+    started = time.monotonic()
+    probe = fuzz(clients[role], role, objects)
+    took = time.monotonic() - started
+    slowest = ", ".join(f"{k} {v:.1f} s" for k, v in probe.took.most_common(4))
+    print(f"{role}: {probe.sent} requests in {took:.1f} s (slowest: {slowest})")
+    assert probe.sent > 100
+    assert probe.problems == [], f"{len(probe.problems)} of {probe.sent} requests:\n" + "\n".join(probe.problems)
+
+
+def test_it_renders_every_live_fragment_for_hostile_socket_params(people, objects):
+    """The live socket's query string (``/ws/live/?fragments=…&…``) reaches each fragment's
+    renderer as ``params``: every parameter hostile at once, with and without a real run."""
+    from console.live import FRAGMENTS
+
+    problems = []
+    for fragment in FRAGMENTS.values():
+        for value in HOSTILE:
+            for run in ({}, {"run": str(objects.run_id)}):
+                params = {**{p: value for p in EVERY_PARAM}, **run}
+                try:
+                    with transaction.atomic():
+                        html = fragment.render(people["viewer"], params)
+                        transaction.set_rollback(True)
+                except Exception as exc:
+                    problems.append(f"{fragment.name} {value[:24]!r} {run}: {type(exc).__name__}: {exc}")
+                    continue
+                problems += [f"{fragment.name} {value[:24]!r}: echoes {m!r}" for m in MARKUP if m in html]
+    assert problems == []
