@@ -85,6 +85,13 @@ def _audit(actor: Actor, action: str, object_type: str, object_id: Any, *, outco
     )
 
 
+def audit_denied(actor: Actor, action: str, object_type: str, object_id: Any, *, reason: str = "") -> None:
+    """Record that ``actor``'s role does not allow ``action`` (whatever ``reason`` holds: it is
+    stored clipped, ``clip_text``). In its own transaction: nothing else is written."""
+    _audit(actor, action, object_type, object_id, outcome=AuditOutcome.DENIED, reason=reason,
+           message=f"role {roles.ACTION_ROLES[action]} required")
+
+
 def perform(
     actor: Actor, action: str, target: Target, *, reason: str, change: Callable[[], Any], expected: str | None,
     require_expected: bool = True,
@@ -102,8 +109,7 @@ def perform(
     """
     check_tenant(actor, action, target.object_type, target.object_id, reason=reason)
     if not roles.can(actor.user, action):
-        _audit(actor, action, target.object_type, target.object_id, outcome=AuditOutcome.DENIED, reason=reason,
-               message=f"role {roles.ACTION_ROLES[action]} required")
+        audit_denied(actor, action, target.object_type, target.object_id, reason=reason)
         raise Denied(f"{actor.label} may not {action.replace('.', ' ')}: it needs the {roles.ACTION_ROLES[action]} role")
     seen: dict[str, Any] | None = None
     try:

@@ -16,7 +16,7 @@ from console import roles
 from console.forms import ActionForm
 from console.selectors.queues import approval_get, effect_get
 from console.selectors.runs import run_get
-from console.services.actions import Actor
+from console.services.actions import Actor, audit_denied
 from console.services.tenancy import check_tenant
 from ledger.models import EffectRecord
 from sagas.models import ApprovalRequest, WorkflowRun
@@ -33,6 +33,30 @@ def viewer_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpResp
         return view(request, *args, **kwargs)
 
     return wrapped
+
+
+def action_view(action: str | Callable[[HttpRequest], str], object_type: str, *, id_kwarg: str,
+                text: str = "reason") -> Callable[[Callable[..., HttpResponse]], Callable[..., HttpResponse]]:
+    """``viewer_required`` for an action's view: someone with no console role at all is turned
+    away the same way (403), and a POST of theirs is audited as denied, whatever it carried, like
+    any other role's (``action``: the action, or how to tell it from the request; ``id_kwarg``:
+    the URL's id of the object; ``text``: the form field whose text the audit entry keeps)."""
+
+    def decorate(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+        @login_required
+        @wraps(view)
+        def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+            if not roles.can_view(request.user):
+                if request.method == "POST":
+                    name = action(request) if callable(action) else action
+                    audit_denied(actor_of(request), name, object_type, kwargs.get(id_kwarg),
+                                 reason=str(request.POST.get(text, "")))
+                raise PermissionDenied("your account has no console role")
+            return view(request, *args, **kwargs)
+
+        return wrapped
+
+    return decorate
 
 
 def actor_of(request: HttpRequest) -> Actor:

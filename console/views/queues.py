@@ -37,6 +37,7 @@ from console.services.queues import approval_act, effect_manual_resolve
 from console.services.queues import effect_query as effect_query_service
 from console.views.base import (
     action_input,
+    action_view,
     actor_of,
     get_approval_for_user,
     get_effect_for_user,
@@ -147,7 +148,7 @@ def _effects_url(request: HttpRequest) -> str:
 
 
 @require_POST
-@viewer_required
+@action_view("effect.query", "effect", id_kwarg="effect_id", text="")
 def effect_query(request: HttpRequest, effect_id: int) -> HttpResponse:
     effect = get_effect_for_user(request, effect_id, action="effect.query")
 
@@ -162,7 +163,7 @@ def effect_query(request: HttpRequest, effect_id: int) -> HttpResponse:
 
 
 @require_POST
-@viewer_required
+@action_view("effect.resolve", "effect", id_kwarg="effect_id", text="note")
 def effect_resolve(request: HttpRequest, effect_id: int) -> HttpResponse:
     effect = get_effect_for_user(request, effect_id, action="effect.resolve")
     fields, problem = action_input(request, EffectResolveForm, "effect.resolve")
@@ -247,13 +248,17 @@ def approvals(request: HttpRequest) -> HttpResponse:
     return _approvals_page(request)
 
 
+def _decision_action(request: HttpRequest) -> str:
+    return "approval.reject" if request.POST.get("decision", "") == "reject" else "approval.approve"
+
+
 @require_POST
-@viewer_required
+@action_view(_decision_action, "approval", id_kwarg="approval_id", text="comment")
 def approval_decide(request: HttpRequest, approval_id: int) -> HttpResponse:
     # The role check comes before the decision is validated: an attempt by someone who may not
     # decide is audited (as an approval, unless it says reject) whatever it carried.
-    approve = request.POST.get("decision", "") != "reject"
-    action = "approval.approve" if approve else "approval.reject"
+    action = _decision_action(request)
+    approve = action == "approval.approve"
     approval = get_approval_for_user(request, approval_id, action=action)
     fields, problem = action_input(request, ApprovalDecideForm, action)
     if problem:

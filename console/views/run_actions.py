@@ -28,7 +28,7 @@ from console.selectors.runs import (
 )
 from console.services.actions import Denied, Incomplete, Refused
 from console.services.runs import run_cancel_act, run_compensate_act, run_retry_act
-from console.views.base import action_input, actor_of, get_run_for_user, viewer_required
+from console.views.base import action_input, action_view, actor_of, get_run_for_user
 from console.views.run_detail import (
     COMPENSABLE,
     actions_context,
@@ -91,7 +91,7 @@ def _truthy(value: str | None) -> bool:
 
 
 @require_POST
-@viewer_required
+@action_view("run.cancel", "run", id_kwarg="run_id")
 def run_cancel(request: HttpRequest, run_id: UUID) -> HttpResponse:
     run = get_run_for_user(request, run_id, action="run.cancel")
     compensate = _truthy(request.POST.get("compensate"))
@@ -110,7 +110,7 @@ def run_cancel(request: HttpRequest, run_id: UUID) -> HttpResponse:
 
 
 @require_POST
-@viewer_required
+@action_view("run.retry", "run", id_kwarg="run_id")
 def run_retry(request: HttpRequest, run_id: UUID) -> HttpResponse:
     run = get_run_for_user(request, run_id, action="run.retry")
     return _run_action(
@@ -141,7 +141,7 @@ def _compensate_page(request: HttpRequest, run: WorkflowRun, *, status: int = 20
 
 
 @require_http_methods(["GET", "POST"])
-@viewer_required
+@action_view("run.compensate", "run", id_kwarg="run_id")
 def run_compensate(request: HttpRequest, run_id: UUID) -> HttpResponse:
     """GET: the plan a compensation would follow (nothing is written) and a form to confirm it.
     POST: start it."""

@@ -56,6 +56,18 @@ def test_it_audits_a_viewers_reason_with_a_nul(people):
     assert entry.outcome == AuditOutcome.DENIED and entry.reason == "stopit"
 
 
+def test_it_audits_an_attempt_by_someone_with_no_console_role(people):
+    run = _parked_run()
+    response = _cancel(client_for(people["nobody"]), run, "stop\x00" + "r" * 10_000)
+
+    assert response.status_code == 403
+    [entry] = _entries(run)
+    assert entry.outcome == AuditOutcome.DENIED and entry.actor_label == "nils" and entry.action == "run.cancel"
+    assert entry.reason.startswith("stoprrr") and len(entry.reason) <= 4100
+    run.refresh_from_db()
+    assert run.status == RunStatus.NEEDS_ATTENTION
+
+
 def test_it_audits_a_denied_approval_decision_whatever_the_decision_says(people):
     approval = make_approval()
     response = client_for(people["operator"]).post(reverse("console:approval_decide", args=[approval.id]),
