@@ -18,6 +18,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django import forms
+from django.contrib.auth.forms import AuthenticationForm
+from django.core.validators import MaxLengthValidator
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
@@ -312,3 +314,14 @@ class ApprovalDecideForm(ActionForm):
                                  error_messages={"required": "decision must be approve or reject",
                                                  "invalid_choice": "decision must be approve or reject"})
     comment = text_field("Comment", MAX_TEXT_CHARS)
+
+
+class LoginForm(AuthenticationForm):
+    """Django's login form with the username capped where the user table caps it (Django's form
+    only sets the input's ``maxlength``): an overlong name is a failed login like any wrong one,
+    not a 500 from recording the failure (django-axes keeps the name in 255 characters)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        username = self.fields["username"]
+        username.validators.append(MaxLengthValidator(username.max_length or 150))

@@ -6,6 +6,7 @@ from __future__ import annotations
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
+from console.forms import LoginForm
 from console.views import (
     audit,
     overview,
@@ -21,7 +22,8 @@ from console.views import (
 app_name = "console"
 
 urlpatterns = [
-    path("login/", auth_views.LoginView.as_view(template_name="console/login.html"), name="login"),
+    path("login/", auth_views.LoginView.as_view(template_name="console/login.html", authentication_form=LoginForm),
+         name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("", overview.overview, name="overview"),
     # Runs: the list, a run's page and its history; the actions (GET compensate/ previews the plan).

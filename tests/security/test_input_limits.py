@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 
 import pytest
+from django.test import Client
 from django.urls import reverse
 
 from console.models import AuditEntry, AuditOutcome
@@ -174,3 +175,9 @@ def test_it_escapes_hostile_workflow_names_in_the_diff_refusal(people):
     assert "Only versions of one workflow can be compared" in body
     assert IMG not in body and SCRIPT not in body
     assert "&lt;img src=x onerror=alert(1)&gt;" in body and "&lt;script&gt;alert(1)&lt;/script&gt;" in body
+
+
+@pytest.mark.parametrize("username", ["u" * 5000, "vera\x00"])
+def test_it_answers_an_overlong_or_nul_username_as_a_failed_login(people, username):
+    response = Client().post(reverse("console:login"), {"username": username, "password": "x" * 5000})
+    assert response.status_code == 200 and "Wrong username or password." in response.content.decode()
