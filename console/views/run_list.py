@@ -1,7 +1,7 @@
 """The runs list: filters validated by ``console.forms.RunFilterForm``, keyset pages, and its
 live region ``runs_table`` (``runs_table.html``, for the full page, the htmx swap and the
-websocket push alike). A bad filter is shown next to the form with what was typed, and the
-list is not queried with it.
+websocket push alike). A bad filter is shown next to the form with what was typed, the
+list is not queried with it, and the answer is a 400 (bad input is never a 200 or a 500).
 """
 
 from __future__ import annotations
@@ -50,4 +50,4 @@ def runs_list(request: HttpRequest) -> HttpResponse:
     form: RunFilterForm = context["query"]
     context.update(statuses=RunStatus.values, workflow_names=workflow_names())
     context.update(live_context([RUNS_TABLE], **form.link_params(after=form.cursor_text)))
-    return render(request, "console/runs.html", context)
+    return render(request, "console/runs.html", context, status=200 if context["page"] is not None else 400)

@@ -27,6 +27,7 @@ from tests.console.conftest import client_for
 from tests.console.run_data import (
     IMG,
     IMG_ESCAPED,
+    RUN_LINK,
     SCRIPT,
     SCRIPT_ESCAPED,
     act,
@@ -165,8 +166,8 @@ def test_it_keeps_the_filters_in_the_next_page_link(people):
 def test_it_answers_a_malformed_filter_with_a_message_and_no_rows(people, params, message):
     start("rp_plain", {})
     response = client_for(people["viewer"]).get(reverse("console:runs"), params)
-    assert response.status_code == 200
-    assert message in text(response) and listed(response) == []
+    assert response.status_code == 400
+    assert message in text(response) and RUN_LINK.findall(text(response)) == []
 
 
 def test_it_shows_the_first_page_for_a_damaged_cursor_or_a_bad_run_id(people):
