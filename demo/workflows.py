@@ -16,7 +16,7 @@ def scripted_model(prompt: str) -> dict:
     return {"text": f"plan-{digest}", "tokens": 420}
 
 
-@workflow("order_fulfilment", version=1, max_steps=50)
+@workflow("order_fulfilment", version=1, max_steps=50, summary=["id", "sku", "qty"])
 def order_fulfilment(ctx: Context, order: dict) -> dict:
     plan = ctx.step("plan", scripted_model, f"fulfil order {order['id']}")
     checked = ctx.step("check_stock", lambda: {"sku": order.get("sku", "SKU-1"), "available": True})
@@ -85,7 +85,13 @@ def _tool_payload(tool: str, order: dict, results: dict[str, dict]) -> dict:
             "body": f"Your order {order['id']} is on its way (shipment {shipment})."}
 
 
-@workflow("order_agent", version=1, max_steps=40, max_cost=0.5, approve_irreversible=False)
+def order_summary(order: dict) -> dict:
+    """What a person deciding about an order needs to see: which order, whose, how much, where to."""
+    return {"order": order["id"], "customer": order["customer"],
+            "amount": f"{order['amount_cents'] / 100:.2f} {order['currency']}", "ship_to": order["address"]["city"]}
+
+
+@workflow("order_agent", version=1, max_steps=40, max_cost=0.5, approve_irreversible=False, summary=order_summary)
 def order_agent(ctx: Context, order: dict) -> dict:
     """An agent fulfils an order: a scripted model picks each tool, every tool call is a
     ledgered effect, and the irreversible shipment waits for a person's approval."""

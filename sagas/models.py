@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 
 from django.conf import settings
+from django.contrib.postgres.indexes import GinIndex
 from django.db import models
 from django.db.models import Q
 
@@ -65,6 +66,10 @@ class WorkflowRun(models.Model):
     version = models.PositiveIntegerField()
     definition_hash = models.CharField(max_length=64)
     input = models.JSONField(null=True, blank=True)
+    summary = models.JSONField(
+        null=True, blank=True,
+        help_text="what its workflow declares a person needs to know (sagas.summaries), from the input at start",
+    )
     business_key = models.CharField(max_length=200, blank=True, default="")
     tenant = models.CharField(max_length=100, default="default")
 
@@ -120,6 +125,8 @@ class WorkflowRun(models.Model):
             ),
             models.Index(fields=["wake_at"], condition=Q(status="WAITING"), name="run_wake_due"),
             models.Index(fields=["finished_at"], condition=Q(finished_at__isnull=False), name="run_finished"),
+            # The console's search by any part of a business key (ILIKE '%term%'); migration 0010.
+            GinIndex(fields=["business_key"], opclasses=["gin_trgm_ops"], name="run_business_key_trgm"),
         ]
 
     def __str__(self) -> str:

@@ -26,6 +26,7 @@ from typing import Any
 
 from sagas.definition_hash import definition_hash, definition_source, function_source
 from sagas.errors import DuplicateWorkflow, WorkflowNotRegistered
+from sagas.summaries import Spec, summary_spec_check
 
 log = logging.getLogger("sagas.registry")
 
@@ -49,6 +50,9 @@ class WorkflowDefinition:
     # (``function_source``). Runs started under it resume on this definition while that
     # source is unchanged, so upgrading Saga Console strands no run in flight.
     legacy_hash: str = ""
+    # What a person needs to know about a run (sagas.summaries): a function of the input, or
+    # a tuple of input field names; None: no summary.
+    summary: Callable[[Any], Any] | tuple[str, ...] | None = None
 
     @property
     def accepted_hashes(self) -> frozenset[str]:
@@ -68,6 +72,7 @@ def workflow(
     max_duration: timedelta | None = None,
     on_failure: str = "compensate",
     approve_irreversible: bool = True,
+    summary: Spec | None = None,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Register ``fn(ctx, input)`` as version ``version`` of workflow ``name``.
 
@@ -76,6 +81,16 @@ def workflow(
     function's whole module (see the module docstring). Registering a definition
     with another hash under an existing ``(name, version)`` in one process raises
     ``DuplicateWorkflow``.
+
+    ``summary``: what a person needs to know about a run to decide about it (an order id, a
+    customer, an amount). Either a function ``summary(input) -> dict``, or a list of input
+    field names (dotted paths into nested dicts, ``"customer.name"``; a digit indexes a list).
+    It is computed from the input when the run starts, stored on the run
+    (``WorkflowRun.summary``) and shown by the console, redacted, wherever someone decides
+    about the run. A function that raises or returns something that is not a JSON object does
+    not fail the start: the run stores ``{"_summary_error": "..."}`` and the failure is logged
+    once (``sagas.summaries``). Being in the decorator, it is part of the definition's source
+    and hash. A malformed ``summary`` (neither) raises ``ValueError`` here.
     """
     if not name or not isinstance(name, str):
         raise ValueError("workflow name must be a non-empty string")
@@ -83,6 +98,7 @@ def workflow(
         raise ValueError("workflow version must be a positive integer")
     if on_failure not in ON_FAILURE_CHOICES:
         raise ValueError(f"on_failure must be one of {ON_FAILURE_CHOICES}, not {on_failure!r}")
+    summary_spec = summary_spec_check(summary)
 
     def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
         source = definition_source(fn)
@@ -99,6 +115,7 @@ def workflow(
             on_failure=on_failure,
             approve_irreversible=approve_irreversible,
             legacy_hash=hashlib.sha256(function_source(fn).encode("utf-8")).hexdigest(),
+            summary=summary_spec,
         )
         existing = _registry.get((name, version))
         if existing is not None and existing.definition_hash != definition.definition_hash:

@@ -32,6 +32,7 @@ from sagas.models import (
     check_transition,
 )
 from sagas.signals import send_run_changed
+from sagas.summaries import summary_compute
 from sagas.systemdb import dumps
 from sagas.validation import FREE_TEXT_CHARS, checked_text, start_arguments_check, start_name_check
 
@@ -92,6 +93,7 @@ def run_start(
         max_steps=max_steps, max_cost=max_cost, max_duration=max_duration,
     )
     input = checked.input
+    summary = summary_compute(definition.summary, input, workflow=definition.name, version=definition.version)
     version_sync(definition=definition)
     budget_steps = max_steps if max_steps is not None else definition.max_steps
     budget_cost = checked.max_cost if max_cost is not None else definition.max_cost
@@ -103,6 +105,7 @@ def run_start(
                 version=definition.version,
                 definition_hash=definition.definition_hash,
                 input=input,
+                summary=summary,
                 business_key=business_key,
                 tenant=tenant,
                 status=RunStatus.PENDING,
