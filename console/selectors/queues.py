@@ -4,12 +4,14 @@ narrowed to the user's tenants (console/selectors/tenancy.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from console.selectors.paging import Cursor, Page, keyset_page
+from console.selectors.search import run_ids_matching
 from console.selectors.tenancy import User, scope
 from ledger.connectors import Operation, get_connector
 from ledger.errors import ConnectorNotRegistered
@@ -30,15 +32,57 @@ INBOX_LIMIT = 100  # rendering dominates: 500 rows cost ~0.7 s at a million runs
 # --- ambiguous effects ---------------------------------------------------------------------
 
 
-def effects_ambiguous(*, user: User) -> QuerySet[EffectRecord]:
+@dataclass(frozen=True)
+class EffectFilters:
+    """The queue's filters, already validated (console.forms_queues.EffectFilterForm). Empty
+    values filter nothing. ``older_than``: unknown (since the last dispatch) for at least this
+    long. ``search``: a business key substring or a run id or its first hex digits
+    (console/selectors/search.py)."""
+
+    connector: str = ""
+    workflow: str = ""
+    tenant: str = ""
+    older_than: timedelta | None = None
+    search: str = ""
+
+    @property
+    def any(self) -> bool:
+        return bool(self.connector or self.workflow or self.tenant or self.older_than or self.search)
+
+
+NO_FILTERS = EffectFilters()
+
+
+def effects_ambiguous(*, user: User, filters: EffectFilters = NO_FILTERS) -> QuerySet[EffectRecord]:
     """Every UNKNOWN effect, and every IN_PROGRESS one whose run no worker holds a live lease
-    on (stuck: nobody will settle it by itself), of ``user``'s tenants, oldest intent first."""
+    on (stuck: nobody will settle it by itself), of ``user``'s tenants, matching ``filters``,
+    oldest intent first. The filters narrow the open effects (a partial index keeps them
+    apart from the settled millions); the workflow and the business key are read from each
+    one's run by primary key."""
+    now = timezone.now()
     live_lease = WorkflowRun.objects.filter(
-        id=OuterRef("run_id"), status__in=LEASED_STATUSES, lease_expires_at__gt=timezone.now()
+        id=OuterRef("run_id"), status__in=LEASED_STATUSES, lease_expires_at__gt=now
     )
-    return scope(EffectRecord.objects.filter(
+    qs = scope(EffectRecord.objects.filter(
         Q(status=EffectStatus.UNKNOWN) | (Q(status=EffectStatus.IN_PROGRESS) & ~Exists(live_lease))
-    ), user).order_by("intent_at", "id")
+    ), user)
+    if filters.connector:
+        qs = qs.filter(connector=filters.connector)
+    if filters.tenant:
+        qs = qs.filter(tenant=filters.tenant)
+    if filters.older_than is not None:
+        qs = qs.alias(unknown_since=Coalesce("dispatched_at", "intent_at")).filter(
+            unknown_since__lte=now - filters.older_than)
+    if filters.workflow:
+        qs = qs.filter(Exists(WorkflowRun.objects.filter(id=OuterRef("run_id"), workflow_name=filters.workflow)))
+    if filters.search:
+        qs = qs.filter(run_ids_matching(filters.search))
+    return qs.order_by("intent_at", "id")
+
+
+def effect_connectors(*, user: User) -> list[str]:
+    """The connectors of the open effects ``user`` sees, for the queue's connector filter."""
+    return sorted(set(effects_ambiguous(user=user).order_by().values_list("connector", flat=True).distinct()))
 
 
 @dataclass(frozen=True)
@@ -61,13 +105,14 @@ def _can_lookup(effect: EffectRecord) -> tuple[bool, bool]:
         return False, False
 
 
-def effects_ambiguous_page(*, user: User, cursor: Cursor | None = None,
+def effects_ambiguous_page(*, user: User, filters: EffectFilters = NO_FILTERS, cursor: Cursor | None = None,
                            size: int = EFFECTS_PAGE_SIZE) -> Page[EffectRow]:
-    """One keyset page of ``effects_ambiguous`` (with how many there are in all), each effect
-    with its run and whether its connector can be asked."""
-    qs = effects_ambiguous(user=user)
+    """One keyset page of ``effects_ambiguous`` (with how many match in all), each effect with
+    its run (business key, tenant, summary; not its input) and whether its connector can be
+    asked."""
+    qs = effects_ambiguous(user=user, filters=filters)
     page = keyset_page(qs, field="intent_at", descending=False, cursor=cursor, size=size, total=qs.count())
-    runs = WorkflowRun.objects.in_bulk({e.run_id for e in page.items})
+    runs = WorkflowRun.objects.defer("input", "result", "error").in_bulk({e.run_id for e in page.items})
     rows = []
     for effect in page.items:
         can_lookup, known = _can_lookup(effect)
@@ -103,6 +148,7 @@ def approvals_open(*, user: User) -> QuerySet[ApprovalRequest]:
             state__in=OPEN_APPROVAL_STATES, run__status__in=[RunStatus.WAITING, RunStatus.NEEDS_ATTENTION]
         ), user, field="run__tenant")
         .select_related("run", "run__started_by")
+        .defer("run__input", "run__result", "run__error")
         .order_by("deadline", "id")
     )
 

@@ -6,17 +6,16 @@ The list and ``run_get`` take the user and see only the user's tenants
 
 from __future__ import annotations
 
-import re
-import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.db.models import Q, QuerySet
+from django.db.models import QuerySet
 
 from console.selectors.paging import Cursor, Page, keyset_page
+from console.selectors.search import runs_matching
 from console.selectors.tenancy import User, scope_runs
 from ledger.models import EffectRecord
 from sagas.models import (
@@ -41,10 +40,10 @@ class RunFilters:
     """The runs list's filters, already validated (console.forms.RunFilterForm). Empty values
     filter nothing.
 
-    ``search`` matches a run id or a business key: a whole UUID matches that run (or a business
-    key spelled exactly like it); a run id prefix (hex digits, as the list shows them) matches
-    runs whose id starts with it; anything else matches business keys that start with it (which
-    includes the exact key).
+    ``search`` matches a run id or a business key (console/selectors/search.py): a whole UUID
+    matches that run (or a business key spelled exactly like it); a run id prefix (hex digits,
+    as the list shows them) matches runs whose id starts with it; any term matches business keys
+    that contain it, ignoring case.
     """
 
     status: str = ""
@@ -54,18 +53,7 @@ class RunFilters:
     created_from: datetime | None = None  # inclusive
     created_to: datetime | None = None  # exclusive
     search: str = ""
-
-
-_HEX_PREFIX = re.compile(r"^[0-9a-f]{1,32}$")
-
-
-def _run_id_range(prefix: str) -> tuple[uuid.UUID, uuid.UUID] | None:
-    """The range of run ids starting with ``prefix`` (hex digits, dashes ignored): PostgreSQL
-    orders uuids byte by byte, so this is a range scan of the primary key."""
-    digits = prefix.replace("-", "").lower()
-    if not _HEX_PREFIX.match(digits):
-        return None
-    return uuid.UUID(digits.ljust(32, "0")), uuid.UUID(digits.ljust(32, "f"))
+    reasons: tuple[str, ...] = ()  # any of these status_reasons (the overview's queue lines)
 
 
 def runs_filtered(filters: RunFilters, *, user: User) -> QuerySet[WorkflowRun]:
@@ -73,7 +61,8 @@ def runs_filtered(filters: RunFilters, *, user: User) -> QuerySet[WorkflowRun]:
     newest first). The tenant filter narrows within the user's tenants, never beyond them.
 
     Every filter is an equality or a range that one of the ``run_*_created`` indexes (sagas
-    migration 0006) serves in the list's order, so a page reads about a page of index entries.
+    migration 0006) serves in the list's order, so a page reads about a page of index entries;
+    the business-key search is a trigram index lookup (sagas migration 0010).
     """
     qs = scope_runs(WorkflowRun.objects.all(), user)
     if filters.status:
@@ -84,22 +73,14 @@ def runs_filtered(filters: RunFilters, *, user: User) -> QuerySet[WorkflowRun]:
             qs = qs.filter(version=filters.version)
     if filters.tenant:
         qs = qs.filter(tenant=filters.tenant)
+    if filters.reasons:
+        qs = qs.filter(status_reason__in=filters.reasons)
     if filters.created_from is not None:
         qs = qs.filter(created_at__gte=filters.created_from)
     if filters.created_to is not None:
         qs = qs.filter(created_at__lt=filters.created_to)
     if filters.search:
-        term = filters.search
-        try:
-            run_id = uuid.UUID(term)
-        except ValueError:
-            id_range = _run_id_range(term)
-            match = Q(business_key__startswith=term)
-            if id_range is not None:
-                match |= Q(id__range=id_range)
-        else:
-            match = Q(id=run_id) | Q(business_key=term)
-        qs = qs.filter(match)
+        qs = qs.filter(runs_matching(filters.search))
     return qs
 
 
@@ -194,10 +175,15 @@ def run_approvals(run_id: Any) -> QuerySet[ApprovalRequest]:
 
 
 def run_compensation(run_id: Any) -> CompensationPlan | None:
-    """The run's compensation plan with its items prefetched (``plan.item_list``), or None."""
+    """The run's compensation plan with its items prefetched (``plan.item_list``, each with the
+    ``request_payload`` of the effect it undoes), or None."""
     plan = CompensationPlan.objects.filter(run_id=run_id).first()
     if plan is not None:
         plan.item_list = list(plan.items.order_by("position"))
+        requests = dict(EffectRecord.objects.filter(id__in=[i.effect_id for i in plan.item_list])
+                        .values_list("id", "request_payload"))
+        for item in plan.item_list:
+            item.request_payload = requests.get(item.effect_id)  # what it undoes (amounts): its request
     return plan
 
 

@@ -1,0 +1,84 @@
+"""Search by run id or business key, shared by the runs list and the effects queue.
+
+A term matches:
+
+* a whole run id (a UUID): that run, or a business key spelled exactly like it;
+* hex digits (dashes ignored), as the lists show ids: runs whose id starts with them (a range
+  scan of the primary key: PostgreSQL orders uuids byte by byte);
+* anything: business keys that contain it, ignoring case (``ILIKE '%term%'``, served by the
+  ``pg_trgm`` GIN index ``run_business_key_trgm``, sagas migration 0010). A term shorter than
+  three characters has no trigram to look up: it is answered by walking the list's own order
+  and filtering, which is fast while the term is common and slow for a rare one.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+
+from django.db.models import Exists, F, OuterRef, Q, Value
+from django.db.models.lookups import Lookup
+
+from sagas.models import WorkflowRun
+
+_HEX_PREFIX = re.compile(r"^[0-9a-f]{1,32}$")
+
+
+class _ILike(Lookup):
+    """``lhs ILIKE rhs``, usable as a filter expression (Django's ``icontains`` compiles to
+    ``UPPER(col) LIKE UPPER(...)``, which the trigram index on the bare column cannot serve)."""
+
+    lookup_name = "ilike"
+
+    def as_sql(self, compiler, connection):  # type: ignore[no-untyped-def]
+        lhs, lhs_params = self.process_lhs(compiler, connection)
+        rhs, rhs_params = self.process_rhs(compiler, connection)
+        return f"{lhs} ILIKE {rhs}", [*lhs_params, *rhs_params]
+
+
+def contains_pattern(term: str) -> str:
+    """An ILIKE pattern matching ``term`` anywhere, its wildcards taken literally."""
+    escaped = term.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"%{escaped}%"
+
+
+def run_id_range(prefix: str) -> tuple[uuid.UUID, uuid.UUID] | None:
+    """The range of run ids starting with ``prefix`` (hex digits, dashes ignored), or None."""
+    digits = prefix.replace("-", "").lower()
+    if not _HEX_PREFIX.match(digits):
+        return None
+    return uuid.UUID(digits.ljust(32, "0")), uuid.UUID(digits.ljust(32, "f"))
+
+
+def key_contains(term: str, *, field: str = "business_key") -> _ILike:
+    """A filter expression: ``field`` (a business key column or a path to one) contains ``term``."""
+    return _ILike(F(field), Value(contains_pattern(term)))
+
+
+def runs_matching(term: str) -> Q:
+    """A filter on runs: id or business key matches ``term`` (see the module docstring)."""
+    try:
+        whole = uuid.UUID(term)
+    except ValueError:
+        match = Q(key_contains(term))
+        id_range = run_id_range(term)
+        if id_range is not None:
+            match |= Q(id__range=id_range)
+        return match
+    return Q(id=whole) | Q(business_key=term)
+
+
+def run_ids_matching(term: str, *, field: str = "run_id") -> Q:
+    """A filter on rows that carry a run id in ``field`` (effects): their run matches ``term``.
+    The id part is on the row's own column; the key part is an EXISTS on the run."""
+    try:
+        whole = uuid.UUID(term)
+    except ValueError:
+        whole = None
+    if whole is not None:
+        return Q(**{field: whole}) | Q(Exists(WorkflowRun.objects.filter(id=OuterRef(field), business_key=term)))
+    match = Q(Exists(WorkflowRun.objects.filter(key_contains(term), id=OuterRef(field))))
+    id_range = run_id_range(term)
+    if id_range is not None:
+        match |= Q(**{f"{field}__range": id_range})
+    return match
