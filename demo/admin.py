@@ -6,7 +6,7 @@ from __future__ import annotations
 from django.contrib import admin
 
 from config.redacted_admin import RedactedFieldsAdmin
-from demo.models import ProviderExecution, ProviderFault, ProviderReplay
+from demo.models import ProviderExecution, ProviderFault, ProviderReplay, WebhookArrival
 
 
 @admin.register(ProviderExecution)
@@ -27,3 +27,11 @@ class ProviderReplayAdmin(admin.ModelAdmin):
 class ProviderFaultAdmin(admin.ModelAdmin):
     list_display = ("provider", "operation", "fault", "remaining", "created_at")
     list_filter = ("provider", "operation")
+
+
+@admin.register(WebhookArrival)
+class WebhookArrivalAdmin(RedactedFieldsAdmin):
+    list_display = ("id", "received_at", "signature_ok", "kind", "delivery", "idempotency_key")
+    redacted_fields = ("body", "summary")
+    list_filter = ("signature_ok", "kind")
+    search_fields = ("idempotency_key", "delivery")

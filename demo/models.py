@@ -58,3 +58,22 @@ class ProviderFault(models.Model):
 
     def __str__(self) -> str:
         return f"{self.provider}.{self.operation}: {self.fault} x{self.remaining}"
+
+
+class WebhookArrival(models.Model):
+    """One POST that reached the demo's webhook receiver (``demo.providers.webhook``), committed
+    before it was answered. Not deduplicated: two rows with one key are one notification sent twice."""
+
+    idempotency_key = models.CharField(max_length=255, blank=True, default="")
+    delivery = models.CharField(max_length=50, blank=True, default="", help_text="X-Saga-Delivery")
+    signature_ok = models.BooleanField()
+    kind = models.CharField(max_length=30, blank=True, default="")
+    summary = models.TextField(blank=True, default="")
+    body = models.JSONField(default=dict)
+    received_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["idempotency_key"], name="webhook_arrival_key")]
+
+    def __str__(self) -> str:
+        return f"arrival {self.id} key={self.idempotency_key!r} ok={self.signature_ok}"

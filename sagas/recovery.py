@@ -16,6 +16,9 @@ PostgreSQL is the truth; Redis only carries wake-ups. One pass:
 * re-queries UNKNOWN effects that have a lookup (the ledger's reconciler) and
   wakes their runs when the answer is conclusive: ``reconciled``.
 
+Then it sends ``signals.swept`` with its report, for listeners that catch up from PostgreSQL
+(the console's notifications).
+
 Enqueueing twice is harmless (claims are atomic), so the sweeper needs no lock
 for correctness; workers take a PostgreSQL advisory lock only to avoid sweeping
 in parallel for nothing.
@@ -30,7 +33,7 @@ from django.conf import settings
 from django.db import connection
 
 from ledger.reconcile import reconcile_due
-from sagas import queue, selectors, services, waits
+from sagas import queue, selectors, services, signals, waits
 from sagas.models import LEASED_STATUSES, RunStatus
 
 log = logging.getLogger("sagas.recovery")
@@ -106,6 +109,7 @@ def sweep() -> SweepReport:
     report.woken = waits.runs_wake_due()
     reconciled = reconcile_due()
     report.reconciled = reconciled.succeeded + reconciled.not_executed
+    signals.send_swept(report)
     return report
 
 

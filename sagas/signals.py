@@ -32,6 +32,11 @@ log = logging.getLogger("sagas.signals")
 
 run_changed = Signal()
 
+# ``swept`` (kwargs ``report``: the pass's ``SweepReport``) is sent after each sweeper pass, in
+# the process that swept, for listeners that catch up from PostgreSQL on the sweeper's rhythm
+# (the console's notifications). A failing receiver is logged and never raises into the sweeper.
+swept = Signal()
+
 # Seconds between two "progress" signals of one run (sent by the worker's heartbeat).
 PROGRESS_INTERVAL = 1.0
 
@@ -51,3 +56,10 @@ def send_run_changed_now(run_id: Any, status: str, *, cause: str) -> None:
     ):
         if isinstance(result, Exception):
             log.error("run_changed receiver %r failed for run %s: %s", receiver, run_id, result, exc_info=result)
+
+
+def send_swept(report: Any) -> None:
+    """Send ``swept`` after a sweeper pass. Never raises."""
+    for receiver, result in swept.send_robust(sender=None, report=report):
+        if isinstance(result, Exception):
+            log.error("swept receiver %r failed: %s", receiver, result, exc_info=result)

@@ -22,7 +22,7 @@ from urllib.parse import unquote, urlsplit
 
 from django.db import connections
 
-from demo.providers import faults, services
+from demo.providers import faults, services, webhook
 from demo.providers.errors import ProviderError
 from demo.providers.services import Reply
 
@@ -46,8 +46,17 @@ STATUS: dict[str, tuple[str, Callable[..., Reply]]] = {
 MAX_BODY = 1 << 20
 
 
-def resolve(method: str, path: str) -> tuple[str, str, Call]:
-    """(provider, operation, call) for a request; ``ProviderError`` 404/405 when there is none."""
+WEBHOOK_RECEIVE = "/webhook/receive"
+WEBHOOK_PAGE = ("/webhook", "/webhook/")
+
+
+def resolve(method: str, path: str, raw: bytes = b"", headers: Any = None) -> tuple[str, str, Call]:
+    """(provider, operation, call) for a request; ``ProviderError`` 404/405 when there is none.
+    The webhook receiver checks a signature over the bytes received: it gets ``raw`` and ``headers``."""
+    if path == WEBHOOK_RECEIVE:
+        if method != "POST":
+            raise ProviderError(405, f"{path} takes POST")
+        return "webhook", "receive", lambda key, body, pid: webhook.receive(key=key, raw=raw, headers=headers or {})
     if path in ACTIONS:
         if method != "POST":
             raise ProviderError(405, f"{path} takes POST")
@@ -100,11 +109,14 @@ class ProviderHandler(BaseHTTPRequestHandler):
     def _handle(self, method: str) -> None:
         self.server.count_request()
         path = urlsplit(self.path).path
+        if method == "GET" and path in WEBHOOK_PAGE:
+            self._send_page()
+            return
         key = self.headers.get("Idempotency-Key", "").strip()
         spec = self.headers.get("X-Fault", "").strip()
         try:
             raw = self._read_body()
-            provider, operation, call = resolve(method, path)
+            provider, operation, call = resolve(method, path, raw, self.headers)
             spec = spec or faults.take(provider, operation) or ""
             fault = faults.parse(spec) if spec else None
             pid = self._caller_pid(required=fault is not None and fault.name == faults.KILL_CALLER_AFTER_WORK)
@@ -165,6 +177,20 @@ class ProviderHandler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(data)))
         if reply.replayed:
             self.send_header("Idempotent-Replayed", "true")
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _send_page(self) -> None:
+        """The webhook receiver's page: what arrived (escaped HTML)."""
+        try:
+            data, status = webhook.arrivals_page(), 200
+        except Exception as exc:  # a database outage: say so, do not die
+            data, status = f"cannot read the arrivals: {type(exc).__name__}".encode(), 503
+        finally:
+            connections.close_all()
+        self.send_response(status)
+        self.send_header("Content-Type", "text/html; charset=utf-8")
+        self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
 

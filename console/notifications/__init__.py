@@ -1,0 +1,8 @@
+"""Notifications: outbound webhooks when something needs a person.
+
+``models`` (endpoints, deliveries), ``detect`` (what needs a person, from the engine's signals
+and the sweeper's pass), ``workflows`` (``system.notify``, one run per delivery) and
+``connectors`` (``webhook.post``, its one effect), ``signing`` (the HMAC headers),
+``bodies`` (Slack-compatible and generic JSON), ``services`` and ``selectors`` (the staff
+configuration and the deliveries page).
+"""

@@ -1,0 +1,40 @@
+"""Django admin for notifications: read-only, like every console table (staff change endpoints on
+the console's page, where each change is audited). The secret is never shown here."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.http import HttpRequest
+
+from config.redacted_admin import RedactedFieldsAdmin
+from console.notifications.models import NotificationDelivery, NotificationEndpoint
+
+
+class _ReadOnly(RedactedFieldsAdmin):
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(NotificationEndpoint)
+class NotificationEndpointAdmin(_ReadOnly):
+    list_display = ("id", "name", "format", "active", "updated_at")
+    exclude = ("secret", "url")  # a Slack webhook URL is a credential too
+    list_filter = ("active", "format")
+
+
+@admin.register(NotificationDelivery)
+class NotificationDeliveryAdmin(_ReadOnly):
+    list_display = ("id", "created_at", "endpoint", "kind", "item", "tenant", "workflow", "notify_run_id")
+    list_filter = ("kind",)
+    search_fields = ("item", "business_key")
+    redacted_fields = ("body", "summary")
+    raw_id_fields = ("endpoint",)
+    show_full_result_count = False

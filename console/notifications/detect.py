@@ -1,0 +1,158 @@
+"""Finding what needs a person, and creating its deliveries (each sent by a ``system.notify`` run).
+
+Two ways in, both ending in ``deliveries_create_for_runs``, which is idempotent (one delivery
+per (endpoint, kind, item), a unique constraint), so they may overlap freely:
+
+* ``on_run_changed``: the engine's ``run_changed`` signal, after the commit that moved a run to
+  NEEDS_ATTENTION, FAILED or WAITING. It costs the process that committed one indexed query
+  (the active endpoints) for those transitions only, none for a step, a claim or a completion;
+  no query at all when the signal is about any other status.
+* ``on_swept``: after every sweeper pass, the runs in those statuses updated in the last
+  ``WINDOW`` (the index ``run_status_updated``), for what the signal missed: a process killed
+  between its commit and its receivers, an endpoint added after the item appeared.
+
+Runs of ``system.*`` workflows (the notifications themselves) never notify, so a delivery that
+fails or is UNKNOWN is shown in the console and does not feed itself.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from datetime import timedelta
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.urls import reverse
+from django.utils import timezone
+
+from console.notifications.bodies import Item, body_for, clean
+from console.notifications.models import NotificationDelivery, NotificationEndpoint, NotificationKind
+from ledger.models import EffectKind, EffectRecord, EffectStatus
+from sagas.models import OPEN_APPROVAL_STATES, ApprovalRequest, RunStatus, WorkflowRun
+
+log = logging.getLogger("console.notifications")
+
+NOTIFY_WORKFLOW = "system.notify"
+SYSTEM_PREFIX = "system."
+WATCHED = frozenset({RunStatus.NEEDS_ATTENTION, RunStatus.FAILED, RunStatus.WAITING})
+WINDOW = timedelta(minutes=10)
+SWEEP_LIMIT = 500
+K = NotificationKind
+
+
+def _run_items(run: WorkflowRun, unknown: list[EffectRecord], approvals: list[ApprovalRequest]) -> list[Item]:
+    """What about ``run`` needs a person now, one ``Item`` each (``unknown``: its UNKNOWN effects,
+    ``approvals``: its open approvals)."""
+    base: dict[str, Any] = {"run_id": str(run.id), "tenant": run.tenant, "workflow": run.workflow_name,
+                            "business_key": clean(run.business_key, 200)}
+    run_path = reverse("console:run", args=[run.id])
+    message = clean((run.error or {}).get("message", "") if isinstance(run.error, dict) else run.error)
+    items = []
+    if run.status == RunStatus.NEEDS_ATTENTION:
+        for effect in unknown:
+            what = "undo of " if effect.kind == EffectKind.COMPENSATION else ""
+            items.append(Item(kind=K.UNKNOWN_EFFECT, item=f"effect:{effect.id}", **base, path=reverse("console:effects"),
+                              detail=clean(f"{what}{effect.step_name} ({effect.connector}): "
+                                           f"{effect.error_message or 'outcome not known'}")))
+        if run.status_reason == "compensation_failed":
+            items.append(Item(kind=K.COMPENSATION_FAILED, item=f"run:{run.id}", **base, path=run_path,
+                              detail=message or "a compensation failed"))
+        elif run.status_reason == "version_mismatch":
+            items.append(Item(kind=K.VERSION_MISMATCH, item=f"run:{run.id}", **base, path=run_path,
+                              detail=message or f"no live worker runs {run.workflow_name} v{run.version}"))
+    if run.status == RunStatus.FAILED:
+        reason = run.status_reason or "failed"
+        items.append(Item(kind=K.RUN_FAILED, item=f"run:{run.id}", **base, path=run_path,
+                          detail=clean(f"{reason}: {message}" if message else reason)))
+    if run.status in (RunStatus.WAITING, RunStatus.NEEDS_ATTENTION):
+        for approval in approvals:
+            items.append(Item(kind=K.APPROVAL_WAITING, item=f"approval:{approval.id}", **base,
+                              path=reverse("console:approvals"),
+                              detail=clean(f"{approval.step}: {approval.reason} (deadline "
+                                           f"{approval.deadline:%Y-%m-%d %H:%M} UTC)")))
+    return items
+
+
+def _deliver(endpoint: NotificationEndpoint, item: Item) -> bool:
+    """Create the delivery and start its run, in one transaction; False when it exists."""
+    from sagas import start
+
+    try:
+        with transaction.atomic():
+            delivery = NotificationDelivery.objects.create(
+                endpoint=endpoint, kind=item.kind, item=item.item, run_id=item.run_id, tenant=item.tenant,
+                workflow=item.workflow, business_key=item.business_key, summary=item.summary, body={},
+            )
+            delivery.body = body_for(item, endpoint.format, delivery_id=delivery.id)
+            run = start(NOTIFY_WORKFLOW, {"delivery": delivery.id}, business_key=f"delivery-{delivery.id}",
+                        tenant=item.tenant, started_via="notify")
+            delivery.notify_run_id = run.id
+            delivery.save(update_fields=["body", "notify_run_id"])
+    except IntegrityError:  # another process created it first
+        return False
+    return True
+
+
+def deliveries_create_for_runs(runs: Iterable[WorkflowRun]) -> int:
+    """Create the missing deliveries for what these runs need a person for; how many were created.
+    At most four queries for any number of runs (endpoints, UNKNOWN effects, open approvals, the
+    deliveries already made), plus one transaction per delivery created."""
+    endpoints = list(NotificationEndpoint.objects.filter(active=True))
+    if not endpoints:
+        return 0
+    runs = [r for r in runs if r.status in WATCHED and not r.workflow_name.startswith(SYSTEM_PREFIX)]
+    if not runs:
+        return 0
+    attention = [run.id for run in runs if run.status == RunStatus.NEEDS_ATTENTION]
+    unknown: dict[Any, list[EffectRecord]] = {}
+    for effect in EffectRecord.objects.filter(run_id__in=attention, status=EffectStatus.UNKNOWN).only(
+            "id", "run_id", "step_name", "connector", "kind", "error_message") if attention else ():
+        unknown.setdefault(effect.run_id, []).append(effect)
+    waiting = [run.id for run in runs if run.status != RunStatus.FAILED]
+    approvals: dict[Any, list[ApprovalRequest]] = {}
+    for approval in ApprovalRequest.objects.filter(run_id__in=waiting, state__in=OPEN_APPROVAL_STATES).only(
+            "id", "run_id", "step", "reason", "deadline") if waiting else ():
+        approvals.setdefault(approval.run_id, []).append(approval)
+    items = [item for run in runs for item in _run_items(run, unknown.get(run.id, []), approvals.get(run.id, []))]
+    if not items:
+        return 0
+    existing = set(NotificationDelivery.objects.filter(run_id__in={item.run_id for item in items})
+                   .values_list("endpoint_id", "kind", "item"))
+    created = 0
+    for item in items:
+        for endpoint in endpoints:
+            if endpoint.wants(item.kind, item.tenant) and (endpoint.id, item.kind, item.item) not in existing:
+                created += _deliver(endpoint, item)
+    return created
+
+
+def deliveries_create_for_run(run_id: str) -> int:
+    return deliveries_create_for_runs(WorkflowRun.objects.filter(id=run_id).defer("input", "result"))
+
+
+def deliveries_create_recent(*, window: timedelta = WINDOW, limit: int = SWEEP_LIMIT) -> int:
+    """The sweeper's pass: runs in a watched status updated within ``window``."""
+    since = timezone.now() - window
+    runs = (WorkflowRun.objects.filter(status__in=sorted(WATCHED), updated_at__gte=since)
+            .exclude(workflow_name__startswith=SYSTEM_PREFIX).defer("input", "result").order_by("-updated_at")[:limit])
+    return deliveries_create_for_runs(runs)
+
+
+def on_run_changed(sender: Any, run_id: str, status: str, cause: str, **kwargs: Any) -> None:
+    if status in WATCHED:
+        deliveries_create_for_run(run_id)
+
+
+def on_swept(sender: Any, **kwargs: Any) -> None:
+    created = deliveries_create_recent()
+    if created:
+        log.info("notifications: %d delivery(ies) created by the sweeper's pass", created)
+
+
+def connect_signals() -> None:
+    """Called by the console app's ``ready``."""
+    from sagas.signals import run_changed, swept
+
+    run_changed.connect(on_run_changed, dispatch_uid="console.notifications.run_changed")
+    swept.connect(on_swept, dispatch_uid="console.notifications.swept")

@@ -1,0 +1,98 @@
+"""Notifications: the deliveries page (any console role, the user's tenants) and the endpoints'
+configuration (staff only: others get 403, and a POST of theirs is audited as denied)."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from console.notifications import services
+from console.notifications.forms import DeliveriesForm, EndpointForm
+from console.notifications.models import NotificationEndpoint
+from console.notifications.selectors import deliveries_page, endpoint_get, endpoints_all
+from console.views.base import actor_of, viewer_required
+
+
+@require_GET
+@viewer_required
+def deliveries(request: HttpRequest) -> HttpResponse:
+    form = DeliveriesForm(request.GET)
+    valid = form.is_valid()
+    page = deliveries_page(user=request.user, cursor=form.cleaned_data["after"], kind=form.cleaned_data["kind"]) \
+        if valid else None
+    context = {"form": form, "page": page, "kind": form.cleaned_data.get("kind", "") if valid else "",
+               "cursor": request.GET.get("after", "") if valid else "", "is_staff": services.is_staff(request.user)}
+    return render(request, "console/notifications.html", context, status=200 if valid else 400)
+
+
+def _staff_page(request: HttpRequest, action: str, object_id: object) -> None:
+    """403 for anyone but staff; their POST is audited as denied, whatever it carried."""
+    if request.method == "POST":
+        try:
+            services.require_staff(actor_of(request), action, object_id)
+        except services.NotStaff as exc:
+            raise PermissionDenied(str(exc)) from exc
+    elif not services.is_staff(request.user):
+        raise PermissionDenied("only staff configure notifications")
+
+
+def _endpoints_page(request: HttpRequest, form: EndpointForm, status: int = 200) -> HttpResponse:
+    return render(request, "console/notification_endpoints.html",
+                  {"endpoints": list(endpoints_all()), "form": form}, status=status)
+
+
+@require_http_methods(["GET", "POST"])
+@login_required
+def endpoints(request: HttpRequest) -> HttpResponse:
+    _staff_page(request, services.CREATE, "")
+    if request.method == "GET":
+        return _endpoints_page(request, EndpointForm(initial={"kinds": [k for k, _ in EndpointForm.base_fields["kinds"].choices]}))
+    form = EndpointForm(request.POST)
+    if not form.is_valid():
+        return _endpoints_page(request, form, status=400)
+    endpoint = services.endpoint_create(actor=actor_of(request), values=form.values())
+    messages.success(request, f"Endpoint “{endpoint.name}” added. Its signing secret is on its page.")
+    return redirect("console:notification_endpoint", endpoint_id=endpoint.id)
+
+
+def _endpoint_or_404(endpoint_id: int) -> NotificationEndpoint:
+    endpoint = endpoint_get(endpoint_id)
+    if endpoint is None:
+        raise Http404("no such endpoint")
+    return endpoint
+
+
+def _endpoint_page(request: HttpRequest, endpoint: NotificationEndpoint, form: EndpointForm,
+                   status: int = 200) -> HttpResponse:
+    return render(request, "console/notification_endpoint.html", {"endpoint": endpoint, "form": form}, status=status)
+
+
+@require_http_methods(["GET", "POST"])
+@login_required
+def endpoint(request: HttpRequest, endpoint_id: int) -> HttpResponse:
+    _staff_page(request, services.UPDATE, endpoint_id)
+    found = _endpoint_or_404(endpoint_id)
+    if request.method == "GET":
+        initial = {"name": found.name, "url": found.url, "format": found.format, "kinds": found.kinds,
+                   "tenants": ", ".join(found.tenants), "active": found.active}
+        return _endpoint_page(request, found, EndpointForm(initial=initial))
+    form = EndpointForm(request.POST)
+    if not form.is_valid():
+        return _endpoint_page(request, found, form, status=400)
+    services.endpoint_update(actor=actor_of(request), endpoint_id=found.id, values=form.values())
+    messages.success(request, f"Endpoint “{form.values()['name']}” saved.")
+    return redirect("console:notification_endpoint", endpoint_id=found.id)
+
+
+@require_POST
+@login_required
+def endpoint_rotate(request: HttpRequest, endpoint_id: int) -> HttpResponse:
+    _staff_page(request, services.ROTATE, endpoint_id)
+    found = _endpoint_or_404(endpoint_id)
+    services.endpoint_rotate_secret(actor=actor_of(request), endpoint_id=found.id)
+    messages.success(request, "A new signing secret was made; give it to the receiver. The old one no longer signs.")
+    return redirect("console:notification_endpoint", endpoint_id=found.id)

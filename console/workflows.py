@@ -1,0 +1,5 @@
+"""The console's own workflows (found by ``sagas.registry.autodiscover``): ``system.notify``."""
+
+from __future__ import annotations
+
+from console.notifications import workflows  # noqa: F401  (registers system.notify)

@@ -1,0 +1,57 @@
+"""Notifications in a real browser: staff add an endpoint, a real worker delivers to the demo's
+receiver, and the deliveries page and the receiver's page show it. Screenshots of the endpoint
+configuration, the deliveries page and the receiver's page."""
+
+from __future__ import annotations
+
+import re
+
+from django.conf import settings
+
+from console.notifications.detect import deliveries_create_for_run
+from console.notifications.models import NotificationDelivery, NotificationEndpoint
+from demo.models import WebhookArrival
+from tests.console.queue_data import make_effect, make_run
+from tests.procs import wait_until
+
+
+def test_it_configures_an_endpoint_and_shows_its_deliveries(console, users):
+    staff = users["olga"]
+    staff.is_staff = True
+    staff.save()
+    page = console.page("olga")
+
+    page.goto("/notifications/endpoints/")
+    page.fill("input[name=name]", "demo receiver")
+    page.fill("input[name=url]", console.providers_url + "/webhook/receive")
+    page.select_option("select[name=format]", "generic")
+    page.click("button.primary")
+    page.wait_for_url(re.compile(r".*/notifications/endpoints/\d+/$"))
+    assert page.locator("code.secret").inner_text().startswith("whsec_")
+    # The demo receiver checks signatures with its own secret: give the endpoint that one.
+    NotificationEndpoint.objects.filter(name="demo receiver").update(secret=settings.DEMO_WEBHOOK_SECRET)
+    page.goto("/notifications/endpoints/")
+    assert page.locator("#endpoint-1, table.endpoints tbody tr").count() >= 1
+    console.shot(page, "notification_endpoints")
+
+    console.worker("w1")
+    run = make_run(tenant="acme", business_key="order-0012")
+    make_effect(run=run, tenant="acme", step="email", connector="email.send")
+    assert deliveries_create_for_run(str(run.id)) == 1
+    delivery = NotificationDelivery.objects.get()
+    wait_until(lambda: WebhookArrival.objects.filter(signature_ok=True).exists(), 30, what="the arrival")
+
+    page.goto("/notifications/")
+    row = page.locator(f"#delivery-{delivery.id}")
+    wait_until(lambda: (page.reload() or True) and "delivered" in row.inner_text(), 20, interval=0.5,
+               what="the deliveries page to show it delivered")
+    assert "order-0012" in row.inner_text() and "UNKNOWN effect" in row.inner_text()
+    console.shot(page, "notification_deliveries")
+
+    page.goto(console.providers_url + "/webhook/")
+    assert "signature ok" in page.content() and "order-0012" in page.content()
+    console.shot(page, "webhook_receiver")
+
+    viewer = console.page("vic")
+    assert viewer.goto("/notifications/endpoints/").status == 403
+    assert viewer.goto("/notifications/").status == 200

@@ -1,0 +1,288 @@
+"""Notifications: staff configure webhook endpoints; what needs a person becomes one delivery per
+(endpoint, item, kind), sent by real workers as a ledgered effect to the real demo receiver."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import re
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from django.urls import reverse
+
+import tests.console.wf_notify  # noqa: F401  (registers nt_email in this process)
+from console.models import AuditEntry, AuditOutcome
+from console.notifications.detect import deliveries_create_recent
+from console.notifications.models import NotificationDelivery, NotificationEndpoint, NotificationKind
+from console.notifications.selectors import delivery_states
+from demo.models import WebhookArrival
+from demo.providers import faults
+from ledger.connectors import get_connector
+from ledger.models import EffectRecord, EffectStatus
+from sagas import start
+from sagas.models import RunStatus, WorkflowRun
+from sagas.signals import send_run_changed_now
+from tests.console.conftest import client_for
+from tests.console.queue_data import make_approval, make_effect, make_run
+from tests.procs import wait_until, worker_env
+
+ALL_KINDS = list(NotificationKind.values)
+SECRET = "whsec_test-receiver-secret"
+
+
+def endpoint(name="ops", *, url="http://127.0.0.1:9/hook", kinds=ALL_KINDS, tenants=(), active=True,
+             secret=SECRET) -> NotificationEndpoint:
+    return NotificationEndpoint.objects.create(name=name, url=url, kinds=list(kinds), tenants=list(tenants),
+                                               active=active, secret=secret)
+
+
+def form(**values) -> dict:
+    data = {"name": "ops chat", "url": "https://hooks.example.com/T1/B2", "format": "slack",
+            "kinds": ["unknown_effect", "run_failed"], "tenants": "", "active": "on"}
+    data.update(values)
+    return data
+
+
+# --- configuration: staff only, every change audited ---------------------------------------------
+
+
+@pytest.mark.django_db
+def test_it_lets_only_staff_configure_endpoints_and_audits_every_change(people):
+    staff = people["viewer"]
+    staff.is_staff = True
+    staff.save()
+    operator, admin_client = people["operator"], client_for(staff)
+    page = reverse("console:notification_endpoints")
+
+    # Not staff: the page is 403, and a POST is refused and audited as denied, nothing created.
+    assert client_for(operator).get(page).status_code == 403
+    assert client_for(operator).post(page, form()).status_code == 403
+    assert not NotificationEndpoint.objects.exists()
+    denied = AuditEntry.objects.get(action="notification.endpoint_create")
+    assert (denied.actor_label, denied.outcome) == ("olga", AuditOutcome.DENIED)
+
+    # A URL that is not http(s) is a 400 that says so.
+    for bad in ("ftp://example.com/x", "javascript:alert(1)", "https://user:pw@example.com/x", "http:///x"):
+        response = admin_client.post(page, form(url=bad))
+        assert response.status_code == 400, bad
+    assert not NotificationEndpoint.objects.exists()
+
+    response = admin_client.post(page, form())
+    created = NotificationEndpoint.objects.get()
+    assert response.status_code == 302
+    assert created.kinds == ["unknown_effect", "run_failed"] and created.tenants == [] and created.active
+    assert created.secret.startswith("whsec_") and len(created.secret) > 40
+    entry = AuditEntry.objects.get(action="notification.endpoint_create", outcome=AuditOutcome.OK)
+    assert entry.after["url"] == "https://hooks.example.com/T1/B2"
+    assert created.secret not in json.dumps([entry.before, entry.after])
+    # Staff see the secret on the endpoint's page; nobody else opens it.
+    detail = reverse("console:notification_endpoint", args=[created.id])
+    assert created.secret in admin_client.get(detail).content.decode()
+    assert client_for(operator).get(detail).status_code == 403
+
+    admin_client.post(detail, form(tenants="acme, globex", active=""))
+    created.refresh_from_db()
+    assert created.tenants == ["acme", "globex"] and not created.active
+    update = AuditEntry.objects.get(action="notification.endpoint_update")
+    assert update.before["active"] is True and update.after["tenants"] == ["acme", "globex"]
+
+    old = created.secret
+    admin_client.post(reverse("console:notification_endpoint_rotate", args=[created.id]))
+    created.refresh_from_db()
+    assert created.secret != old
+    rotated = AuditEntry.objects.get(action="notification.secret_rotate")
+    assert rotated.after == {"secret": "rotated"} and created.secret not in json.dumps(rotated.after)
+    client_for(operator).post(reverse("console:notification_endpoint_rotate", args=[created.id]))
+    created.refresh_from_db()
+    assert AuditEntry.objects.filter(action="notification.secret_rotate", outcome=AuditOutcome.DENIED).count() == 1
+
+
+# --- detection: one delivery per matching endpoint and item ------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_creates_one_delivery_per_matching_endpoint_for_an_unknown_effect():
+    everything = endpoint("everything")
+    endpoint("failures only", kinds=["run_failed"])
+    endpoint("globex only", tenants=["globex"])
+    endpoint("switched off", active=False)
+    acme = endpoint("acme", tenants=["acme"], kinds=["unknown_effect"])
+    run = make_run(tenant="acme", business_key="order-0012")
+    effect = make_effect(run=run, tenant="acme", step="email", connector="email.send",
+                         error_message="no answer; Authorization: Bearer sk_live_abcdefghijklmnop")
+
+    send_run_changed_now(run.id, RunStatus.NEEDS_ATTENTION, cause="needs_attention")
+    send_run_changed_now(run.id, RunStatus.NEEDS_ATTENTION, cause="needs_attention")  # seen again
+    deliveries_create_recent()  # and by the sweeper's pass
+
+    deliveries = list(NotificationDelivery.objects.order_by("endpoint__name"))
+    assert [(d.endpoint.name, d.kind, d.item) for d in deliveries] == [
+        ("acme", "unknown_effect", f"effect:{effect.id}"), ("everything", "unknown_effect", f"effect:{effect.id}"),
+    ]
+    for d in deliveries:
+        notify = WorkflowRun.objects.get(id=d.notify_run_id)
+        assert (notify.workflow_name, notify.business_key, notify.tenant) == (
+            "system.notify", f"delivery-{d.id}", "acme")
+        assert "sk_live_abcdefghijklmnop" not in json.dumps(d.body)
+    generic = next(d for d in deliveries if d.endpoint_id == everything.id).body
+    assert generic["kind"] == "unknown_effect" and generic["business_key"] == "order-0012"
+    assert generic["run_id"] == str(run.id) and generic["link"].endswith("/effects/")
+    assert {d.endpoint_id for d in deliveries} == {everything.id, acme.id}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_notifies_approvals_failed_runs_and_stranded_versions_but_never_its_own_runs():
+    endpoint("everything", url="http://127.0.0.1:9/x", secret="s")
+    waiting = make_approval()
+    failed = make_run(status=RunStatus.FAILED, reason="workflow_error", error={"message": "boom"})
+    stranded = make_run(reason="version_mismatch")
+    compensation = make_run(reason="compensation_failed")
+    own = make_run(status=RunStatus.FAILED, name="system.notify")
+    make_effect(run=make_run(name="system.notify"))
+
+    created = deliveries_create_recent()
+
+    kinds = sorted(NotificationDelivery.objects.values_list("kind", "item"))
+    assert kinds == sorted([
+        ("approval_waiting", f"approval:{waiting.id}"), ("run_failed", f"run:{failed.id}"),
+        ("version_mismatch", f"run:{stranded.id}"), ("compensation_failed", f"run:{compensation.id}"),
+    ])
+    assert created == 4 and not NotificationDelivery.objects.filter(run_id=own.id).exists()
+
+
+# --- the signature ---------------------------------------------------------------------------------
+
+
+class _Catcher(BaseHTTPRequestHandler):
+    got: list = []
+
+    def do_POST(self):  # noqa: N802
+        raw = self.rfile.read(int(self.headers["Content-Length"]))
+        type(self).got.append((dict(self.headers), raw))
+        self.send_response(204)
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.mark.django_db
+def test_it_signs_every_body_so_the_receiver_can_check_it_with_the_secret_alone():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Catcher)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        hook = endpoint(url=f"http://127.0.0.1:{server.server_address[1]}/hook")
+        body = {"text": "UNKNOWN effect: email", "blocks": []}
+        result = get_connector("webhook.post").execute({"delivery": 7, "endpoint": hook.id, "body": body},
+                                                       key="run-1:post")
+    finally:
+        server.shutdown()
+    headers, raw = _Catcher.got[-1]
+    assert result["status"] == 204 and json.loads(raw) == body
+    assert headers["Idempotency-Key"] == "run-1:post" and headers["X-Saga-Delivery"] == "7"
+    timestamp = headers["X-Saga-Timestamp"]
+    assert abs(int(timestamp) - time.time()) < 60
+    expected = hmac.new(SECRET.encode(), timestamp.encode() + b"." + raw, hashlib.sha256).hexdigest()
+    assert headers["X-Saga-Signature"] == f"sha256={expected}"
+    tampered = hmac.new(SECRET.encode(), timestamp.encode() + b"." + raw.replace(b"email", b"e-mail"),
+                        hashlib.sha256).hexdigest()
+    assert headers["X-Saga-Signature"] != f"sha256={tampered}"
+
+
+# --- real workers, the real demo receiver ------------------------------------------------------------
+
+MODULES = "tests.console.wf_notify"
+
+
+@pytest.fixture
+def receiver(procs, settings):
+    """The demo providers (with their webhook receiver) as a real process, and an endpoint on it."""
+    proc = procs.start("providers", ["manage.py", "demo_providers", "--port", "0"],
+                       worker_env("", DEMO_WEBHOOK_SECRET=SECRET))
+    found = wait_until(lambda: re.search(r"listening on (http://\S+)", proc.log()) or not proc.alive(), 30,
+                       what="the providers to listen")
+    assert proc.alive(), proc.log()
+    settings.DEMO_PROVIDERS_URL = found.group(1)
+    endpoint("demo receiver", url=found.group(1) + "/webhook/receive")
+    return found.group(1)
+
+
+def _worker(procs, name, providers):
+    return procs.worker(name, MODULES, DEMO_PROVIDERS_URL=providers, DEMO_PROVIDER_TIMEOUT="0.3",
+                        NOTIFY_TIMEOUT="60", CONSOLE_URL="http://console.example")
+
+
+def _order_with_unknown_email(number: str):
+    """A real run whose email times out (UNKNOWN), so the worker's engine parks it NEEDS_ATTENTION."""
+    faults.inject("email", "send", "timeout_after_work:1")
+    return start("nt_email", {"id": number}, business_key=number, tenant="acme")
+
+
+def _delivery(run):
+    return NotificationDelivery.objects.filter(run_id=run.id, kind="unknown_effect").first()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_delivers_a_signed_notification_to_the_receiver_seconds_after_an_effect_goes_unknown(procs, receiver):
+    _worker(procs, "w1", receiver)
+    run = _order_with_unknown_email("order-7")
+
+    delivery = wait_until(lambda: _delivery(run), 30, what="a delivery for the UNKNOWN email")
+    wait_until(lambda: delivery_states([delivery.id])[delivery.id] == "delivered", 30, what="delivered")
+
+    [arrival] = WebhookArrival.objects.all()
+    effect = EffectRecord.objects.get(run_id=run.id, step_name="email")
+    latency = (arrival.received_at - effect.updated_at).total_seconds()
+    print(f"UNKNOWN recorded -> notification arrived: {latency * 1000:.0f} ms")
+    assert arrival.signature_ok and arrival.kind == "unknown_effect"
+    assert arrival.body["business_key"] == "order-7" and arrival.body["tenant"] == "acme"
+    assert arrival.body["link"] == "http://console.example/effects/"
+    assert 0 <= latency < 5
+    post = EffectRecord.objects.get(run_id=delivery.notify_run_id, step_name="post")
+    assert (post.status, post.attempts, post.connector) == (EffectStatus.SUCCEEDED, 1, "webhook.post")
+    assert arrival.idempotency_key == post.idempotency_key
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_retries_a_receiver_answering_503_with_back_off_and_delivers_once(procs, receiver):
+    faults.inject("webhook", "receive", "error_before_work", times=2)
+    _worker(procs, "w1", receiver)
+    run = _order_with_unknown_email("order-8")
+
+    delivery = wait_until(lambda: _delivery(run), 30, what="a delivery")
+    wait_until(lambda: delivery_states([delivery.id])[delivery.id] == "delivered", 40, what="delivered")
+
+    post = EffectRecord.objects.get(run_id=delivery.notify_run_id, step_name="post")
+    assert post.attempts == 3
+    # back-off of 1 s, then 2 s, between the three attempts
+    notify = WorkflowRun.objects.get(id=delivery.notify_run_id)
+    assert (notify.finished_at - notify.started_at).total_seconds() >= 3.0
+    assert WebhookArrival.objects.count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_never_delivers_twice_when_the_worker_is_killed_mid_delivery(procs, receiver):
+    # The receiver stores the arrival, then holds its answer: the worker is killed while it waits.
+    faults.inject("webhook", "receive", "timeout_after_work:30")
+    first = _worker(procs, "w1", receiver)
+    run = _order_with_unknown_email("order-9")
+
+    wait_until(lambda: WebhookArrival.objects.exists(), 30, what="the notification to reach the receiver")
+    first.kill()  # SIGKILL of its whole process group, mid-POST
+    _worker(procs, "w2", receiver)
+
+    delivery = _delivery(run)
+    wait_until(lambda: delivery_states([delivery.id])[delivery.id] == "unknown", 30,
+               what="the delivery to be UNKNOWN (another worker cannot know whether it arrived)")
+    time.sleep(2)  # anything that would send it again has had its chance
+    post = EffectRecord.objects.get(run_id=delivery.notify_run_id, step_name="post")
+    assert post.status == EffectStatus.UNKNOWN
+    assert WebhookArrival.objects.filter(idempotency_key=post.idempotency_key).count() == 1
+    assert WebhookArrival.objects.count() == 1
+    assert WorkflowRun.objects.get(id=delivery.notify_run_id).status == RunStatus.NEEDS_ATTENTION
+    # and a notification about a notification is never sent
+    assert not NotificationDelivery.objects.filter(run_id=delivery.notify_run_id).exists()
