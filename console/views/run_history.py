@@ -1,5 +1,10 @@
-"""A run's history beyond the detail page's first page: older pages ("load more", or a page of
-their own without JavaScript) and the whole history as redacted JSON, streamed."""
+"""A run's history: the timeline page (one compact row per journal entry, newest first, a page
+at a time: "older" and "newer" links, a filter by kind, a jump to a seq), the older pages the
+run's page loads with htmx ("load more"), and the whole history as redacted JSON, streamed.
+
+Bad input (a ``before``, ``kind`` or ``seq`` the form refuses, a seq past the run's last entry)
+is a 400: the page with the problem next to the form and no history read with it (a plain-text
+400 to htmx)."""
 
 from __future__ import annotations
 
@@ -14,32 +19,55 @@ from django.http import (
     HttpRequest,
     HttpResponse,
     HttpResponseBadRequest,
+    HttpResponseRedirect,
     StreamingHttpResponse,
 )
 from django.shortcuts import render
+from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from config.redaction import redact
-from console.forms import HistoryPageForm
-from console.selectors.runs import run_history_batches, run_history_page
+from console.history_forms import HistoryPageForm
+from console.selectors.history import history_jump_before, history_timeline, kinds_for
+from console.selectors.runs import run_history_batches
 from console.views.base import get_run_for_user, viewer_required
 from sagas.models import WorkflowRun
+
+
+def _page(request: HttpRequest, run: WorkflowRun, form: HistoryPageForm, *, status: int = 200) -> HttpResponse:
+    context: dict[str, Any] = {"run": run, "form": form, "history": None, "before": None, "kind": ""}
+    if status == 200:
+        before, kind = form.cleaned_data["before"], form.cleaned_data["kind"]
+        context.update(before=before, kind=kind,
+                       history=history_timeline(run.id, before=before, kinds=kinds_for(kind), newer=True))
+    return render(request, "console/run_history.html", context, status=status)
 
 
 @require_GET
 @viewer_required
 def run_history(request: HttpRequest, run_id: UUID) -> HttpResponse:
-    """The next page of history below ``before`` (a seq): the entries and a "load more" item for
-    htmx, or a page of its own without JavaScript."""
+    """The timeline page; to htmx, the rows below ``before`` and a "load more" item."""
     run = get_run_for_user(request, run_id)
     form = HistoryPageForm(request.GET)
     if not form.is_valid():
-        return HttpResponseBadRequest(HistoryPageForm.BEFORE_ERROR, content_type="text/plain; charset=utf-8")
-    before = form.cleaned_data["before"]
-    context = {"run": run, "history": run_history_page(run.id, before=before), "before": before}
-    template = "console/run_history_entries.html" if request.htmx else "console/run_history.html"
-    return render(request, template, context)
+        if request.htmx:
+            return HttpResponseBadRequest(" ".join(form.problems()), content_type="text/plain; charset=utf-8")
+        return _page(request, run, form, status=400)
+    seq = form.cleaned_data["seq"]
+    if seq is not None:
+        if seq > run.last_seq:
+            form.add_error("seq", f"Go to entry: this run has no entry #{seq}; its entries are #1 to #{run.last_seq}.")
+            return _page(request, run, form, status=400)
+        before = history_jump_before(run.last_seq, seq)
+        url = reverse("console:run_history", args=[run.id])
+        return HttpResponseRedirect(f"{url}{f'?before={before}' if before else ''}#seq-{seq}")
+    if request.htmx:
+        before, kind = form.cleaned_data["before"], form.cleaned_data["kind"]
+        history = history_timeline(run.id, before=before, kinds=kinds_for(kind))
+        return render(request, "console/run_history_entries.html",
+                      {"run": run, "history": history, "before": before, "kind": kind})
+    return _page(request, run, form)
 
 
 def _dumps(value: Any) -> str:

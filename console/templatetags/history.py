@@ -1,0 +1,79 @@
+"""The history timeline's small formats: a time to the millisecond (Django's ``date`` filter has
+no milliseconds), a duration as people read it, and a journal entry's payload folded to one line
+that opens to the redacted preview (console/templatetags/payloads.py renders it: the same cap,
+redaction and "show all" link)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from django import template
+from django.utils import dateformat, timezone
+
+from console.templatetags.payloads import payload
+
+register = template.Library()
+
+SUMMARY_CHARS = 90
+
+
+def _duration(value: timedelta) -> str:
+    micros = abs(value) // timedelta(microseconds=1)
+    sign = "−" if value < timedelta(0) else ""
+    if micros < 1000:
+        return f"{sign}{micros / 1000:.1f} ms"
+    if micros < 1_000_000:
+        return f"{sign}{micros // 1000} ms"
+    seconds = micros / 1_000_000
+    if seconds < 60:
+        return f"{sign}{seconds:.1f} s" if seconds < 10 else f"{sign}{seconds:.0f} s"
+    whole = int(seconds)
+    if whole < 3600:
+        return f"{sign}{whole // 60} min {whole % 60} s"
+    if whole < 86400:
+        return f"{sign}{whole // 3600} h {whole % 3600 // 60} min"
+    return f"{sign}{whole // 86400} d {whole % 86400 // 3600} h"
+
+
+@register.filter
+def duration(value: Any) -> str:
+    """``timedelta(seconds=0.0503)`` -> ``50 ms``; ``1.25 s``, ``3 min 4 s``, ``2 h 5 min``,
+    ``3 d 4 h``; negative (clocks of two hosts) with a minus sign; anything else: empty."""
+    return _duration(value) if isinstance(value, timedelta) else ""
+
+
+@register.filter
+def clock(value: Any) -> str:
+    """``23:59:58.345 UTC``: the time of day to the millisecond, in the current time zone, named."""
+    if not isinstance(value, datetime):
+        return ""
+    local = timezone.localtime(value)
+    return f"{dateformat.format(local, 'H:i:s')}.{local.microsecond // 1000:03d} {local.tzname()}"
+
+
+@register.filter
+def full_time(value: Any) -> str:
+    """``Wednesday 4 March 2026, 23:59:58.345 UTC`` (for a title: the date the row leaves out)."""
+    if not isinstance(value, datetime):
+        return ""
+    return f"{dateformat.format(timezone.localtime(value), 'l j F Y')}, {clock(value)}"
+
+
+@register.filter
+def gap(value: Any) -> str:
+    """The time since the entry before: ``+50 ms``, ``+1.2 s``; ``−3 ms`` when that entry was
+    written by a host whose clock is ahead; empty for the first entry."""
+    if not isinstance(value, timedelta):
+        return ""
+    return _duration(value) if value < timedelta(0) else "+" + _duration(value)
+
+
+@register.inclusion_tag("console/run_history_payload.html")
+def entry_payload(value: Any, url: str) -> dict[str, Any]:
+    """A payload folded into ``<details>``: the summary is the start of the redacted preview
+    on one line; opened, the preview itself (and its "show all of it" link when cut)."""
+    context = payload(value, url)
+    line = " ".join(context["preview"].split())
+    context["summary"] = line if len(line) <= SUMMARY_CHARS else line[: SUMMARY_CHARS - 1] + "…"
+    return context
