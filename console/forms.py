@@ -140,16 +140,19 @@ class RunFilterForm(PageForm):
     ``from`` and ``to`` take a date (the whole day: its start for ``from``, the next day's start
     for ``to``) or a date and time, in the server's time zone unless they name one. A damaged
     cursor shows the first page with a note (``notes``), not an error; so does a search that
-    looks like a run id but is not one (it is searched as a business key prefix).
+    looks like a run id but is not one (it is searched as part of a business key).
     """
 
-    PARAMS = ("q", "status", "workflow", "version", "tenant", "from", "to")
+    PARAMS = ("q", "status", "workflow", "version", "tenant", "from", "to", "reason")
 
     q = forms.CharField(required=False, max_length=MAX_FILTER_CHARS, error_messages=_too_long("Search"))
     status = forms.CharField(required=False, max_length=40, error_messages=_messages("Status"))
     workflow = forms.CharField(required=False, max_length=MAX_FILTER_CHARS, error_messages=_too_long("Workflow"))
     version = forms.CharField(required=False, max_length=20, error_messages=_messages("Version"))
     tenant = forms.CharField(required=False, max_length=MAX_FILTER_CHARS, error_messages=_too_long("Tenant"))
+    # Why the runs stopped or failed (``status_reason``; comma-separated: any of them). The
+    # overview's queue lines link here with it, so each lists exactly what it counts.
+    reason = forms.CharField(required=False, max_length=MAX_FILTER_CHARS, error_messages=_too_long("Reason"))
     after = CursorField(key=uuid.UUID, forgiving=True)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -224,7 +227,7 @@ class RunFilterForm(PageForm):
             try:
                 uuid.UUID(search)
             except ValueError:
-                self.notes.append(f"{_quoted(search)} is not a valid run id; it is searched as a business key prefix.")
+                self.notes.append(f"{_quoted(search)} is not a valid run id; it is searched as part of a business key.")
         if str(self.data.get("after") or "").strip() and data.get("after") is None:
             self.notes.append("The page link was damaged (its cursor is not one this page makes); "
                               "showing the first page.")
@@ -233,7 +236,8 @@ class RunFilterForm(PageForm):
     def filters(self) -> RunFilters:
         d = self.cleaned_data
         return RunFilters(status=d["status"], workflow=d["workflow"], version=d["version"], tenant=d["tenant"],
-                          created_from=d["from"], created_to=d["to"], search=d["q"])
+                          created_from=d["from"], created_to=d["to"], search=d["q"],
+                          reasons=tuple(sorted({r.strip() for r in d["reason"].split(",") if r.strip()})))
 
 
 # --- the audit log -------------------------------------------------------------------------
@@ -308,12 +312,28 @@ class EffectResolveForm(ActionForm):
 
 
 class ApprovalDecideForm(ActionForm):
-    """Approve or reject an approval, with an optional comment."""
+    """Approve (an optional comment) or reject: a rejection stops the run and compensates what it
+    did, so it needs a reason (the comment) and the box ``confirm`` ticked, saying so."""
+
+    REASON_REQUIRED = ("A reason is required to reject: it goes into the audit log and the run's history. "
+                       "Nothing was changed.")
+    CONFIRM_REQUIRED = ("Rejecting stops the run and compensates it (its completed effects are undone): tick "
+                        "“I understand the run will be compensated” to confirm. Nothing was changed.")
 
     decision = forms.ChoiceField(choices=[("approve", "approve"), ("reject", "reject")],
                                  error_messages={"required": "decision must be approve or reject",
                                                  "invalid_choice": "decision must be approve or reject"})
     comment = text_field("Comment", MAX_TEXT_CHARS)
+    confirm = text_field("Confirmation", 20)
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        if data.get("decision") == "reject":
+            if not (data.get("comment") or "").strip():
+                self.add_error("comment", self.REASON_REQUIRED)
+            if data.get("confirm") != "compensate":
+                self.add_error("confirm", self.CONFIRM_REQUIRED)
+        return data
 
 
 class LoginForm(AuthenticationForm):

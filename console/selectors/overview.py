@@ -1,5 +1,11 @@
 """Reads for the overview page: runs by status, the queues that need a person, runs per minute.
 
+Every queue line is counted from the very queryset of the page it links to: the unknown
+effects from ``effects_ambiguous`` (UNKNOWN and stuck IN_PROGRESS, as the effects queue lists
+them), the approvals from ``approvals_open`` (the inbox), and each runs line from
+``runs_filtered`` with the filters its link carries. So a count and its page differ only by
+what changed between the two reads.
+
 Everything is counted within the user's tenants (console/selectors/tenancy.py).
 Three queries whatever the data: one count by status, one ``UNION ALL`` of the queues' counts
 and oldest items, one for the per-minute chart. The page is re-rendered on every push to every
@@ -8,80 +14,122 @@ open overview, so its cost is paid often.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
+from urllib.parse import urlencode
 
 from django.db import connection
-from django.db.models import CharField, Count, F, Min, QuerySet, Value
+from django.db.models import CharField, Count, Min, QuerySet, Value
+from django.db.models.functions import Coalesce, Concat
+from django.urls import reverse
 from django.utils import timezone
 
-from console.selectors.tenancy import User, scope, scope_runs, tenants_of
-from ledger.models import EffectRecord, EffectStatus
-from sagas.models import (
-    OPEN_APPROVAL_STATES,
-    ApprovalRequest,
-    CompensationItem,
-    CompensationItemState,
-    RunStatus,
-    WorkflowRun,
+from console.selectors.queues import approvals_open, effects_ambiguous
+from console.selectors.runs import RunFilters, runs_filtered
+from console.selectors.tenancy import User, scope_runs, tenants_of
+from sagas.models import RunStatus, WorkflowRun
+
+NA = RunStatus.NEEDS_ATTENTION
+# Runs that stopped for a person, by the reasons the engine records (sagas/errors.py): one line
+# each (key, label, the reasons it counts). The other NEEDS_ATTENTION reasons are items of the
+# effects queue (effect_unknown) or the approvals inbox (approval_escalated).
+RUN_QUEUES = (
+    ("failed_compensations", "Failed compensations", ("compensation_failed", "compensation_unknown")),
+    ("version_mismatch", "Version mismatches", ("version_mismatch",)),
+    ("budget_exceeded", "Exhausted budgets", ("budget_exceeded",)),
+    ("non_determinism", "Non-deterministic runs", ("non_determinism",)),
 )
-
-# (label, key in the union, the page that works the queue)
-QUEUES = (
-    ("Unknown effects", "unknown_effects", "console:effects"),
-    ("Pending approvals", "approvals", "console:approvals"),
-    ("Failed compensations", "failed_compensations", "console:runs"),
-    ("Version mismatches", "version_mismatch", "console:versions"),
-    ("Exhausted budgets", "budget_exceeded", "console:runs"),
-)
-# NEEDS_ATTENTION reasons that are queues of their own (the key is the reason)
-_ATTENTION_QUEUES = ("version_mismatch", "budget_exceeded")
+# Why a FAILED run failed (WorkflowRun.status_reason, set by sagas.engine), as people say it.
+FAILED_REASONS = {
+    "step_failed": "a step failed",
+    "workflow_error": "the workflow raised an error",
+    "approval_rejected": "an approval was rejected",
+}
+_FAILED_PREFIX = "failed:"
 
 
-def _age(since: datetime | None) -> float | None:
-    return (timezone.now() - since).total_seconds() if since else None
+@dataclass(frozen=True)
+class QueueLine:
+    """One line of "Needs a person": how many items, since when the oldest waits, and the page
+    that lists exactly those items. ``sub``: a line that details the one above it."""
+
+    key: str
+    label: str
+    count: int
+    oldest: datetime | None
+    url: str
+    sub: bool = False
+
+    @property
+    def age(self) -> float | None:
+        """Seconds the oldest item has waited (None: the queue is empty)."""
+        return (timezone.now() - self.oldest).total_seconds() if self.oldest else None
 
 
-def _queue(qs: QuerySet[Any], key: str, oldest: str) -> QuerySet[Any]:
-    """One row: ``(key, count, oldest)`` of ``qs`` (an aggregate without GROUP BY)."""
+def runs_url(*, status: str, reasons: tuple[str, ...] = ()) -> str:
+    """The runs list filtered to ``status`` and (any of) ``reasons``."""
+    params = {"status": status, **({"reason": ",".join(reasons)} if reasons else {})}
+    return f"{reverse('console:runs')}?{urlencode(params)}"
+
+
+def _counted(qs: QuerySet[Any], key: str, oldest: Any) -> QuerySet[Any]:
+    """One row: ``(key, n, oldest)`` of ``qs`` (an aggregate without GROUP BY)."""
     return qs.annotate(key=Value(key, output_field=CharField())).values("key").annotate(
         n=Count("pk"), oldest=Min(oldest)).order_by()
 
 
 def _queues(user: User) -> dict[str, tuple[int, datetime | None]]:
     """Every queue's size and the time its oldest item started waiting, in one query."""
-    unknown = scope(EffectRecord.objects.filter(status=EffectStatus.UNKNOWN), user)
-    approvals = scope(ApprovalRequest.objects.filter(state__in=OPEN_APPROVAL_STATES,
-                                                     run__status__in=[RunStatus.WAITING, RunStatus.NEEDS_ATTENTION]),
-                      user, field="run__tenant")
-    failed = scope(CompensationItem.objects.filter(state__in=[CompensationItemState.FAILED,
-                                                              CompensationItemState.UNKNOWN]),
-                   user, field="plan__run__tenant")
-    attention = (
-        scope_runs(WorkflowRun.objects.filter(status=RunStatus.NEEDS_ATTENTION, status_reason__in=_ATTENTION_QUEUES),
-                   user)
-        .values(key=F("status_reason")).annotate(n=Count("pk"), oldest=Min("updated_at")).order_by()
-    )
-    union = _queue(unknown, "unknown_effects", "intent_at").union(
-        _queue(approvals, "approvals", "requested_at"),
-        _queue(failed, "failed_compensations", "plan__created_at"),
-        attention,
-        all=True,
-    )
+    parts = [
+        _counted(effects_ambiguous(user=user), "unknown_effects", Coalesce("dispatched_at", "intent_at")),
+        _counted(approvals_open(user=user), "approvals", "requested_at"),
+        *(_counted(runs_filtered(RunFilters(status=NA, reasons=reasons), user=user), key, "updated_at")
+          for key, _, reasons in RUN_QUEUES),
+        runs_filtered(RunFilters(status=RunStatus.FAILED), user=user)
+        .values(key=Concat(Value(_FAILED_PREFIX), "status_reason", output_field=CharField()))
+        .annotate(n=Count("pk"), oldest=Min("updated_at")).order_by(),
+    ]
+    union = parts[0].union(*parts[1:], all=True)
     return {row["key"]: (row["n"], row["oldest"]) for row in union}
+
+
+def _failed_lines(found: dict[str, tuple[int, datetime | None]]) -> list[QueueLine]:
+    """FAILED runs, then one line per reason they failed for (most first)."""
+    by_reason = sorted(((k.removeprefix(_FAILED_PREFIX), n, oldest) for k, (n, oldest) in found.items()
+                        if k.startswith(_FAILED_PREFIX)), key=lambda r: (-r[1], r[0]))
+    olds = [oldest for _, _, oldest in by_reason if oldest]
+    lines = [QueueLine("failed_runs", "Failed runs", sum(n for _, n, _ in by_reason), min(olds) if olds else None,
+                       runs_url(status=RunStatus.FAILED))]
+    for reason, n, oldest in by_reason:
+        label = FAILED_REASONS.get(reason, reason or "no reason recorded")
+        lines.append(QueueLine(f"failed_runs:{reason}", label, n, oldest,
+                               runs_url(status=RunStatus.FAILED, reasons=(reason,)) if reason else
+                               runs_url(status=RunStatus.FAILED), sub=True))
+    return lines
+
+
+def queue_lines(*, user: User) -> list[QueueLine]:
+    found = _queues(user)
+
+    def line(key: str, label: str, url: str) -> QueueLine:
+        n, oldest = found.get(key, (0, None))
+        return QueueLine(key, label, n, oldest, url)
+
+    return [
+        line("unknown_effects", "Unknown effects", reverse("console:effects")),
+        line("approvals", "Pending approvals", reverse("console:approvals")),
+        *(line(key, label, runs_url(status=NA, reasons=reasons)) for key, label, reasons in RUN_QUEUES),
+        *_failed_lines(found),
+    ]
 
 
 def overview(*, user: User) -> dict[str, Any]:
     runs = scope_runs(WorkflowRun.objects.all(), user)
     counts = dict(runs.values_list("status").annotate(n=Count("id")).values_list("status", "n"))
-    found = _queues(user)
-    queues = []
-    for label, key, url in QUEUES:
-        n, oldest = found.get(key, (0, None))
-        queues.append((label, n, _age(oldest), url))
     return {
         "status_counts": [(s, counts.get(s, 0)) for s in RunStatus.values],
-        "queues": queues,
+        "queues": queue_lines(user=user),
         "per_minute": runs_per_minute(user=user),
     }
 
@@ -109,10 +157,5 @@ def runs_per_minute(*, user: User, minutes: int = 60) -> list[dict[str, Any]]:
         rows = cur.fetchall()
     started = {m: int(s) for m, s, _ in rows if s}
     finished = {m: int(f) for m, _, f in rows if f}
-    minutes_list = [since + timedelta(minutes=i) for i in range(minutes)]
-    peak = max([*started.values(), *finished.values(), 1])
-    return [
-        {"minute": m, "started": started.get(m, 0), "finished": finished.get(m, 0),
-         "started_pct": round(100 * started.get(m, 0) / peak), "finished_pct": round(100 * finished.get(m, 0) / peak)}
-        for m in minutes_list
-    ]
+    return [{"minute": m, "started": started.get(m, 0), "finished": finished.get(m, 0)}
+            for m in (since + timedelta(minutes=i) for i in range(minutes))]
