@@ -14,7 +14,8 @@ order number ``n``                          what it meets
 ``n % 10 == 7``                             ``final`` on ``inventory.reserve``: the run fails
                                             and compensates (the capture is refunded)
 ``n % 3 == 0``                              its shipment approval is left for a person
-every other order                           approved by the ``demo-bot`` user after a moment
+every other order                           approved by the ``demo-bot`` user after a moment,
+                                            audited as ``system: approver-bot``
 =========================================  ==================================================
 
 A fault is injected into the providers' fault table (``demo.providers.faults.inject``)
@@ -48,17 +49,19 @@ from django.utils import timezone
 
 from config.storage import OUTAGES, POSTGRES, REDIS, Backoff, is_storage_error, note_failure, note_success
 from console import roles
+from console.services.actions import Actor, Denied, Refused
+from console.services.queues import approval_act
 from demo.models import ProviderFault
 from demo.providers.faults import FINAL, TIMEOUT_AFTER_WORK, inject
 from ledger.models import EffectKind, EffectRecord, EffectStatus
 from sagas import start
-from sagas.errors import AlreadyDecided, RunFinished
 from sagas.models import OPEN_APPROVAL_STATES, TERMINAL_STATUSES, ApprovalRequest, ApprovalState, RunStatus, WorkflowRun
 from sagas.queue import redis_connection
-from sagas.waits import approval_decide
 
 WORKFLOW = "order_agent"
 BOT_USERNAME = "demo-bot"
+BOT_ACTOR = "approver-bot"  # how the audit log names it: "system: approver-bot"
+BOT_COMMENT = "auto-approved by the demo bot: address verified, low value"
 UNKNOWN_EMAIL_CAP = 6
 HUMAN_APPROVAL_CAP = 8
 BACKLOG_CAP = 25
@@ -109,6 +112,19 @@ def bot_user() -> AbstractBaseUser:
         user.save()
     user.groups.add(Group.objects.get(name=roles.APPROVER))
     return user
+
+
+def bot_approve(approval_id: int, bot: AbstractBaseUser) -> bool:
+    """Approve as the demo's approver bot, through the console's action frame like a person's
+    decision: role and four-eyes checked, and one audit entry by ``system: approver-bot`` in the
+    decision's transaction. False when it was not approved (someone was quicker, or the run
+    ended): that refusal is audited too."""
+    try:
+        approval_act(Actor(user=bot, ip=None, system=BOT_ACTOR), approval_id=approval_id, approve=True,
+                     comment=BOT_COMMENT, expected=ApprovalState.PENDING)
+    except (Refused, Denied):
+        return False
+    return True
 
 
 @dataclass
@@ -273,10 +289,6 @@ class LoadGenerator:
             requested_at__lte=timezone.now() - timedelta(seconds=self.bot_delay),
         ).values_list("id", "run_id")
         for approval_id, run_id in due:
-            try:
-                approval_decide(approval_id=approval_id, user=self._bot, approve=True,
-                                comment="auto-approved by the demo bot: address verified, low value")
+            if bot_approve(approval_id, self._bot):  # False: a person (or a cancellation) was quicker
                 self.bot_approvals += 1
-            except (AlreadyDecided, RunFinished):
-                pass  # a person (or a cancellation) was quicker
             self._for_bot.discard(str(run_id))

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -22,6 +23,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 
 from console import roles
+from console.actors import system_label
 from console.models import AuditEntry, AuditOutcome
 from console.selectors.tenancy import object_tenant
 from console.services.limits import clip_text
@@ -52,12 +54,16 @@ class Incomplete(Exception):
 
 @dataclass(frozen=True)
 class Actor:
+    """Who acts: a person, or an automated actor acting with a user's roles (``system``: its name,
+    such as "approver-bot"; the audit log names it ``system: approver-bot``, ``console.actors``)."""
+
     user: AbstractBaseUser
     ip: str | None
+    system: str = ""
 
     @property
     def label(self) -> str:
-        return self.user.get_username()
+        return system_label(self.system) if self.system else self.user.get_username()
 
 
 @dataclass(frozen=True)
@@ -70,6 +76,14 @@ class Target:
     snapshot: Callable[[], dict[str, Any]]  # what the audit log shows as before/after; has "state"
     stale: Callable[[dict[str, Any], str], str]  # the refusal when the state is not the one seen
     same: Callable[[str, str], bool] = operator.eq  # (seen, now) -> is it the state the person saw?
+
+
+_acting: ContextVar[bool] = ContextVar("console_action", default=False)
+
+
+def in_action() -> bool:
+    """Whether a console action (``perform``) is running: what it changes, it audits itself."""
+    return _acting.get()
 
 
 MISSING_EXPECTED = ("The form did not say which state you saw, so it cannot be checked that nothing changed "
@@ -112,6 +126,7 @@ def perform(
         audit_denied(actor, action, target.object_type, target.object_id, reason=reason)
         raise Denied(f"{actor.label} may not {action.replace('.', ' ')}: it needs the {roles.ACTION_ROLES[action]} role")
     seen: dict[str, Any] | None = None
+    acting = _acting.set(True)
     try:
         with transaction.atomic():
             target.lock()
@@ -134,6 +149,8 @@ def perform(
         _audit(actor, action, target.object_type, target.object_id, outcome=AuditOutcome.REFUSED, reason=reason,
                before=seen, message=message)
         raise Refused(message) from exc
+    finally:
+        _acting.reset(acting)
 
 
 def at_time(when: datetime | None) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from console.services.actions import Actor, Refused, Target, at_time, perform
+from console.services.actions import Actor, Incomplete, Refused, Target, at_time, perform
 from ledger.models import EffectRecord, EffectStatus
 from ledger.reconcile import reconcile_effect
 from ledger.services import effect_resolve
@@ -97,10 +97,19 @@ def effect_manual_resolve(actor: Actor, *, effect_id: int, outcome: str, downstr
     )
 
 
+REJECT_NEEDS_A_REASON = ("A reason is required to reject: the run stops and is compensated, and the reason goes "
+                         "into the audit log and its history. Nothing was changed.")
+
+
 def approval_act(actor: Actor, *, approval_id: int, approve: bool, comment: str, expected: str | None) -> Any:
-    """``expected``: the approval's state the approver saw (required)."""
-    return perform(
-        actor, "approval.approve" if approve else "approval.reject", _approval_target(approval_id), reason=comment,
-        expected=expected,
-        change=lambda: approval_decide(approval_id=approval_id, user=actor.user, approve=approve, comment=comment),
-    )
+    """``expected``: the approval's state the approver saw (required). A rejection fails the run,
+    which compensates what it did: it needs a reason (``comment``; ``Incomplete`` without one,
+    audited as refused)."""
+
+    def change() -> Any:
+        if not approve and not comment.strip():
+            raise Incomplete(REJECT_NEEDS_A_REASON)
+        return approval_decide(approval_id=approval_id, user=actor.user, approve=approve, comment=comment)
+
+    return perform(actor, "approval.approve" if approve else "approval.reject", _approval_target(approval_id),
+                   reason=comment, expected=expected, change=change)

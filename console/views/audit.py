@@ -21,7 +21,7 @@ from django.views.decorators.http import require_GET
 from config.redaction import redact, redact_text
 from console.forms import AuditFilterForm
 from console.models import AuditEntry
-from console.selectors.audit import AuditFilters, audit_known_values, audit_page
+from console.selectors.audit import AuditFilters, audit_known_values, audit_page, audit_rows
 from console.views.base import live_context, viewer_required
 
 AUDIT_FRAGMENT = "audit_log"
@@ -34,10 +34,10 @@ _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
 def _audit_context(user: AbstractBaseUser, params: Mapping[str, str]) -> dict[str, Any]:
     form = AuditFilterForm(params)
-    valid = form.is_valid()
+    page = audit_page(form.filters(), user=user, cursor=form.cursor) if form.is_valid() else None
     return {"form": form, "cursor": form.cursor_text, "known": audit_known_values(),
-            "filter_qs": urlencode(form.filter_params()),
-            "page": audit_page(form.filters(), user=user, cursor=form.cursor) if valid else None}
+            "filter_qs": urlencode(form.filter_params()), "page": page,
+            "rows": audit_rows(page.items, user=user) if page is not None else []}
 
 
 def audit_fragment(user: AbstractBaseUser, params: dict[str, str]) -> str:

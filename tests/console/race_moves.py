@@ -122,7 +122,8 @@ def run_move(who: str, kind: str, run: WorkflowRun) -> Move:
 
 def decide_move(who: str, kind: str, approval: ApprovalRequest) -> Move:
     return Move(who, kind, reverse("console:approval_decide", args=[approval.id]),
-                {"decision": kind, "comment": f"{kind} by {who}", "expected": approval.state},
+                {"decision": kind, "comment": f"{kind} by {who}", "expected": approval.state,
+                 **({"confirm": "compensate"} if kind == "reject" else {})},
                 f"approval.{kind}", "approval", str(approval.id), approval.state)
 
 

@@ -100,7 +100,8 @@ def test_it_refuses_a_double_decision_with_who_and_when(people):
     approval.refresh_from_db()
 
     response = client_for(people["approver2"]).post(reverse("console:approval_decide", args=[approval.id]),
-                                                    {"decision": "reject", "expected": "PENDING"})
+                                                    {"decision": "reject", "comment": "wrong address",
+                                                     "confirm": "compensate", "expected": "PENDING"})
 
     assert response.status_code == 409
     assert f"already approved by ann at {approval.decided_at:%Y-%m-%d %H:%M:%S} UTC" in text(response)

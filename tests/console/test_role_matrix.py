@@ -65,7 +65,8 @@ def _target(action: str, settings) -> tuple[str, dict, callable]:
         )
         approve = action == "approval.approve"
         return (f"/approvals/{approval.id}/decide/",
-                {"decision": "approve" if approve else "reject", "comment": "checked", "expected": "PENDING"},
+                {"decision": "approve" if approve else "reject", "comment": "checked", "expected": "PENDING",
+                 "confirm": "compensate"},
                 lambda: ApprovalRequest.objects.get(id=approval.id).state
                 == (ApprovalState.APPROVED if approve else ApprovalState.REJECTED))
     if action == "run.cancel":

@@ -1,19 +1,37 @@
+"""``manage.py createuser <name> --role <role> [--staff]``: create or update a console user.
+
+``--staff`` opens the Django admin to them read-only: ``is_staff`` and the view permission of
+every model, and no add, change or delete permission (the console's admin policy keeps the
+engine's tables read-only for everyone anyway: console/admin.py). ``--no-staff`` takes that away;
+without either, an existing user's staff status is left as it is. Managing users and roles in
+the admin takes a superuser (``createsuperuser``).
+
+The role change is audited (``user.roles``) as made by ``system: createuser``.
+"""
+
 from __future__ import annotations
 
+import argparse
 import secrets
 
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Group
+from django.contrib.auth.models import Group, Permission
 from django.contrib.auth.password_validation import validate_password
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
+from django.db import transaction
 
 from console import roles
+from console.actors import system_label
 from console.models import TenantScope
+from console.user_audit import role_changes
+
+ACTOR = system_label("createuser")
 
 
 class Command(BaseCommand):
-    help = "Create (or update) a console user with one or more roles: viewer, operator, approver."
+    help = ("Create (or update) a console user with one or more roles: viewer, operator, approver; "
+            "--staff: read-only access to the Django admin.")
 
     def add_arguments(self, parser):  # type: ignore[no-untyped-def]
         parser.add_argument("username")
@@ -24,6 +42,9 @@ class Command(BaseCommand):
         parser.add_argument("--email", default="")
         parser.add_argument("--tenants", default=None,
                             help="comma-separated tenants the user is limited to (default: every tenant)")
+        parser.add_argument("--staff", action=argparse.BooleanOptionalAction, default=None,
+                            help="--staff: may open the Django admin, read-only (view permissions only); "
+                                 "--no-staff: may not; default: unchanged (not staff for a new user)")
 
     def handle(self, *args, **options):  # type: ignore[no-untyped-def]
         roles.ensure_groups()
@@ -32,6 +53,7 @@ class Command(BaseCommand):
             raise CommandError("the username cannot be empty")
         tenants = _tenants(options["tenants"])
         password = options["password"] or secrets.token_urlsafe(16)
+        staff = options["staff"]
         model = get_user_model()
         # Checked before anything is written, against the user as they would be (similarity to
         # the username and e-mail): a refused password creates and changes nothing.
@@ -40,15 +62,21 @@ class Command(BaseCommand):
             validate_password(password, user=candidate)
         except ValidationError as exc:
             raise CommandError(f"password refused, nothing was changed: {' '.join(exc.messages)}") from None
-        user, created = model.objects.get_or_create(username=username, defaults={"email": options["email"]})
-        user.set_password(password)
-        user.save()
-        user.groups.set(Group.objects.filter(name__in=options["role"]))
-        if tenants is not None:
-            TenantScope.objects.update_or_create(user=user, defaults={"tenants": tenants})
+        with transaction.atomic(), role_changes(label=ACTOR):
+            user, created = model.objects.get_or_create(username=username, defaults={"email": options["email"]})
+            user.set_password(password)
+            if staff is not None:
+                user.is_staff = staff
+            user.save()
+            user.groups.set(Group.objects.filter(name__in=options["role"]))
+            if staff is not None:
+                user.user_permissions.set(Permission.objects.filter(codename__startswith="view_") if staff else [])
+            if tenants is not None:
+                TenantScope.objects.update_or_create(user=user, defaults={"tenants": tenants})
         self.stdout.write(
             f"{'created' if created else 'updated'} {username} ({', '.join(sorted(options['role']))}"
-            f"{'; tenants: ' + ', '.join(tenants) if tenants else ''}); "
+            f"{'; tenants: ' + ', '.join(tenants) if tenants else ''}"
+            f"{'; staff (read-only admin)' if user.is_staff else ''}); "
             f"password: {password}"
         )
 
