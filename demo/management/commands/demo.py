@@ -57,10 +57,32 @@ if TYPE_CHECKING:
     from demo.loadgen import LoadGenerator
 
 STATUS_EVERY = 10.0
-# (username, role); the passwords are random, kept in <run dir>/demo-users.txt
-USERS = (("operator", "operator"), ("approver", "approver"), ("auditor", "viewer"))
+# (username, role, staff); the passwords are random, kept in <run dir>/demo-users.txt. The auditor
+# is staff: the Django admin, read-only (createuser --staff).
+USERS = (("operator", "operator", False), ("approver", "approver", False), ("auditor", "viewer", True))
 ROLE_HINTS = {"operator": "reconcile, retry, cancel, compensate", "approver": "approve or reject shipments",
               "viewer": "reads everything, changes nothing"}
+
+
+def ensure_demo_users(path: Path) -> list[tuple[str, str, str]]:
+    """The three demo logins ``(username, role, password)``, created or updated; the passwords
+    are kept in ``path`` so a restarted demo prints the same ones."""
+    stored: dict[str, str] = {}
+    if path.exists():
+        for line in path.read_text().splitlines():
+            parts = line.split()
+            if len(parts) == 3 and not line.startswith("#"):
+                stored[parts[0]] = parts[2]
+    users = []
+    for username, role, staff in USERS:
+        password = stored.get(username) or secrets.token_urlsafe(12)
+        call_command("createuser", username, role=[role], password=password, staff=staff, stdout=io.StringIO())
+        users.append((username, role, password))
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write("# Saga Console demo logins: username role password\n")
+        handle.writelines(f"{u} {r} {p}\n" for u, r, p in users)
+    return users
 
 
 def _port_free(port: int) -> bool:
@@ -196,6 +218,7 @@ class Command(BaseCommand):
 
     def _product(self) -> None:
         from demo.loadgen import LoadGenerator
+        from demo.notify import demo_endpoint_configure
         from demo.providers import faults
 
         o = self.options
@@ -207,10 +230,12 @@ class Command(BaseCommand):
         if providers_url is None:
             return
         self.sup.env["DEMO_PROVIDERS_URL"] = providers_url
+        demo_endpoint_configure(providers_url=providers_url)  # notifications go to the providers' receiver
         url = self._start_console(o["port"])
         if url is None:
             return
         self.lock.publish(url=url)  # what a second demo started in this run directory is told
+        self.sup.env["CONSOLE_URL"] = url  # the links in notifications
         self.workers = ("worker-1", "worker-2")
         for name in self.workers:
             forget_rq_worker(name)  # a registration left by a demo that was SIGKILLed
@@ -219,27 +244,11 @@ class Command(BaseCommand):
         self.sup.spawn("reconciler", "manage.py", "ledger_reconcile", "--loop")
         load = LoadGenerator(interval=o["interval"], log=self.say)
         self._banner(url, users, o)
+        self.say(f"Notifications (UNKNOWN effects, approvals, failures) arrive at {providers_url}/webhook/\n")
         self._loop(load, o)
 
     def _users(self) -> list[tuple[str, str, str]]:
-        """The three demo logins; passwords kept in demo-users.txt so a restarted demo prints the same."""
-        path = self.run_dir / "demo-users.txt"
-        stored: dict[str, str] = {}
-        if path.exists():
-            for line in path.read_text().splitlines():
-                parts = line.split()
-                if len(parts) == 3 and not line.startswith("#"):
-                    stored[parts[0]] = parts[2]
-        users = []
-        for username, role in USERS:
-            password = stored.get(username) or secrets.token_urlsafe(12)
-            call_command("createuser", username, role=[role], password=password, stdout=io.StringIO())
-            users.append((username, role, password))
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as handle:
-            handle.write("# Saga Console demo logins: username role password\n")
-            handle.writelines(f"{u} {r} {p}\n" for u, r, p in users)
-        return users
+        return ensure_demo_users(self.run_dir / "demo-users.txt")
 
     def _start_providers(self) -> str | None:
         log = self.run_dir / "providers.log"
@@ -286,7 +295,8 @@ class Command(BaseCommand):
         self.say(f"\nSaga Console: {url}")
         for username, role, password in users:
             self.say(f"  log in as {username:<{width}}  password {password}   ({role}: {ROLE_HINTS[role]})")
-        self.say(f"  (the logins are kept in {shown(self.run_dir / 'demo-users.txt')})")
+        self.say(f"  (the logins are kept in {shown(self.run_dir / 'demo-users.txt')}; auditor also opens "
+                 f"the Django admin, read-only: {url}admin/)")
         kills = f"a worker is SIGKILLed every {o['kill_every']:g}s" if o["kill_every"] else "no worker kills"
         self.say(
             f"load: an order agent every {o['interval']:g}s (model steps, capture, reserve, approval, ship, email); "
