@@ -5,8 +5,10 @@ Gauges (the state now, a handful of index reads, no tenant labels):
 
 * ``sagas_runs{status}``: runs by status;
 * ``sagas_attention_items{kind}`` and ``sagas_attention_oldest_age_seconds{kind}``: what needs a
-  person, as the overview counts it: ``unknown_effect``, ``pending_approval``,
-  ``failed_compensation``, ``version_mismatch``, ``budget_exceeded``, ``failed_run``;
+  person, each kind a line of the overview's "Needs a person", counted by the same selector
+  (``console.selectors.overview.queue_lines``) for every tenant: ``unknown_effects``,
+  ``approvals``, ``failed_compensations``, ``version_mismatch``, ``budget_exceeded``,
+  ``non_determinism``, ``failed_runs``; and ``sagas_failed_runs{reason}``, the FAILED runs by why;
 * ``sagas_workers_live``, ``sagas_workers_silent``: the worker registry (silent: never stopped,
   no beat within the liveness window);
 * ``sagas_metrics_scrape_seconds``: what this scrape cost.
@@ -43,12 +45,14 @@ from typing import Any
 
 import redis
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.db import connection
 from django.utils import timezone
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
 from config.storage import is_redis_error
+from console.selectors.overview import queue_lines
 from sagas.models import RunStatus
 from sagas.selectors import worker_liveness
 
@@ -58,28 +62,6 @@ LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
 STEP_OUTCOMES = ("succeeded", "failed")
 EFFECT_OUTCOMES = ("succeeded", "failed", "refused", "unknown")
 EFFECT_KINDS = ("effect", "compensation")
-ATTENTION_KINDS = ("unknown_effect", "pending_approval", "failed_compensation", "version_mismatch",
-                   "budget_exceeded", "failed_run")
-
-# One statement: every attention queue's size and the time its oldest item started waiting.
-# The same definitions as the overview's "Needs a person" (console/selectors/overview.py).
-_ATTENTION_SQL = """
-SELECT 'unknown_effect', count(*), min(intent_at) FROM ledger_effectrecord WHERE status = 'UNKNOWN'
-UNION ALL
-SELECT 'pending_approval', count(*), min(a.requested_at)
-  FROM sagas_approvalrequest a JOIN sagas_workflowrun r ON r.id = a.run_id
- WHERE a.state IN ('PENDING', 'ESCALATED') AND r.status IN ('WAITING', 'NEEDS_ATTENTION')
-UNION ALL
-SELECT 'failed_compensation', count(*), min(p.created_at)
-  FROM sagas_compensationitem i JOIN sagas_compensationplan p ON p.id = i.plan_id
- WHERE i.state IN ('FAILED', 'UNKNOWN')
-UNION ALL
-SELECT status_reason, count(*), min(updated_at) FROM sagas_workflowrun
- WHERE status = 'NEEDS_ATTENTION' AND status_reason IN ('version_mismatch', 'budget_exceeded')
- GROUP BY status_reason
-UNION ALL
-SELECT 'failed_run', count(*), min(updated_at) FROM sagas_workflowrun WHERE status = 'FAILED'
-"""
 
 # The entries counted, and the outcome each stands for. Effect outcomes come from the result
 # entry's recorded status; an unknown one from the halt it caused.
@@ -243,20 +225,25 @@ class SagaCollector(Collector):
         yield runs
 
     def _attention(self) -> Iterator[Any]:
-        now = timezone.now()
-        with connection.cursor() as cur:
-            cur.execute(_ATTENTION_SQL)
-            found = {kind: (n, oldest) for kind, n, oldest in cur.fetchall()}
-        items = GaugeMetricFamily("sagas_attention_items", "Items that need a person, by kind", labels=["kind"])
+        # Prometheus is no user: counted as someone who sees every tenant (an unsaved superuser).
+        lines = queue_lines(user=get_user_model()(username="metrics", is_superuser=True))
+        items = GaugeMetricFamily("sagas_attention_items", "Items that need a person, by kind (the overview's lines)",
+                                  labels=["kind"])
         age = GaugeMetricFamily("sagas_attention_oldest_age_seconds",
                                 "How long the oldest item of each kind has waited (0 when there is none)",
                                 labels=["kind"])
-        for kind in ATTENTION_KINDS:
-            n, oldest = found.get(kind, (0, None))
-            items.add_metric([kind], n)
-            age.add_metric([kind], max(0.0, (now - oldest).total_seconds()) if oldest else 0.0)
+        failed = GaugeMetricFamily("sagas_failed_runs", "FAILED runs by the reason they failed for",
+                                   labels=["reason"])
+        for line in lines:
+            kind, _, reason = line.key.partition(":")
+            if reason:
+                failed.add_metric([reason], line.count)
+                continue
+            items.add_metric([kind], line.count)
+            age.add_metric([kind], max(0.0, line.age or 0.0))
         yield items
         yield age
+        yield failed
 
     def _workers(self) -> Iterator[Any]:
         cutoff = timezone.now() - worker_liveness()

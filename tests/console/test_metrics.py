@@ -17,9 +17,6 @@ from ledger.models import EffectStatus
 from sagas import start
 from sagas.models import (
     ApprovalState,
-    CompensationItem,
-    CompensationItemState,
-    CompensationPlan,
     JournalEntry,
     RunStatus,
     WorkerProcess,
@@ -89,10 +86,8 @@ def test_it_reports_runs_attention_items_and_workers_as_the_database_has_them(se
     make_approval()
     make_approval(state=ApprovalState.APPROVED, step="other")
     compensating = make_run(status=RunStatus.NEEDS_ATTENTION, reason="compensation_failed")
-    plan = CompensationPlan.objects.create(run=compensating, reason="r", trigger="operator",
-                                           created_at=now - timedelta(minutes=7))
-    CompensationItem.objects.create(plan=plan, position=0, effect_id=1, step_name="capture", connector="qp.blind",
-                                    state=CompensationItemState.FAILED)
+    WorkflowRun.objects.filter(id=compensating.id).update(updated_at=now - timedelta(minutes=7))
+    make_run(status=RunStatus.FAILED, reason="approval_rejected")
     WorkerProcess.objects.create(name="w-live", hostname="h", pid=1, started_at=now, last_seen_at=now)
     WorkerProcess.objects.create(name="w-silent", hostname="h", pid=2, started_at=now,
                                  last_seen_at=now - timedelta(minutes=5))
@@ -104,13 +99,16 @@ def test_it_reports_runs_attention_items_and_workers_as_the_database_has_them(se
     by_status = dict(WorkflowRun.objects.values_list("status").annotate(n=Count("id")))
     for status in RunStatus.values:
         assert value(samples, "sagas_runs", status=status) == by_status.get(status, 0), status
-    expected = {"unknown_effect": 2, "pending_approval": 1, "failed_compensation": 1, "version_mismatch": 1,
-                "budget_exceeded": 1, "failed_run": 1}
+    expected = {"unknown_effects": 2, "approvals": 1, "failed_compensations": 1, "version_mismatch": 1,
+                "budget_exceeded": 1, "non_determinism": 0, "failed_runs": 2}
     for kind, n in expected.items():
         assert value(samples, "sagas_attention_items", kind=kind) == n, kind
-    assert 20 * 60 <= value(samples, "sagas_attention_oldest_age_seconds", kind="unknown_effect") < 21 * 60
-    assert 30 * 60 <= value(samples, "sagas_attention_oldest_age_seconds", kind="failed_run") < 31 * 60
-    assert 7 * 60 <= value(samples, "sagas_attention_oldest_age_seconds", kind="failed_compensation") < 8 * 60
+    assert value(samples, "sagas_failed_runs", reason="workflow_error") == 1
+    assert value(samples, "sagas_failed_runs", reason="approval_rejected") == 1
+    assert 20 * 60 <= value(samples, "sagas_attention_oldest_age_seconds", kind="unknown_effects") < 21 * 60
+    assert 30 * 60 <= value(samples, "sagas_attention_oldest_age_seconds", kind="failed_runs") < 31 * 60
+    assert 7 * 60 <= value(samples, "sagas_attention_oldest_age_seconds", kind="failed_compensations") < 8 * 60
+    assert value(samples, "sagas_attention_oldest_age_seconds", kind="non_determinism") == 0
     assert value(samples, "sagas_workers_live") == 1 and value(samples, "sagas_workers_silent") == 1
     assert value(samples, "sagas_metrics_counters_available") == 1
 
