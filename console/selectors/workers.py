@@ -39,20 +39,6 @@ NEEDS_CODE = (RunStatus.PENDING, RunStatus.RUNNING, RunStatus.WAITING, RunStatus
 LIVE, SILENT, STOPPED = "live", "silent", "stopped"
 
 
-def age_text(seconds: float) -> str:
-    """A duration as people read it: "4 s", "12 min", "3 h 5 min", "2 d 4 h"."""
-    s = max(0, int(seconds))
-    if s < 60:
-        return f"{s} s"
-    if s < 3600:
-        return f"{s // 60} min"
-    if s < 86400:
-        h, m = divmod(s // 60, 60)
-        return f"{h} h {m} min" if m else f"{h} h"
-    d, h = divmod(s // 3600, 24)
-    return f"{d} d {h} h" if h else f"{d} d"
-
-
 @dataclass
 class CarriedVersion:
     name: str
@@ -80,7 +66,6 @@ class WorkerRow:
     concurrency: int | None  # threads taking jobs, from RQ's registry; None: not known (Redis away, none left)
     held: list[HeldRun] = field(default_factory=list)
     held_count: int = 0
-    heartbeat_age: str = ""
 
     @property
     def held_more(self) -> int:
@@ -96,11 +81,7 @@ class StrandedVersion:
     definition_hash: str
     runs: int = 0
     by_status: dict[str, int] = field(default_factory=dict)
-    oldest_seconds: float = 0.0  # since the oldest of these runs was created
-
-    @property
-    def oldest_age(self) -> str:
-        return age_text(self.oldest_seconds)
+    oldest: datetime | None = None  # when the oldest of these runs was created
 
 
 @dataclass
@@ -183,13 +164,12 @@ def _attach_held(rows: list[WorkerRow], user: User, now: datetime) -> None:
             row.held.append(HeldRun(run=run, lease_expired=expired))
 
 
-def _row(process: WorkerProcess, state: str, threads: dict[str, int] | None, now: datetime) -> WorkerRow:
+def _row(process: WorkerProcess, state: str, threads: dict[str, int] | None) -> WorkerRow:
     return WorkerRow(
         name=process.name, hostname=process.hostname, pid=process.pid, state=state,
         started_at=process.started_at, last_seen_at=process.last_seen_at, stopped_at=process.stopped_at,
         versions=_versions(process.definitions or []),
         concurrency=None if threads is None or state != LIVE else threads.get(process.name),
-        heartbeat_age=age_text((now - process.last_seen_at).total_seconds()),
     )
 
 
@@ -197,7 +177,6 @@ def versions_stranded(*, user: User, live_hashes: set[str]) -> list[StrandedVers
     """Every (workflow, version, hash) with runs of ``user``'s tenants that need its code
     (PENDING, RUNNING, WAITING, NEEDS_ATTENTION) while no live worker carries that hash, most
     runs first. One grouped read over the runs in flight (the status index)."""
-    now = timezone.now()
     groups: dict[tuple[str, int, str], StrandedVersion] = {}
     rows = (
         scope_runs(WorkflowRun.objects.filter(status__in=NEEDS_CODE), user)
@@ -210,7 +189,7 @@ def versions_stranded(*, user: User, live_hashes: set[str]) -> list[StrandedVers
         group = groups.setdefault((name, version, h), StrandedVersion(name=name, version=version, definition_hash=h))
         group.runs += n
         group.by_status[status] = n
-        group.oldest_seconds = max(group.oldest_seconds, (now - oldest).total_seconds())
+        group.oldest = oldest if group.oldest is None else min(group.oldest, oldest)
     return sorted(groups.values(), key=lambda g: (-g.runs, g.name, -g.version))
 
 
@@ -223,10 +202,10 @@ def workers_page(*, user: User) -> WorkersPage:
     silent_q = Q(stopped_at__isnull=True, last_seen_at__lt=cutoff, last_seen_at__gte=now - SILENT_WINDOW)
     stopped_q = Q(stopped_at__gte=now - STOPPED_WINDOW)
     threads = rq_threads()
-    live = [_row(p, LIVE, threads, now) for p in WorkerProcess.objects.filter(live_q).order_by("name")]
-    silent = [_row(p, SILENT, threads, now)
+    live = [_row(p, LIVE, threads) for p in WorkerProcess.objects.filter(live_q).order_by("name")]
+    silent = [_row(p, SILENT, threads)
               for p in WorkerProcess.objects.filter(silent_q).order_by("-last_seen_at", "name")[:SHOWN_PER_STATE]]
-    stopped = [_row(p, STOPPED, threads, now)
+    stopped = [_row(p, STOPPED, threads)
                for p in WorkerProcess.objects.filter(stopped_q).order_by("-stopped_at", "name")[:SHOWN_PER_STATE]]
     not_listed = WorkerProcess.objects.exclude(live_q | silent_q | stopped_q).count()
     _attach_held(live + silent + stopped, user, now)
