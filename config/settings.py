@@ -3,7 +3,7 @@
 Variables: DATABASE_URL, REDIS_URL, SECRET_KEY, DEBUG, ALLOWED_HOSTS, SAGAS_MODULES,
 SECURE_* / SESSION_COOKIE_SECURE / CSRF_* (README: "Deploying: settings from the environment"),
 SAGAS_LEASE_TTL, SAGAS_SWEEP_INTERVAL, SAGAS_QUEUE, SAGAS_CRASH_AT, SAGAS_WORKER_CONCURRENCY,
-DEMO_PROVIDERS_URL, DEMO_PROVIDER_TIMEOUT.
+DEMO_PROVIDERS_URL, DEMO_PROVIDER_TIMEOUT, DEMO_WEBHOOK_SECRET, CONSOLE_URL, NOTIFY_TIMEOUT.
 """
 
 from __future__ import annotations
@@ -240,8 +240,27 @@ SAGAS_WORKER_CONCURRENCY = int(_concurrency)
 DEMO_PROVIDERS_URL = env_str("DEMO_PROVIDERS_URL", "http://127.0.0.1:8765")
 # Seconds a demo connector waits for a provider's answer before raising Timeout.
 DEMO_PROVIDER_TIMEOUT = env_float("DEMO_PROVIDER_TIMEOUT", 2.0, minimum=0.1)
+# The secret the demo's webhook receiver checks signatures with (demo/providers/webhook.py).
+DEMO_WEBHOOK_SECRET = env_str("DEMO_WEBHOOK_SECRET", "whsec_demo-receiver-not-a-real-secret")
+
+# --- notifications (console/notifications/) ---
+# The console's address as people open it: the base of the links in notifications.
+CONSOLE_URL = env_str("CONSOLE_URL", "http://127.0.0.1:8000")
+# Seconds a webhook endpoint has to answer before the delivery is UNKNOWN.
+NOTIFY_TIMEOUT = env_float("NOTIFY_TIMEOUT", 10.0, minimum=0.1)
 
 # --- redaction ---
 # Key names hidden on every page, export and admin view on top of config/redaction.py's list:
 # comma-separated, each matched by whole name segments (e.g. "dob,mothers maiden name").
 REDACTION_EXTRA_KEYS = env_list("REDACTION_EXTRA_KEYS")
+
+# --- metrics ---
+# The bearer token Prometheus sends to /metrics (``Authorization: Bearer <token>``, README
+# "Metrics"). Unset or empty: /metrics answers 404. 16 to 512 printable ASCII characters
+# without spaces, so a truncated or pasted-with-a-space token fails at start, not at 3 a.m.
+METRICS_TOKEN = env_str("METRICS_TOKEN", "")
+if METRICS_TOKEN and not re.fullmatch(r"[\x21-\x7e]{16,512}", METRICS_TOKEN):
+    raise ImproperlyConfigured(
+        "METRICS_TOKEN must be 16 to 512 printable ASCII characters without spaces "
+        "(python -c 'import secrets; print(secrets.token_urlsafe(32))')"
+    )
