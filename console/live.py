@@ -6,7 +6,9 @@ A page declares its live regions with ``live_context(["runs_table"], **params)``
 ``(user, params)`` (``params``: the page's query string) and returning HTML. The same
 fragment serves the full page (the page template includes it), the htmx swap and the
 websocket push (the consumer, console/consumers.py, re-renders it and sends it; htmx-ext-ws
-swaps it in by id).
+swaps it in by id, morphing it: console/static/console/live_morph.js keeps focus, open
+sections and anything being typed). A fragment never carries the result of an action: those are
+messages outside the regions (console/views/notices.py), which pushes leave alone.
 
 ``FRAGMENTS`` below is the one list of them: a fragment is live only if it is listed here,
 with the topics (console/topics.py) after which it must be rendered again. Publishing is in
@@ -32,7 +34,7 @@ from django.template.loader import render_to_string
 
 from config.storage import is_storage_error
 from console import topics
-from console.views import audit, overview, queues, run_detail, run_list, versions
+from console.views import audit, bulk, overview, queues, run_detail, run_list, versions, workers
 
 FragmentFn = Callable[[AbstractBaseUser, dict[str, str]], str]
 
@@ -60,6 +62,7 @@ FRAGMENTS: dict[str, Fragment] = _by_name(
     Fragment(overview.OVERVIEW, overview.overview_fragment, (topics.OVERVIEW,)),
     Fragment(run_list.RUNS_TABLE, run_list.runs_table_fragment, (topics.RUNS,)),
     Fragment(run_detail.RUN_HEADER, run_detail.run_header_fragment, (topics.THIS_RUN,)),
+    Fragment(run_detail.RUN_ACTIONS, run_detail.run_actions_fragment, (topics.THIS_RUN,)),
     Fragment(run_detail.RUN_HISTORY, run_detail.run_history_fragment, (topics.THIS_RUN,)),
     Fragment(run_detail.RUN_EFFECTS, run_detail.run_effects_fragment, (topics.THIS_RUN,)),
     Fragment(run_detail.RUN_APPROVALS, run_detail.run_approvals_fragment, (topics.THIS_RUN,)),
@@ -68,6 +71,9 @@ FRAGMENTS: dict[str, Fragment] = _by_name(
     Fragment(queues.APPROVALS_FRAGMENT, queues.approvals_fragment, (topics.APPROVALS,)),
     Fragment(versions.VERSIONS_FRAGMENT, versions.versions_fragment, (topics.RUNS,)),  # runs in flight per hash
     Fragment(audit.AUDIT_FRAGMENT, audit.audit_fragment, (topics.AUDIT,)),
+    Fragment(bulk.BULK_FRAGMENT, bulk.bulk_batch_fragment, (topics.BULK,)),  # a batch's progress
+    # Runs held and stranded versions move with runs; heartbeats publish nothing: the region also polls.
+    Fragment(workers.WORKERS_FRAGMENT, workers.workers_fragment, (topics.RUNS,)),
 )
 
 

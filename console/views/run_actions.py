@@ -2,8 +2,9 @@
 
 Actions are POSTs that go through ``console.services`` (role check, stale-state check, audit
 entry in the same transaction). Denied answers 403 and refused 409, each with the reason; done
-redirects back with a message, or, for htmx, returns the re-rendered actions region and the
-header (out of band).
+redirects back with a message, or, for htmx, returns the re-rendered actions region, the header
+(out of band) and the result as a message (out of band, into the messages area: see
+console/views/notices.py).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from console.selectors.runs import (
 from console.services.actions import Denied, Incomplete, Refused
 from console.services.runs import run_cancel_act, run_compensate_act, run_retry_act
 from console.views.base import action_input, action_view, actor_of, get_run_for_user
+from console.views.notices import message_oob
 from console.views.run_detail import (
     COMPENSABLE,
     actions_context,
@@ -46,15 +48,14 @@ def _fresh(request: HttpRequest, run: WorkflowRun) -> WorkflowRun:
 
 def _actions_response(request: HttpRequest, run: WorkflowRun, *, status: int = 200, error: str = "",
                       notice: str = "") -> HttpResponse:
-    """For htmx: the actions region, and after a change the header too (swapped out of band).
-    ``run``: as it is after the attempt."""
+    """For htmx: the actions region, after a change the header too, and the result as a message
+    (both swapped out of band). ``run``: as it is after the attempt."""
     has_plan = run_has_compensation(run.id)
-    html = render_to_string("console/run_actions.html",
-                            actions_context(run, request.user, has_plan=has_plan, error=error, notice=notice),
+    html = render_to_string("console/run_actions.html", actions_context(run, request.user, has_plan=has_plan),
                             request=request)
     if notice:
         html += render_to_string("console/run_header.html", header_context(run, oob=True), request=request)
-    return HttpResponse(html, status=status)
+    return HttpResponse(html + message_oob(error=error, notice=notice), status=status)
 
 
 def _run_action(

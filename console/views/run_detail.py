@@ -1,15 +1,18 @@
 """The run detail page and its live regions; the history pages and export are in
 run_history.py, the actions in run_actions.py.
 
-Live regions (listed in ``console.live``): ``run_header``, ``run_history`` (entries newer than
-the first page), ``run_effects``, ``run_approvals`` and ``run_compensation``. Each is a
-``run_*.html`` template rendered by its ``*_fragment`` function below, which serves the full
-page (the page includes the template with the same context), the htmx swap and the websocket
-push.
+Live regions (listed in ``console.live``): ``run_header``, ``run_actions`` (what may be done
+to the run now, and why not), ``run_history`` (entries newer than the first page),
+``run_effects``, ``run_approvals`` and ``run_compensation``. Each is a ``run_*.html`` template
+rendered by its ``*_fragment`` function below, which serves the full page (the page includes the
+template with the same context), the htmx swap and the websocket push.
 
-The actions region is deliberately not live: a push must not wipe a reason being typed, and its
-hidden ``expected`` field must stay the status the user saw, so that an action on a run that
-moved on meanwhile is refused (409) rather than applied to something else.
+The actions region follows the run's state: once the run completes, Cancel is no longer offered,
+and the hint that it waits for an unknown effect goes when it no longer does. Pushes morph the
+page (console/static/console/live_morph.js), and a form someone is typing in is left exactly as
+it is, its hidden ``expected`` field included: an action on a run that moved on meanwhile is
+refused (409) rather than applied to something else. Results of actions are messages outside
+the regions (console/views/notices.py).
 """
 
 from __future__ import annotations
@@ -30,16 +33,18 @@ from django.views.decorators.http import require_GET
 
 from config.redaction import redact_text
 from console import roles
+from console.selectors.history import history_timeline, timeline_rows
 from console.selectors.runs import (
     RUN_EFFECTS_LIMIT,
     run_approvals,
     run_compensation,
     run_effects,
     run_get,
-    run_history_page,
+    run_has_compensation,
     run_history_since,
 )
 from console.views.base import get_run_for_user, live_context, viewer_required
+from console.views.notices import page_messages
 from sagas.models import (
     OPEN_APPROVAL_STATES,
     TERMINAL_STATUSES,
@@ -49,11 +54,12 @@ from sagas.models import (
 )
 
 RUN_HEADER = "run_header"
+RUN_ACTIONS = "run_actions"
 RUN_HISTORY = "run_history"
 RUN_EFFECTS = "run_effects"
 RUN_APPROVALS = "run_approvals"
 RUN_COMPENSATION = "run_compensation"
-RUN_FRAGMENTS = [RUN_HEADER, RUN_HISTORY, RUN_EFFECTS, RUN_APPROVALS, RUN_COMPENSATION]
+RUN_FRAGMENTS = [RUN_HEADER, RUN_ACTIONS, RUN_HISTORY, RUN_EFFECTS, RUN_APPROVALS, RUN_COMPENSATION]
 
 # Statuses from which an operator may start a compensation (sagas.compensation.compensation_start).
 COMPENSABLE = frozenset({RunStatus.PENDING, RunStatus.RUNNING, RunStatus.WAITING, RunStatus.NEEDS_ATTENTION,
@@ -122,8 +128,7 @@ def header_context(run: WorkflowRun, *, oob: bool = False) -> dict[str, Any]:
     }
 
 
-def actions_context(run: WorkflowRun, user: AbstractBaseUser, *, has_plan: bool, error: str = "",
-                     notice: str = "") -> dict[str, Any]:
+def actions_context(run: WorkflowRun, user: AbstractBaseUser, *, has_plan: bool) -> dict[str, Any]:
     status = run.status
     possible = {
         "retry": status == RunStatus.NEEDS_ATTENTION and run.status_reason in RETRYABLE_REASONS,
@@ -140,8 +145,6 @@ def actions_context(run: WorkflowRun, user: AbstractBaseUser, *, has_plan: bool,
         "possible_any": any(possible.values()),
         "may_any": any(may.values()),
         "action_hint": hint,
-        "action_error": error,
-        "action_notice": notice,
         "effects_url": reverse("console:effects"),
         "approvals_url": reverse("console:approvals"),
     }
@@ -170,7 +173,8 @@ def _compensation_context(run: WorkflowRun, plan: CompensationPlan | None) -> di
 
 def _history_new_context(run: WorkflowRun, since: int) -> dict[str, Any]:
     entries, total = run_history_since(run.id, after=since)
-    return {"run": run, "new_entries": entries, "new_total": total, "new_hidden": total - len(entries)}
+    return {"run": run, "new_entries": timeline_rows(run.id, entries), "new_total": total,
+            "new_hidden": total - len(entries)}
 
 
 # --- run detail: live fragments ------------------------------------------------------------------
@@ -190,6 +194,14 @@ def run_header_fragment(user: AbstractBaseUser, params: dict[str, str]) -> str:
     if run is None:
         return _missing(RUN_HEADER)
     return render_to_string("console/run_header.html", header_context(run))
+
+
+def run_actions_fragment(user: AbstractBaseUser, params: dict[str, str]) -> str:
+    run = _run_from_params(user, params)
+    if run is None:
+        return _missing(RUN_ACTIONS)
+    return render_to_string("console/run_actions.html",
+                            actions_context(run, user, has_plan=run_has_compensation(run.id)))
 
 
 def run_history_fragment(user: AbstractBaseUser, params: dict[str, str]) -> str:
@@ -232,13 +244,15 @@ def run_compensation_fragment(user: AbstractBaseUser, params: dict[str, str]) ->
 
 def run_page(request: HttpRequest, run: WorkflowRun, *, status: int = 200, error: str = "",
              notice: str = "") -> HttpResponse:
-    """The whole detail page (also the answer to a failed action without htmx, with ``error``)."""
-    history = run_history_page(run.id)
+    """The whole detail page (also the answer to a failed action without htmx, with ``error``
+    shown as a message)."""
+    page_messages(request, error=error, notice=notice)
+    history = history_timeline(run.id)  # compact rows: gaps, pairs (console/selectors/history.py)
     since = history.entries[0].seq if history.entries else 0
     plan = run_compensation(run.id)
     context: dict[str, Any] = {}
     context.update(header_context(run))
-    context.update(actions_context(run, request.user, has_plan=plan is not None, error=error, notice=notice))
+    context.update(actions_context(run, request.user, has_plan=plan is not None))
     context.update(_effects_context(run))
     context.update(_approvals_context(run, request.user))
     context.update(_compensation_context(run, plan))

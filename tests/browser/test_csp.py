@@ -85,13 +85,13 @@ def test_it_serves_every_console_page_under_a_strict_policy_without_a_violation(
 
     # A refusal (409: the page's state is stale) is still swapped into the page with its reason.
     olga.visit(f"/runs/{run.id}/", live=True)
-    actions = olga.page.locator("#run-actions")
+    actions = olga.page.locator("#live-run_actions")
     actions.locator("summary", has_text="Cancel").click()
     cancel = actions.locator("form[action$='/cancel/']")
     cancel.locator("input[name=expected]").evaluate("input => input.value = 'RUNNING'")
     cancel.locator("textarea[name=reason]").fill("customer asked")
     cancel.get_by_role("button", name="Cancel the run").click()
-    expect(actions.locator(".flash.error")).to_be_visible(timeout=10_000)
+    expect(olga.page.locator("#messages .action-message.error")).to_be_visible(timeout=10_000)
     assert AuditEntry.objects.filter(action="run.cancel", outcome="refused").count() == 1
     olga.problems = [p for p in olga.problems if "409 from" not in p]  # the refusal itself
 

@@ -158,10 +158,10 @@ def test_it_answers_htmx_with_the_actions_region_and_the_new_header(people):
                            {"reason": "duplicate order", "expected": "WAITING"}, HTTP_HX_REQUEST="true")
     html = text(response)
     assert response.status_code == 200 and "<html" not in html
-    assert 'id="run-actions"' in html and "Run cancelled." in html
-    assert 'id="live-run_header" class="run-header" hx-swap-oob="true"' in html and "CANCELLED" in html
+    assert 'id="live-run_actions"' in html and "Run cancelled." in html
+    assert 'id="live-run_header" class="run-header" hx-swap-oob="morph"' in html and "CANCELLED" in html
 
     stale = client.post(reverse("console:run_cancel", args=[run.id]),
                         {"reason": "again", "expected": "WAITING"}, HTTP_HX_REQUEST="true")
-    assert stale.status_code == 409 and 'id="run-actions"' in text(stale)
+    assert stale.status_code == 409 and 'id="live-run_actions"' in text(stale)
     assert "it changed since you loaded the page" in text(stale)

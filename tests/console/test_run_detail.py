@@ -190,5 +190,5 @@ def test_it_subscribes_its_pages_to_their_live_regions(people):
     assert re.search(r'ws-connect="/ws/live/\?fragments=runs_table&amp;status=WAITING&amp;tenant=default"', page)
     page = text(client.get(run_url(run)))
     subscribed = re.search(r'ws-connect="/ws/live/\?([^"]+)"', page).group(1).replace("&amp;", "&")
-    assert "fragments=run_header%2Crun_history%2Crun_effects%2Crun_approvals%2Crun_compensation" in subscribed
+    assert "fragments=run_header%2Crun_actions%2Crun_history%2Crun_effects%2Crun_approvals%2Crun_compensation" in subscribed
     assert f"run={run.id}" in subscribed and f"since={run.last_seq}" in subscribed

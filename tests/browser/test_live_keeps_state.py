@@ -1,0 +1,136 @@
+"""Live pages keep the operator's work (issue 13): in a real browser (Chromium, daphne, the real
+channel layer, real workers), pushes morph the page instead of replacing it. A message stays until
+dismissed, a half-typed note and the keyboard focus survive 50 pushes, and a run page's actions
+follow the run's state."""
+
+from __future__ import annotations
+
+import re
+import time
+from datetime import timedelta
+
+import pytest
+from django.db.models import F
+from playwright.sync_api import expect
+
+from console.services.actions import Actor
+from console.services.queues import effect_manual_resolve
+from demo.providers.faults import inject
+from ledger.models import EffectRecord, EffectStatus
+from ledger.signals import send_effect_changed
+from sagas import start
+from sagas.models import RunStatus, WorkflowRun
+from tests.console.queue_data import make_effect
+from tests.ledger import wf_orders, wf_sagas  # noqa: F401  (register the workflows here too)
+from tests.procs import wait_until
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+PUSHES = 50
+MAX_CHANGES = 600  # two minutes at 5 a second: the pushes stopped arriving
+HALF_TYPED = "Checked the provider dashboard: charge ch_81 is th"
+COUNT_PUSHES = """() => { window.__pushes = 0;
+  document.addEventListener("htmx:wsAfterMessage", () => { window.__pushes += 1; }); }"""
+
+
+def _change(typed: EffectRecord) -> None:
+    """What the workers do all day, as the ledger reports it: a new effect became UNKNOWN, and the
+    effect being resolved was tried once more (its row shows the attempts)."""
+    new = make_effect(age=timedelta(seconds=1))
+    EffectRecord.objects.filter(id=typed.id).update(attempts=F("attempts") + 1)
+    send_effect_changed(effect_id=new.id, run_id=new.run_id, status=EffectStatus.UNKNOWN, previous="IN_PROGRESS")
+
+
+def test_it_keeps_a_message_a_half_typed_note_and_the_focus_through_50_pushes(console, users):
+    typed = make_effect(age=timedelta(minutes=30), step="capture")
+    acted = make_effect(age=timedelta(minutes=20), step="email")
+    page = console.page("olga")
+    page.goto("/effects/")
+    expect(page.locator("#live-status")).to_have_text("live", timeout=10_000)
+
+    # An action: its result is a message outside the live region.
+    row = page.locator(f"#effect-{acted.id}")
+    row.locator("summary", has_text="Resolve").click()
+    row.locator("select[name=outcome]").select_option("failed")
+    row.locator("textarea[name=note]").fill("provider support: never charged, ticket 4471")
+    row.get_by_role("button", name="Record resolution").click()
+    message = page.locator("#messages .action-message", has_text=f"Effect #{acted.id} (email) resolved as failed")
+    expect(message).to_be_visible(timeout=10_000)
+    expect(page.locator(f"#effect-{acted.id}")).to_have_count(0)
+
+    # Half a note typed in another row's resolve form, the focus in it.
+    row = page.locator(f"#effect-{typed.id}")
+    row.locator("summary", has_text="Resolve").click()
+    row.locator("select[name=outcome]").select_option("succeeded")
+    note = row.locator("textarea[name=note]")
+    note.click()
+    page.keyboard.type(HALF_TYPED)
+    page.evaluate(COUNT_PUSHES)
+    attempts = row.locator("td.num").first
+
+    def still_there(pushed: int) -> None:
+        state = page.evaluate("""(id) => ({
+            active: document.activeElement === document.querySelector(`#effect-${id} textarea[name=note]`),
+            open: document.querySelector(`#resolve-${id}`).open,
+            outcome: document.querySelector(`#effect-${id} select[name=outcome]`).value,
+            pushes: window.__pushes })""", typed.id)
+        assert message.is_visible(), f"the message vanished after {pushed} pushes"
+        assert note.input_value() == HALF_TYPED, f"the note was changed after {pushed} pushes"
+        assert state["active"], f"the focus left the note after {pushed} pushes"
+        assert state["open"] and state["outcome"] == "succeeded", state
+
+    # Changes at the demo's pace (5 a second), until 50 pushes have reached the page: a page gets
+    # at most one push per consumers.PUSH_INTERVAL (0.25 s), so that takes 12.5 s or more.
+    started = last_check = time.monotonic()
+    changes = 0
+    while page.evaluate("window.__pushes") < PUSHES:
+        assert changes < MAX_CHANGES, f"only {page.evaluate('window.__pushes')} pushes after {changes} changes"
+        _change(typed)
+        changes += 1
+        time.sleep(0.2)
+        if time.monotonic() - last_check >= 1.0:
+            still_there(page.evaluate("window.__pushes"))
+            last_check = time.monotonic()
+    took = time.monotonic() - started
+    still_there(PUSHES)
+
+    # The pushes did arrive: the count and the typed row's attempts moved with them.
+    total = EffectRecord.objects.filter(status=EffectStatus.UNKNOWN).count()
+    expect(page.locator("#live-effects_queue .summary strong")).to_have_text(str(total))
+    tried = EffectRecord.objects.get(id=typed.id).attempts
+    assert tried == changes + 1
+    expect(attempts).to_have_text(re.compile(rf"^\s*{tried}\b"))
+    assert total == changes + 1
+    assert page.evaluate("performance.getEntriesByType('navigation').length") == 1
+    print(f"\n{PUSHES} pushes ({changes} changes) in {took:.1f} s: the message, the half-typed note, the focus and "
+          "the open form were all there after each second")
+    console.shot(page, "effects_live_state")
+
+    # The message goes when its dismiss button is pressed, and only then.
+    message.get_by_role("button", name="Dismiss").click()
+    expect(message).to_have_count(0)
+
+
+def test_it_drops_cancel_and_the_unknown_effect_hint_when_the_run_moves_on(console, users):
+    inject("email", "send", "timeout_after_work")
+    run = start("email_only", {"id": "live-actions-1"})
+    console.worker("w1")
+    wait_until(lambda: WorkflowRun.objects.get(id=run.id).status == RunStatus.NEEDS_ATTENTION, 30,
+               what="the email to be UNKNOWN")
+    page = console.page("olga")
+    page.goto(f"/runs/{run.id}/")
+    expect(page.locator("#live-status")).to_have_text("live", timeout=10_000)
+    actions = page.locator("#live-run_actions")
+    expect(actions.locator("summary", has_text="Cancel")).to_have_count(1)
+    expect(actions).to_contain_text("It waits for an unknown effect")
+
+    effect = EffectRecord.objects.get(run_id=run.id)
+    effect_manual_resolve(Actor(user=users["sam"], ip=None), effect_id=effect.id, outcome="succeeded",
+                          downstream_ref="msg-1", note="found in the mail log", expected="UNKNOWN")
+    wait_until(lambda: WorkflowRun.objects.get(id=run.id).status == RunStatus.COMPLETED, 30,
+               what="the run to resume and complete")
+    expect(page.locator("#live-run_header")).to_contain_text("COMPLETED", timeout=10_000)
+    expect(actions.locator("summary", has_text="Cancel")).to_have_count(0)
+    expect(actions).not_to_contain_text("It waits for an unknown effect")
+    assert page.evaluate("performance.getEntriesByType('navigation').length") == 1
+    console.shot(page, "run_actions_live")
