@@ -4,9 +4,10 @@ Two ways in, both ending in ``deliveries_create_for_runs``, which is idempotent 
 per (endpoint, kind, item), a unique constraint), so they may overlap freely:
 
 * ``on_run_changed``: the engine's ``run_changed`` signal, after the commit that moved a run to
-  NEEDS_ATTENTION, FAILED or WAITING. It costs the process that committed one indexed query
-  (the active endpoints) for those transitions only, none for a step, a claim or a completion;
-  no query at all when the signal is about any other status.
+  NEEDS_ATTENTION, FAILED or WAITING: in the process that committed, for those transitions
+  only, a few indexed queries (the run, its UNKNOWN effects, its open approvals, the deliveries
+  already made) when an endpoint is active; no query when none is (``active_endpoints``), nor for a step, a
+  claim or a completion.
 * ``on_swept``: after every sweeper pass, the runs in those statuses updated in the last
   ``WINDOW`` (the index ``run_status_updated``), for what the signal missed: a process killed
   between its commit and its receivers, an endpoint added after the item appeared.
@@ -18,6 +19,7 @@ fails or is UNKNOWN is shown in the console and does not feed itself.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable
 from datetime import timedelta
 from typing import Any
@@ -94,11 +96,34 @@ def _deliver(endpoint: NotificationEndpoint, item: Item) -> bool:
     return True
 
 
+# "No endpoint is active", remembered for a second per process: with none configured, a watched
+# transition costs no query. Saving an endpoint forgets it in the saving process; other
+# processes see a new endpoint within NONE_TTL (and the sweeper's pass catches up). Endpoints
+# that exist are always read fresh.
+NONE_TTL = 1.0
+_none_until = 0.0
+
+
+def active_endpoints() -> list[NotificationEndpoint]:
+    global _none_until
+    if time.monotonic() < _none_until:
+        return []
+    found = list(NotificationEndpoint.objects.filter(active=True))
+    if not found:
+        _none_until = time.monotonic() + NONE_TTL
+    return found
+
+
+def forget_endpoints(**kwargs: Any) -> None:
+    global _none_until
+    _none_until = 0.0
+
+
 def deliveries_create_for_runs(runs: Iterable[WorkflowRun]) -> int:
     """Create the missing deliveries for what these runs need a person for; how many were created.
     At most four queries for any number of runs (endpoints, UNKNOWN effects, open approvals, the
     deliveries already made), plus one transaction per delivery created."""
-    endpoints = list(NotificationEndpoint.objects.filter(active=True))
+    endpoints = active_endpoints()
     if not endpoints:
         return 0
     runs = [r for r in runs if r.status in WATCHED and not r.workflow_name.startswith(SYSTEM_PREFIX)]
@@ -152,7 +177,10 @@ def on_swept(sender: Any, **kwargs: Any) -> None:
 
 def connect_signals() -> None:
     """Called by the console app's ``ready``."""
+    from django.db.models.signals import post_save
+
     from sagas.signals import run_changed, swept
 
+    post_save.connect(forget_endpoints, sender=NotificationEndpoint, dispatch_uid="console.notifications.forget")
     run_changed.connect(on_run_changed, dispatch_uid="console.notifications.run_changed")
     swept.connect(on_swept, dispatch_uid="console.notifications.swept")
