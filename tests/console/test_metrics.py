@@ -187,3 +187,16 @@ def test_it_counts_a_real_workers_steps_and_dispatch_latency(settings, procs):
     assert total == pytest.approx(waited, abs=0.05)
     assert value(after, "sagas_dispatch_latency_seconds_bucket", le="+Inf") - value(
         before, "sagas_dispatch_latency_seconds_bucket", le="+Inf") == 5
+
+
+@pytest.mark.django_db
+def test_it_still_answers_the_gauges_when_redis_is_away_and_says_the_counters_are_missing(settings):
+    settings.METRICS_TOKEN = TOKEN
+    make_run(status=RunStatus.WAITING, reason="")
+    settings.REDIS_URL = "redis://127.0.0.1:9/0"  # nothing listens on the discard port
+
+    samples = scrape()
+
+    assert value(samples, "sagas_runs", status="WAITING") == 1
+    assert value(samples, "sagas_metrics_counters_available") == 0
+    assert not any(name.startswith(("sagas_steps", "sagas_effects", "sagas_dispatch")) for name, _ in samples)
