@@ -30,9 +30,11 @@ SECURITY_VARIABLES = {name for name in PRODUCTION if name not in {"SECRET_KEY", 
 
 def manage(*args: str, **env: str) -> subprocess.CompletedProcess:
     """``manage.py`` in a fresh process with production settings: DEBUG unset, nothing of the
-    tests' environment that these settings read, plus ``env``."""
+    tests' environment that these settings read, plus ``env``. (The browser tests set
+    DJANGO_ALLOW_ASYNC_UNSAFE for Playwright; a deployment never has it, and check --deploy says so.)"""
     base = {k: v for k, v in os.environ.items()
-            if k not in {"DEBUG", "SECRET_KEY", "ALLOWED_HOSTS", *PRODUCTION} and not k.startswith("SECURE_")}
+            if k not in {"DEBUG", "SECRET_KEY", "ALLOWED_HOSTS", "DJANGO_ALLOW_ASYNC_UNSAFE", *PRODUCTION}
+            and not k.startswith("SECURE_")}
     base.update(DJANGO_SETTINGS_MODULE="config.settings", **env)
     return subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=base, capture_output=True, text=True,
                           timeout=120)
