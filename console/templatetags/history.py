@@ -6,10 +6,12 @@ redaction and "show all" link)."""
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from functools import lru_cache
 from typing import Any
 
 from django import template
-from django.utils import dateformat, timezone
+from django.urls import get_script_prefix, reverse
+from django.utils import timezone
 
 from console.templatetags.payloads import payload
 
@@ -45,11 +47,12 @@ def duration(value: Any) -> str:
 
 @register.filter
 def clock(value: Any) -> str:
-    """``23:59:58.345 UTC``: the time of day to the millisecond, in the current time zone, named."""
+    """``23:59:58.345 UTC``: the time of day to the millisecond, in the current time zone, named.
+    (``strftime``, not the ``date`` filter: a page formats hundreds of these.)"""
     if not isinstance(value, datetime):
         return ""
     local = timezone.localtime(value)
-    return f"{dateformat.format(local, 'H:i:s')}.{local.microsecond // 1000:03d} {local.tzname()}"
+    return f"{local:%H:%M:%S}.{local.microsecond // 1000:03d} {local.tzname()}"
 
 
 @register.filter
@@ -57,7 +60,27 @@ def full_time(value: Any) -> str:
     """``Wednesday 4 March 2026, 23:59:58.345 UTC`` (for a title: the date the row leaves out)."""
     if not isinstance(value, datetime):
         return ""
-    return f"{dateformat.format(timezone.localtime(value), 'l j F Y')}, {clock(value)}"
+    local = timezone.localtime(value)
+    return f"{local:%A} {local.day} {local:%B %Y}, {clock(value)}"
+
+
+@lru_cache(maxsize=256)
+def _urls(script_prefix: str, run_id: str) -> tuple[str, str]:
+    """The run's history page and its entries' payload URL without the seq: reversed once per
+    run, not twice per row."""
+    one = reverse("console:run_item_payload", args=[run_id, "entry", 1])
+    assert one.endswith("/1/"), one
+    return reverse("console:run_history", args=[run_id]), one[: -len("1/")]
+
+
+@register.filter
+def history_url(run_id: Any) -> str:
+    return _urls(get_script_prefix(), str(run_id))[0]
+
+
+def entry_url(run_id: Any, seq: int) -> str:
+    """The payload endpoint of entry ``seq`` (console/views/payloads.py)."""
+    return f"{_urls(get_script_prefix(), str(run_id))[1]}{int(seq)}/"
 
 
 @register.filter
@@ -70,10 +93,11 @@ def gap(value: Any) -> str:
 
 
 @register.inclusion_tag("console/run_history_payload.html")
-def entry_payload(value: Any, url: str) -> dict[str, Any]:
-    """A payload folded into ``<details>``: the summary is the start of the redacted preview
-    on one line; opened, the preview itself (and its "show all of it" link when cut)."""
-    context = payload(value, url)
+def entry_payload(entry: Any) -> dict[str, Any]:
+    """An entry's payload folded into ``<details>``: the summary is the start of the redacted
+    preview on one line; opened, the preview itself (the markup of console/payload.html, with
+    its "show all of it" link when cut)."""
+    context = payload(entry.payload, entry_url(entry.run_id, entry.seq))
     line = " ".join(context["preview"].split())
     context["summary"] = line if len(line) <= SUMMARY_CHARS else line[: SUMMARY_CHARS - 1] + "…"
     return context
