@@ -30,7 +30,7 @@ from django.http import HttpRequest
 
 from config.redacted_admin import RedactedFieldsAdmin
 from console import roles
-from console.models import AuditEntry
+from console.models import AuditEntry, BulkBatch, BulkItem
 from console.selectors.tenancy import tenants_of
 
 log = logging.getLogger("console.admin")
@@ -123,4 +123,23 @@ class AuditEntryAdmin(ReadOnlyAdmin):
     search_fields = ("actor_label", "object_id", "reason", "message")
     redacted_fields = ("before", "after", "reason", "message")
     date_hierarchy = "created_at"
+    show_full_result_count = False
+
+
+@admin.register(BulkBatch)
+class BulkBatchAdmin(ReadOnlyAdmin):
+    list_display = ("id", "created_at", "user_label", "action", "state", "total", "ok", "refused", "denied")
+    list_filter = ("state", "action")
+    search_fields = ("user_label", "reason")
+    redacted_fields = ("reason", "evidence", "selection")
+    show_full_result_count = False
+
+
+@admin.register(BulkItem)
+class BulkItemAdmin(ReadOnlyAdmin):
+    list_display = ("id", "batch", "object_type", "object_id", "expected", "outcome", "acted_at")
+    list_filter = ("outcome", "object_type")
+    search_fields = ("object_id",)
+    redacted_fields = ("message",)
+    raw_id_fields = ("batch",)
     show_full_result_count = False

@@ -9,12 +9,18 @@ class ConsoleConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from console import admin_users, auth_audit, user_audit
+        from console import admin_users, auth_audit, system_audit, user_audit
         from console.admin import apply_viewer_policy
         from console.broadcast import connect_signals
+        from console.services.bulk import connect_signals as connect_bulk
+        from console.notifications import admin as notifications_admin  # noqa: F401  (registers its models)
+        from console.notifications.detect import connect_signals as connect_notifications
 
         connect_signals()
+        connect_bulk()
+        connect_notifications()
         user_audit.connect_signals()
         auth_audit.connect_signals()
+        system_audit.connect_signals()
         admin_users.register()
         apply_viewer_policy()

@@ -17,7 +17,8 @@ EFFECTS = "effects"
 APPROVALS = "approvals"
 AUDIT = "audit"
 OVERVIEW = "overview"
-LIST_TOPICS = (RUNS, EFFECTS, APPROVALS, AUDIT, OVERVIEW)
+BULK = "bulk"  # a bulk batch moved on (console/services/bulk.py): its page looks again
+LIST_TOPICS = (RUNS, EFFECTS, APPROVALS, AUDIT, OVERVIEW, BULK)
 
 # In a fragment's ``follows``: the topic of the run its page shows (``run.<the page's run param>``).
 THIS_RUN = "run"

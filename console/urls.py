@@ -9,14 +9,17 @@ from django.urls import path
 from console.forms import LoginForm
 from console.views import (
     audit,
+    bulk,
     overview,
     payloads,
     queues,
     run_actions,
     run_detail,
     run_history,
+    notifications,
     run_list,
     versions,
+    workers,
 )
 
 app_name = "console"
@@ -47,7 +50,20 @@ urlpatterns = [
     # Versions.
     path("versions/", versions.versions, name="versions"),
     path("versions/diff/", versions.version_diff, name="version_diff"),
+    path("workers/", workers.workers, name="workers"),
     # The audit log (read-only: no path changes an entry).
     path("audit/", audit.audit_log, name="audit"),
     path("audit.csv", audit.audit_csv, name="audit_csv"),
+    # Bulk actions: the list pages post a selection or their filters; a batch's page is its preview
+    # until confirmed, then its live progress.
+    path("bulk/", bulk.bulk_batches, name="bulk_batches"),
+    path("bulk/preview/", bulk.bulk_preview, name="bulk_preview"),
+    path("bulk/<uuid:token>/", bulk.bulk_batch, name="bulk_batch"),
+    path("bulk/<uuid:token>/confirm/", bulk.bulk_confirm, name="bulk_confirm"),
+    # Notifications: the deliveries (any role), the webhook endpoints (staff).
+    path("notifications/", notifications.deliveries, name="notifications"),
+    path("notifications/endpoints/", notifications.endpoints, name="notification_endpoints"),
+    path("notifications/endpoints/<int:endpoint_id>/", notifications.endpoint, name="notification_endpoint"),
+    path("notifications/endpoints/<int:endpoint_id>/rotate/", notifications.endpoint_rotate,
+         name="notification_endpoint_rotate"),
 ]

@@ -26,12 +26,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import pytest
+from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.test import Client
 from django.urls import NoReverseMatch, URLPattern, URLResolver, get_resolver, resolve, reverse
 
-from console.forms import AuditFilterForm, EffectsPageForm, HistoryPageForm, RunFilterForm
-from console.models import AuditEntry, AuditOutcome
+from console.forms import AuditFilterForm, RunFilterForm
+from console.forms_queues import EffectFilterForm
+from console.history_forms import HistoryPageForm
+from console.models import AuditEntry, AuditOutcome, BulkBatch, BulkItem, BulkState
 from sagas.models import RunStatus, WorkflowVersion
 from tests.console.conftest import client_for
 from tests.console.queue_data import make_approval, make_effect, make_run
@@ -65,17 +68,18 @@ MARKED = tuple(value for value in HOSTILE if any(m in value for m in MARKUP))
 READS: dict[str, tuple[str, ...]] = {
     "runs": (*RunFilterForm.PARAMS, "after"),
     "audit": (*AuditFilterForm.FILTERS, "after"),
-    "effects": tuple(EffectsPageForm.base_fields),
+    "effects": tuple(EffectFilterForm.base_fields),
     "run_history": tuple(HistoryPageForm.base_fields),
     "version_diff": ("a", "b"),
     "login": ("next",),
+    "notifications": ("kind", "after"),
 }
 # Sent all at once to every URL, for views that read something not listed above.
 EVERY_PARAM = sorted({
     *(p for params in READS.values() for p in params),
     "q", "after", "before", "tenant", "status", "workflow", "a", "b", "from", "to", "page", "fragments",
     "expected", "reason", "comment", "evidence", "outcome", "note", "decision", "downstream_ref", "run", "since",
-    "download",
+    "download", "filters", "batch",
 })
 # A page parses its query string with the same code whoever asks; a role changes which controls it
 # renders around what it echoes. So every hostile value goes into every GET as these roles (the
@@ -92,13 +96,14 @@ class Objects:
     audit_id: int
     forms: dict[str, dict[str, str]] = field(default_factory=dict)  # a valid POST of each action
     queries: dict[str, dict[str, str]] = field(default_factory=dict)  # a valid query string, where one is needed
+    bulk_token: uuid.UUID | None = None  # a confirmed bulk batch (console/views/bulk.py)
 
     def ids(self, url_name: str, name: str) -> list[object]:
         """Path values for the kwarg ``name``: the real one, ones that match nothing, hostile ones."""
         real = {"run_id": self.run_id, "effect_id": self.effect_id, "approval_id": self.approval_id,
-                "entry_id": self.audit_id, "item_id": 1,
+                "entry_id": self.audit_id, "item_id": 1, "token": self.bulk_token,
                 "kind": {"audit_payload": "reason", "run_item_payload": "entry"}.get(url_name, "input")}.get(name)
-        unknown = [uuid.uuid4()] if name == "run_id" else [123456789, 2**63, 10**30]
+        unknown = [uuid.uuid4()] if name in ("run_id", "token") else [123456789, 2**63, 10**30]
         return [v for v in (real, *unknown, *HOSTILE) if v is not None]
 
 
@@ -113,17 +118,27 @@ def objects() -> Objects:
         "run_cancel": {"reason": "customer asked", "expected": run.status, "compensate": ""},
         "run_retry": {"reason": "fixed the budget", "expected": run.status},
         "run_compensate": {"reason": "undo it all", "expected": run.status},
-        "effect_query": {"after": ""},
+        "effect_query": {"after": "", "filters": "connector=qp.lookup&q=key"},
         "effect_resolve": {"outcome": "succeeded", "downstream_ref": "ch_1", "note": "seen in the dashboard",
-                           "expected": "UNKNOWN", "after": ""},
+                           "expected": "UNKNOWN", "after": "", "filters": "age=1h&tenant=default"},
         "approval_decide": {"decision": "approve", "comment": "looks right", "expected": "PENDING"},
+        "bulk_preview": {"action": "run.cancel", "scope": "filter", "status": "NEEDS_ATTENTION"},
+        "bulk_confirm": {"action": "run.cancel", "reason": "closing them", "confirm": "yes", "outcome": "",
+                         "downstream_ref": ""},
+        "notification_endpoints": {"name": "ops", "url": "https://hooks.example.com/x", "format": "generic",
+                                   "kinds": "unknown_effect", "tenants": "acme", "active": "on"},
         # A wrong password: never a login, and the failure the throttle records is rolled back.
         "login": {"username": "vera", "password": "not-her-password"},
     }
     queries = {"version_diff": {"a": str(a.id), "b": str(b.id)}}  # two workflows: not comparable
     entry = AuditEntry.objects.create(actor_label="olga", action="run.cancel", object_type="run",
                                       object_id=str(run.id), outcome=AuditOutcome.OK, reason=MARKED[0])
-    return Objects(run.id, effect.id, approval.id, entry.id, forms, queries)
+    author = get_user_model().objects.create(username="bulk-author")
+    batch = BulkBatch.objects.create(token=uuid.uuid4(), user=author, user_label=MARKED[0], action="run.cancel",
+                                     state=BulkState.DONE, reason=MARKED[1], total=1, refused=1)
+    BulkItem.objects.create(batch=batch, object_type="run", object_id=str(run.id), expected=MARKED[0],
+                            outcome="refused", message=MARKED[1])
+    return Objects(run.id, effect.id, approval.id, entry.id, forms, queries, bulk_token=batch.token)
 
 
 def console_patterns() -> list[tuple[str, list[str]]]:

@@ -1,0 +1,343 @@
+"""Bulk actions: one operator action repeated over many objects, as a background job.
+
+A batch is previewed (``batch_preview``: the objects and the state each is in now, fixed as
+the batch's items), confirmed with a reason (``batch_confirm``: one audit entry for the batch,
+then jobs on the queue every worker reads) and worked through in chunks (``batch_work``).
+
+Each item goes through the same frame as the single action (``console.services.actions``):
+the author's tenants and role as they are when the item is reached, the four-eyes rule for
+approvals, and the state fixed at the preview (an item that moved on since is refused, not
+acted on), with the single action's audit entry. The item's outcome is written in the same
+transaction as the action and its audit entry: a job killed mid-chunk loses the whole chunk,
+which a later job does again, so no item is ever acted on twice, and no item is ever left
+without its entry. A confirmation carries the batch's token: confirming it again returns the
+same batch. A batch whose jobs died is picked up again by the sweeper (``batches_resume_stale``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from datetime import timedelta
+from typing import Any
+
+import redis
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.db import connection, transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from config.storage import is_database_error, is_storage_error
+from console import roles, topics
+from console.broadcast import broadcast
+from console.models import AuditEntry, AuditOutcome, BulkBatch, BulkItem, BulkOutcome, BulkState
+from console.selectors.bulk import ACTIONS, BulkAction, matching
+from console.selectors.tenancy import object_tenant
+from console.services.actions import Actor, Denied, Incomplete, Refused, audit_denied
+from console.services.limits import clip_text
+from console.services.queues import approval_act, effect_manual_resolve
+from console.services.runs import run_cancel_act, run_retry_act
+from console.services.tenancy import OUTSIDE_TENANTS, NotFound
+from ledger.services import RESOLUTION_OUTCOMES
+from sagas import queue
+from sagas.context import shutdown_requested
+from sagas.signals import swept
+
+log = logging.getLogger("console.bulk")
+
+CHUNK = 50  # items per transaction: the unit of progress, and what a kill can lose (and redo)
+JOB = "console.jobs.bulk_batch_work"
+MAX_ITEMS = 100_000
+REASON_CHARS = 4000
+
+
+def _lease() -> timedelta:
+    """How long a batch may go without a chunk before the sweeper gives it to another job."""
+    return timedelta(seconds=max(2 * settings.SAGAS_LEASE_TTL, 5.0))
+
+
+def _batch_audit(actor: Actor, action: str, *, object_id: Any, outcome: str, reason: str = "", after: Any = None,
+                 message: str = "", tenant: str = "") -> None:
+    AuditEntry.objects.create(
+        actor=actor.user, actor_label=actor.label, action=f"bulk.{action}", object_type="bulk_batch",
+        object_id=str(object_id or ""), reason=clip_text(reason), ip=actor.ip, outcome=outcome, after=after,
+        message=clip_text(message), tenant=tenant,
+    )
+
+
+def _check_role(actor: Actor, action: BulkAction, *, batch_id: Any = "", reason: str = "") -> None:
+    """The author's role allows the single action (``Denied``, audited for the batch, if not)."""
+    if not roles.can(actor.user, action.item_action):
+        needed = roles.ACTION_ROLES[action.item_action]
+        _batch_audit(actor, action.name, object_id=batch_id, outcome=AuditOutcome.DENIED, reason=reason,
+                     message=f"role {needed} required")
+        raise Denied(f"{actor.label} may not {action.label.lower()} in bulk: it needs the {needed} role")
+
+
+def action_of(name: str) -> BulkAction:
+    try:
+        return ACTIONS[name]
+    except KeyError:
+        raise Incomplete(f"{name[:40]!r} is not a bulk action; choose one of {', '.join(ACTIONS)}") from None
+
+
+def batch_denied(actor: Actor, *, action: str, reason: str = "") -> None:
+    """Audit a bulk attempt by someone with no console role (the view then answers 403)."""
+    _batch_audit(actor, action[:40] if action in ACTIONS else "unknown", object_id="", outcome=AuditOutcome.DENIED,
+                 reason=reason, message="no console role")
+
+
+def batch_preview(actor: Actor, *, action: str, ids: Iterable[str] | None, filters: Mapping[str, str]) -> BulkBatch:
+    """A draft batch of the objects ``action`` would act on (``selectors.bulk.matching``), each
+    with the state it is in now. ``Denied`` (audited) if the author's role does not allow the
+    action; ``selectors.bulk.BadSelection`` for unreadable ids or filters."""
+    bulk = action_of(action)
+    _check_role(actor, bulk)
+    rows = matching(bulk, user=actor.user, ids=list(ids) if ids is not None else None, filters=filters)
+    if len(rows) > MAX_ITEMS:
+        raise Incomplete(f"{len(rows):,} objects match; a batch takes at most {MAX_ITEMS:,}. Narrow the filters.")
+    selection: dict[str, Any] = {"ids": len(rows)} if ids is not None else {"filter": dict(filters)}
+    tenants = {tenant for _, _, tenant in rows}
+    with transaction.atomic():
+        batch = BulkBatch.objects.create(
+            token=uuid.uuid4(), user=actor.user, user_label=actor.label, ip=actor.ip, action=bulk.name,
+            selection=selection, total=len(rows), tenant=tenants.pop() if len(tenants) == 1 else "",
+        )
+        BulkItem.objects.bulk_create(
+            (BulkItem(batch=batch, object_type=bulk.object_type, object_id=pk, expected=state)
+             for pk, state, _ in rows),
+            batch_size=2000,
+        )
+    return batch
+
+
+def _confirm_problem(bulk: BulkAction, batch: BulkBatch, *, reason: str, confirmed: bool, outcome: str,
+                     evidence: str) -> str:
+    if not confirmed:
+        return "Tick the confirmation: nothing was queued."
+    if not reason.strip():
+        return "A reason is required; it goes into the audit entry of every item. Nothing was queued."
+    if len(reason) > REASON_CHARS or "\x00" in reason:
+        return f"The reason must be at most {REASON_CHARS} characters, without NUL. Nothing was queued."
+    if bulk.object_type == "effect":
+        if outcome not in RESOLUTION_OUTCOMES:
+            return f"Choose what happened: one of {', '.join(RESOLUTION_OUTCOMES)}. Nothing was queued."
+        if outcome == "succeeded" and not evidence.strip():
+            return "A succeeded resolution needs the downstream reference as evidence. Nothing was queued."
+        if len(evidence) > 300 or "\x00" in evidence or "\n" in evidence:
+            return "The downstream reference must be one line of at most 300 characters. Nothing was queued."
+    if batch.total == 0:
+        return "Nothing to do: no item is left in this batch."
+    return ""
+
+
+def batch_confirm(actor: Actor, *, token: Any, reason: str, confirmed: bool, outcome: str = "",
+                  evidence: str = "") -> BulkBatch:
+    """Queue a draft batch of ``actor``'s with ``reason`` (and, to resolve effects, the
+    ``outcome`` and the downstream reference ``evidence`` for every item): one audit entry for
+    the batch, then jobs after commit. Confirming a batch that is already confirmed returns it
+    unchanged (a double submit, a reload). ``Incomplete`` when something is missing (nothing is
+    queued), ``Denied`` (audited) when the role no longer allows it."""
+    with transaction.atomic():
+        batch = BulkBatch.objects.select_for_update().get(token=token)
+        if batch.state != BulkState.DRAFT:
+            return batch
+        if batch.user_id != actor.user.pk:  # a draft is its author's only
+            raise NotFound("no such batch")
+        bulk = ACTIONS[batch.action]
+        problem = _confirm_problem(bulk, batch, reason=reason, confirmed=confirmed, outcome=outcome,
+                                   evidence=evidence)
+        if problem:
+            raise Incomplete(problem)
+    _check_role(actor, bulk, batch_id=batch.id, reason=reason)
+    with transaction.atomic():
+        batch = BulkBatch.objects.select_for_update().get(id=batch.id)
+        if batch.state != BulkState.DRAFT:
+            return batch
+        now = timezone.now()
+        batch.state, batch.reason, batch.confirmed_at, batch.heartbeat_at = BulkState.QUEUED, reason, now, now
+        batch.outcome, batch.evidence = (outcome, evidence.strip()) if bulk.object_type == "effect" else ("", "")
+        batch.save(update_fields=["state", "reason", "confirmed_at", "heartbeat_at", "outcome", "evidence"])
+        _batch_audit(actor, bulk.name, object_id=batch.id, outcome=AuditOutcome.OK, reason=reason,
+                     after={"items": batch.total, "selection": batch.selection, "outcome": batch.outcome,
+                            "evidence": batch.evidence},
+                     tenant=batch.tenant)
+        batch_id = batch.id
+        transaction.on_commit(lambda: enqueue(batch_id))
+        transaction.on_commit(lambda: broadcast(topics.BULK))
+    return batch
+
+
+# --- the job -------------------------------------------------------------------------------
+
+
+def enqueue(batch_id: int) -> bool:
+    """Put a job for the batch on the queue every worker reads (``<SAGAS_QUEUE>:compensation``).
+    False (logged) when Redis is away: the sweeper enqueues it later."""
+    try:
+        queue.get_queue(queue.compensation_queue_name()).enqueue(
+            JOB, batch_id, job_timeout=-1, result_ttl=0, failure_ttl=24 * 3600, description=f"bulk batch {batch_id}",
+        )
+    except redis.RedisError as exc:
+        log.warning("could not enqueue bulk batch %s (%s); the sweeper will", batch_id, exc)
+        return False
+    return True
+
+
+def _act(batch: BulkBatch, bulk: BulkAction, actor: Actor, item: BulkItem) -> None:
+    """The single action on one item, through ``actions.perform`` (its checks and audit entry)."""
+    common: dict[str, Any] = {"expected": item.expected}
+    if bulk.name == "run.retry":
+        run_retry_act(actor, run_id=item.object_id, reason=batch.reason, **common)
+    elif bulk.name in ("run.cancel", "run.cancel_compensate"):
+        run_cancel_act(actor, run_id=item.object_id, reason=batch.reason,
+                       compensate=bulk.name == "run.cancel_compensate", **common)
+    elif bulk.name == "effect.resolve":
+        effect_manual_resolve(actor, effect_id=int(item.object_id), outcome=batch.outcome,
+                              downstream_ref=batch.evidence, note=batch.reason, **common)
+    else:
+        approval_act(actor, approval_id=int(item.object_id), approve=bulk.name == "approval.approve",
+                     comment=batch.reason, **common)
+
+
+class _Unexpected(Exception):
+    """An item failed in a way its action does not answer (neither refused nor denied)."""
+
+
+def _item(batch: BulkBatch, bulk: BulkAction, actor: Actor, item: BulkItem, *, careful: bool) -> tuple[str, str]:
+    """Act on one item; its outcome and why. A refusal or denial keeps the audit entry the
+    single action wrote. Any other failure: in a first pass, ``_Unexpected`` (the chunk rolls
+    back and is done again ``careful``ly); when ``careful``, the item is in a savepoint, rolled
+    back alone and audited as a refusal, so one bad item cannot stop the batch. Storage errors
+    are raised as they are: the chunk is done again later."""
+    if not actor.user.is_active:
+        audit_denied(actor, bulk.item_action, bulk.object_type, item.object_id, reason=batch.reason)
+        return BulkOutcome.DENIED, "the batch's author is deactivated"
+    savepoint = transaction.savepoint() if careful else None
+    try:
+        _act(batch, bulk, actor, item)
+    except (Denied, NotFound, Refused, Incomplete) as exc:
+        if savepoint:
+            transaction.savepoint_commit(savepoint)
+        if isinstance(exc, Denied):
+            return BulkOutcome.DENIED, str(exc)
+        if isinstance(exc, NotFound):
+            return BulkOutcome.DENIED, OUTSIDE_TENANTS
+        return BulkOutcome.REFUSED, str(exc)
+    except Exception as exc:
+        if is_storage_error(exc):
+            raise
+        if savepoint is None:
+            raise _Unexpected(f"{item.object_type} {item.object_id}") from exc
+        transaction.savepoint_rollback(savepoint)
+        log.exception("bulk batch %s: %s %s failed", batch.id, item.object_type, item.object_id)
+        message = f"failed: {type(exc).__name__}: {exc}"
+        AuditEntry.objects.create(
+            actor=actor.user, actor_label=actor.label, action=bulk.item_action, object_type=item.object_type,
+            object_id=item.object_id, reason=clip_text(batch.reason), ip=actor.ip, outcome=AuditOutcome.REFUSED,
+            message=clip_text(message), tenant=object_tenant(item.object_type, item.object_id) or "",
+        )
+        return BulkOutcome.REFUSED, message
+    if savepoint:
+        transaction.savepoint_commit(savepoint)
+    return BulkOutcome.OK, ""
+
+
+def _chunk(batch_id: int, *, careful: bool = False) -> int:
+    """Act on the next ``CHUNK`` pending items no other job holds; how many. One transaction:
+    the items' actions, audit entries and outcomes, and the batch's counters. (A savepoint per
+    item only when an item failed unexpectedly: two round trips per item saved otherwise.)"""
+    batch = BulkBatch.objects.get(id=batch_id)
+    bulk = ACTIONS[batch.action]
+    # Fresh each chunk: a role or tenant taken away mid-batch applies from the next chunk on.
+    actor = Actor(user=get_user_model().objects.get(pk=batch.user_id), ip=batch.ip)
+    try:
+        with transaction.atomic():
+            items = list(BulkItem.objects.select_for_update(skip_locked=True)
+                         .filter(batch_id=batch_id, outcome=BulkOutcome.PENDING).order_by("id")[:CHUNK])
+            counts: Counter[str] = Counter()
+            now = timezone.now()
+            for item in items:
+                item.outcome, item.message = _item(batch, bulk, actor, item, careful=careful)
+                item.acted_at = now
+                counts[item.outcome] += 1
+            if items:
+                BulkItem.objects.bulk_update(items, ["outcome", "message", "acted_at"])
+            BulkBatch.objects.filter(id=batch_id).update(
+                ok=F("ok") + counts[BulkOutcome.OK], refused=F("refused") + counts[BulkOutcome.REFUSED],
+                denied=F("denied") + counts[BulkOutcome.DENIED], heartbeat_at=timezone.now(),
+            )
+    except _Unexpected:
+        return _chunk(batch_id, careful=True)
+    if items:
+        broadcast(topics.BULK)
+    return len(items)
+
+
+def _finish(batch_id: int) -> bool:
+    """Mark the batch done if no item is pending any more (not merely locked by another job)."""
+    with transaction.atomic():
+        if BulkItem.objects.filter(batch_id=batch_id, outcome=BulkOutcome.PENDING).exists():
+            return False
+        changed = BulkBatch.objects.filter(id=batch_id, state=BulkState.RUNNING).update(
+            state=BulkState.DONE, finished_at=timezone.now())
+    if changed:
+        broadcast(topics.BULK)
+    return True
+
+
+def batch_work(*, batch_id: int) -> str:
+    """The job: work through the batch's pending items, a chunk at a time, until none is left.
+    Safe to run twice at once or again after a kill (items are claimed with SKIP LOCKED and
+    done once). On a worker's warm stop it hands the rest to a new job."""
+    started = BulkBatch.objects.filter(id=batch_id, state__in=[BulkState.QUEUED, BulkState.RUNNING]).update(
+        state=BulkState.RUNNING, heartbeat_at=timezone.now())
+    if not started:
+        return "nothing to do"
+    BulkBatch.objects.filter(id=batch_id, started_at__isnull=True).update(started_at=timezone.now())
+    broadcast(topics.BULK)
+    retries = 0
+    while True:
+        if shutdown_requested.is_set():
+            enqueue(batch_id)
+            return "handed back"
+        try:
+            if _chunk(batch_id) == 0:
+                break
+            retries = 0
+        except Exception as exc:  # a deadlock with a worker, a dropped connection: the chunk rolled back
+            retries += 1
+            if not is_database_error(exc) or retries > 3:
+                raise  # the job fails; the sweeper gives the batch to a new job after its lease
+            log.warning("bulk batch %s: chunk rolled back (%s); again", batch_id, exc)
+            connection.close()
+            time.sleep(0.5 * retries)
+    return "done" if _finish(batch_id) else "left to the job holding the last items"
+
+
+def connect_signals() -> None:
+    """After each sweep, give stopped batches to a new job (called by the app's ``ready``)."""
+    swept.connect(batches_resume_stale, dispatch_uid="console.bulk.resume")
+
+
+def batches_resume_stale(**_: Any) -> int:
+    """Enqueue a job for each confirmed batch that has had no chunk for longer than its lease
+    (its job died with its worker, or Redis lost it). Called after each sweep."""
+    stale = timezone.now() - _lease()
+    ids = list(BulkBatch.objects.filter(
+        Q(state__in=[BulkState.QUEUED, BulkState.RUNNING]) & (Q(heartbeat_at__lt=stale) | Q(heartbeat_at__isnull=True))
+    ).values_list("id", flat=True)[:100])
+    resumed = 0
+    for batch_id in ids:
+        # One sweeper at a time wins each batch: the heartbeat moves, so the next pass waits a lease again.
+        if BulkBatch.objects.filter(id=batch_id, heartbeat_at__lt=stale).update(heartbeat_at=timezone.now()) \
+                or BulkBatch.objects.filter(id=batch_id, heartbeat_at__isnull=True).update(heartbeat_at=timezone.now()):
+            if enqueue(batch_id):
+                resumed += 1
+    if resumed:
+        log.info("resumed %d bulk batch(es) whose job stopped", resumed)
+    return resumed
