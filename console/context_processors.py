@@ -9,7 +9,9 @@ NAV = [
     ("Ambiguous effects", "console:effects"),
     ("Approvals", "console:approvals"),
     ("Versions", "console:versions"),
+    ("Workers", "console:workers"),
     ("Audit log", "console:audit"),
+    ("Notifications", "console:notifications"),
 ]
 
 
