@@ -1,7 +1,7 @@
 """Live pages keep the operator's work (issue 13): in a real browser (Chromium, daphne, the real
-channel layer, real workers), pushes morph the page instead of replacing it. A message stays until
-dismissed, a half-typed note and the keyboard focus survive 50 pushes, and a run page's actions
-follow the run's state."""
+channel layer, real workers), pushes morph the page instead of replacing it. A message stays
+until dismissed; a half-typed note, its caret, the keyboard focus and the scroll position survive
+50 pushes; and a run page's actions follow the run's state."""
 
 from __future__ import annotations
 
@@ -67,17 +67,20 @@ def test_it_keeps_a_message_a_half_typed_note_and_the_focus_through_50_pushes(co
     page.keyboard.type(HALF_TYPED)
     page.evaluate(COUNT_PUSHES)
     attempts = row.locator("td.num").first
+    scrolled = page.evaluate("window.scrollY")
 
     def still_there(pushed: int) -> None:
         state = page.evaluate("""(id) => ({
             active: document.activeElement === document.querySelector(`#effect-${id} textarea[name=note]`),
             open: document.querySelector(`#resolve-${id}`).open,
             outcome: document.querySelector(`#effect-${id} select[name=outcome]`).value,
-            pushes: window.__pushes })""", typed.id)
+            caret: document.activeElement.selectionStart,
+            scrolled: window.scrollY })""", typed.id)
         assert message.is_visible(), f"the message vanished after {pushed} pushes"
         assert note.input_value() == HALF_TYPED, f"the note was changed after {pushed} pushes"
         assert state["active"], f"the focus left the note after {pushed} pushes"
         assert state["open"] and state["outcome"] == "succeeded", state
+        assert state["caret"] == len(HALF_TYPED) and state["scrolled"] == scrolled, state
 
     # Changes at the demo's pace (5 a second), until 50 pushes have reached the page: a page gets
     # at most one push per consumers.PUSH_INTERVAL (0.25 s), so that takes 12.5 s or more.
@@ -134,3 +137,43 @@ def test_it_drops_cancel_and_the_unknown_effect_hint_when_the_run_moves_on(conso
     expect(actions).not_to_contain_text("It waits for an unknown effect")
     assert page.evaluate("performance.getEntriesByType('navigation').length") == 1
     console.shot(page, "run_actions_live")
+
+
+def test_it_keeps_a_row_being_typed_in_when_someone_else_resolves_it_and_refuses_the_stale_form(console, users):
+    effect = make_effect(age=timedelta(minutes=30))
+    other = make_effect(age=timedelta(minutes=10))
+    page = console.page("olga")
+    page.goto("/effects/")
+    expect(page.locator("#live-status")).to_have_text("live", timeout=10_000)
+    row = page.locator(f"#effect-{effect.id}")
+    row.locator("summary", has_text="Resolve").click()
+    row.locator("select[name=outcome]").select_option("not_executed")
+    note = row.locator("textarea[name=note]")
+    note.fill("asked the provider, no record of th")
+
+    # Meanwhile another operator resolves it: the push drops it from the queue, but not from this
+    # page while something is typed in its form.
+    effect_manual_resolve(Actor(user=users["sam"], ip=None), effect_id=effect.id, outcome="failed",
+                          downstream_ref="", note="declined by the bank", expected="UNKNOWN")
+    expect(page.locator("#live-effects_queue .summary strong")).to_have_text("1", timeout=10_000)
+    expect(row).to_have_class(re.compile(r"\blive-gone\b"))
+    expect(note).to_have_value("asked the provider, no record of th")
+
+    # Submitting it is refused with the reason, as a message; the text is still there.
+    note.press_sequentially("is key")
+    row.get_by_role("button", name="Record resolution").click()
+    refusal = page.locator("#messages .action-message.error")
+    expect(refusal).to_be_visible(timeout=10_000)
+    expect(note).to_have_value("asked the provider, no record of this key")
+    assert EffectRecord.objects.get(id=effect.id).status == EffectStatus.FAILED_FINAL
+
+    # Once what was typed and chosen is undone, the row goes with the next push.
+    note.fill("")
+    row.locator("select[name=outcome]").select_option("")
+    page.locator(f"#effect-{other.id} summary", has_text="Resolve").click()  # moves the focus away
+    effect_changed_elsewhere = make_effect(age=timedelta(minutes=1))
+    send_effect_changed(effect_id=effect_changed_elsewhere.id, run_id=effect_changed_elsewhere.run_id,
+                        status=EffectStatus.UNKNOWN, previous="IN_PROGRESS")
+    expect(row).to_have_count(0, timeout=10_000)
+    expect(page.locator(f"#effect-{other.id}")).to_have_count(1)
+    expect(refusal).to_be_visible()

@@ -13,9 +13,9 @@
 //   rendered (typed, chosen, ticked), or with the keyboard focus in one of its text fields or
 //   lists. The whole form stays as it is, hidden "expected" field included, so submitting it acts
 //   on the state the person saw, and the server refuses (409) if that state moved on. If its row
-//   left the list meanwhile, the row stays, marked "live-gone", until the form is submitted or
-//   emptied. A form whose action succeeded (a 2xx answer) is no longer protected: its answer
-//   replaces it.
+//   left the list meanwhile while something was typed in it, the row stays, marked "live-gone",
+//   until the text is submitted or emptied (a row only ticked for a bulk action goes). A form
+//   whose action succeeded (a 2xx answer) is no longer protected: its answer replaces it.
 // * whether a <details> is open: that is the person's choice.
 //
 // Pushes: the "live-morph" extension below marks each top-level element of a pushed message
@@ -56,19 +56,25 @@
     return el instanceof HTMLInputElement && TEXT_INPUT.test(el.type);
   }
 
-  function controlInUse(el) {
+  function isTick(el) {
+    return el instanceof HTMLInputElement && (el.type === "checkbox" || el.type === "radio");
+  }
+
+  function controlInUse(el, typedOnly) {
+    if (typedOnly && isTick(el)) return false;
     return !(el.form && answered.has(el.form)) && (typingIn(el) || changed(el));
   }
 
-  // An element a person is working in: a control they typed in or have focused, or an element
-  // (a form, a row) holding one.
-  function inUse(el) {
+  // An element a person is working in: a control they changed or have focused, or an element (a
+  // form, a row) holding one. ``typedOnly``: ticked boxes do not count (a row selected for a bulk
+  // action may leave its list like any other; what was typed may not).
+  function inUse(el, typedOnly) {
     if (!(el instanceof Element)) return false;
-    if (isControl(el)) return controlInUse(el);
+    if (isControl(el)) return controlInUse(el, typedOnly);
     if (el instanceof HTMLFormElement && answered.has(el)) return false;
     var controls = el.querySelectorAll("input, textarea, select");
     for (var i = 0; i < controls.length; i++) {
-      if (controlInUse(controls[i])) return true;
+      if (controlInUse(controls[i], typedOnly)) return true;
     }
     return false;
   }
@@ -79,7 +85,7 @@
     return true;
   };
   Idiomorph.defaults.callbacks.beforeNodeRemoved = function (node) {
-    if (!inUse(node)) return true;
+    if (!inUse(node, true)) return true;
     node.classList.add("live-gone"); // kept, shown as no longer current
     return false;
   };
