@@ -13,6 +13,7 @@ from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
 
 from console.forms import RunFilterForm
+from console.forms_queues import EffectFilterForm
 from console.models import BulkBatch, BulkItem, BulkOutcome
 from console.selectors.queues import approvals_open, effects_ambiguous
 from console.selectors.runs import runs_filtered
@@ -69,7 +70,7 @@ def actions_for(kind: str) -> list[BulkAction]:
 
 def filter_params(kind: str) -> tuple[str, ...]:
     """The query parameters of the list page ``kind`` that are its filters."""
-    return RunFilterForm.PARAMS if kind == "runs" else ()
+    return {"runs": RunFilterForm.PARAMS, "effects": EffectFilterForm.PARAMS}.get(kind, ())
 
 
 def _runs(action: BulkAction, user: User, filters: Mapping[str, str]) -> QuerySet[WorkflowRun]:
@@ -85,7 +86,10 @@ def candidates(action: BulkAction, *, user: User, filters: Mapping[str, str]) ->
     if action.object_type == "run":
         return _runs(action, user, filters)
     if action.object_type == "effect":
-        return effects_ambiguous(user=user)
+        form = EffectFilterForm(filters)
+        if not form.filters_valid:
+            raise BadSelection(" ".join(form.problems()))
+        return effects_ambiguous(user=user, filters=form.filters())
     return approvals_open(user=user)
 
 

@@ -17,6 +17,7 @@ from django.template.loader import render_to_string
 from django.urls import reverse
 from django.views.decorators.http import require_GET
 
+from console import roles
 from console.forms import RunFilterForm
 from console.selectors.runs import runs_page, workflow_names
 from console.views.base import live_context, viewer_required
@@ -36,6 +37,8 @@ def _runs_table_context(user: AbstractBaseUser, params: Mapping[str, str]) -> di
         "next_url": f"{base}?{urlencode(form.link_params(after=page.next_cursor))}"
         if page and page.next_cursor else "",
         "first_url": (f"{base}?{urlencode(form.link_params())}" if form.link_params() else base) if cursor else "",
+        # Rows get a checkbox for the bulk bar (console/templatetags/bulk.py) when a bulk action is allowed.
+        "can_bulk": roles.can(user, "run.cancel") or roles.can(user, "run.retry"),
     }
 
 

@@ -297,3 +297,33 @@ def test_it_refuses_an_item_that_fails_unexpectedly_and_still_does_the_others(pe
     assert gone.outcome == "refused" and gone.message.startswith("failed: ")
     assert entries(action="run.retry", object_id=str(runs[1].id)).get().outcome == AuditOutcome.REFUSED
     assert entries(action="run.retry").count() == 3
+
+
+@pytest.mark.django_db
+def test_it_offers_the_bulk_bar_and_row_checkboxes_only_to_roles_that_may_use_them(people):
+    effect = make_effect(connector="qp.lookup")
+    approval = make_approval()
+    run = make_run()
+    checkbox = 'type="checkbox" name="ids" value="{}" form="bulk-form"'
+    pages = (("/effects/?connector=qp.lookup", effect.id, "operator"), ("/approvals/", approval.id, "approver"),
+             ("/runs/?status=NEEDS_ATTENTION", run.id, "operator"))
+    for url, pk, role in pages:
+        allowed = text(client_for(people[role]).get(url))
+        assert checkbox.format(pk) in allowed and 'id="bulk-form"' in allowed, url
+        viewer = text(client_for(people["viewer"]).get(url))
+        assert 'name="ids"' not in viewer and 'id="bulk-form"' not in viewer, url
+    bar = text(client_for(people["operator"]).get("/effects/?connector=qp.lookup"))
+    assert '<input type="hidden" name="connector" value="qp.lookup">' in bar  # the filters go to the preview
+    assert '<option value="effect.resolve">Resolve</option>' in bar
+
+
+@pytest.mark.django_db
+def test_it_takes_the_effects_queues_filters_for_everything_matching(people):
+    make_effect(connector="qp.lookup", step="mail")
+    make_effect(connector="qp.blind", step="charge")
+    client = client_for(people["operator"])
+    token = token_of(preview(client, "effect.resolve", connector="qp.lookup"))
+    assert BulkBatch.objects.get(token=token).total == 1
+    body = text(client.get(f"/bulk/{token}/"))
+    assert "qp.lookup" in body and "charge" not in body
+    assert preview(client, "effect.resolve", age="forever").status_code == 400  # a bad filter selects nothing
