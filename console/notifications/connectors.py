@@ -12,11 +12,12 @@ receiver that does dedupe drop a repeat.
 What each answer means for the ledger:
 
 * 2xx: succeeded.
-* connection refused, 429, 500, 502, 503, 504: ``Retryable``, retried with back-off (1 s, 2 s,
-  4 s ... up to 30 s; 6 attempts within 120 s), then failed.
+* connection refused or not made in time, 429, 500, 502, 503, 504: ``Retryable``, retried with
+  back-off (1 s, 2 s, 4 s ... up to 30 s; 6 attempts within 120 s), then failed.
 * a 3xx (never followed), another 4xx, the endpoint deleted or deactivated: ``Final``, failed,
   never retried.
-* no answer within ``NOTIFY_TIMEOUT``: ``Timeout``, UNKNOWN.
+* no answer within ``NOTIFY_TIMEOUT`` once the request was sent: ``Timeout``, UNKNOWN (it may have
+  arrived: retrying could send it twice).
 
 A 5xx is retried although the receiver may have acted before failing: receivers answer 5xx
 when they did not take the message, and the Idempotency-Key covers the rest.
@@ -70,8 +71,8 @@ class WebhookPost(Connector):
         except urllib.error.URLError as exc:
             if isinstance(exc.reason, ConnectionRefusedError):
                 raise Retryable(f"endpoint {endpoint.name!r}: connection refused, nothing was sent") from exc
-            if isinstance(exc.reason, TimeoutError):
-                raise Timeout(f"endpoint {endpoint.name!r}: no connection within {timeout:g}s") from exc
+            if isinstance(exc.reason, TimeoutError):  # connecting or sending: no whole request arrived
+                raise Retryable(f"endpoint {endpoint.name!r}: no connection within {timeout:g}s") from exc
             raise
         except TimeoutError as exc:
             raise Timeout(f"endpoint {endpoint.name!r}: no answer within {timeout:g}s; it may have arrived") from exc
