@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
+from urllib.parse import urlencode
 
 from django.contrib import messages
 from django.contrib.auth.models import AbstractBaseUser
@@ -23,15 +24,19 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
 from console import roles
-from console.forms import ApprovalDecideForm, EffectResolveForm, EffectsPageForm
+from console.forms import ApprovalDecideForm, EffectResolveForm
+from console.forms_queues import EffectFilterForm
+from console.selectors.decisions import effects_to_undo
 from console.selectors.queues import (
     INBOX_LIMIT,
     approval_current_decision,
     approvals_inbox,
     approvals_recently_decided,
+    effect_connectors,
     effect_current_outcome,
     effects_ambiguous_page,
 )
+from console.selectors.runs import workflow_names
 from console.services.actions import Denied, Incomplete, Refused
 from console.services.queues import approval_act, effect_manual_resolve
 from console.services.queues import effect_query as effect_query_service
@@ -44,6 +49,7 @@ from console.views.base import (
     live_context,
     viewer_required,
 )
+from console.views.notices import message_oob, page_messages
 from ledger.models import EffectRecord
 from sagas.models import ApprovalRequest, ApprovalState
 
@@ -97,8 +103,13 @@ def _respond(
     request: HttpRequest, *, page: str, fragment_template: str, context: dict[str, Any], live: dict[str, Any],
     status: int,
 ) -> HttpResponse:
+    """The page, or for htmx its live region; the context's ``error`` and ``notice`` are messages
+    outside the region (console/views/notices.py), so the next push does not take them away."""
+    error, notice = context.pop("error", ""), context.pop("notice", "")
     if request.htmx and request.method == "POST":
-        return HttpResponse(render_to_string(fragment_template, context, request=request), status=status)
+        html = render_to_string(fragment_template, context, request=request)
+        return HttpResponse(html + message_oob(error=error, notice=notice), status=status)
+    page_messages(request, error=error, notice=notice)
     context.update(live)
     return render(request, page, context, status=status)
 
@@ -106,11 +117,20 @@ def _respond(
 # --- ambiguous effects ---------------------------------------------------------------------------
 
 
-def _effects_context(user: AbstractBaseUser, form: EffectsPageForm) -> dict[str, Any]:
-    """The queue's page at ``form``'s cursor (the first page if the cursor is not valid)."""
+def _effects_context(user: AbstractBaseUser, form: EffectFilterForm) -> dict[str, Any]:
+    """The queue's page at ``form``'s filters and cursor (the first page if the cursor is not
+    valid); no page at all while a filter is not valid (the form says why)."""
+    page = effects_ambiguous_page(user=user, filters=form.filters(), cursor=form.cursor) if form.filters_valid else None
+    base = reverse("console:effects")
+    filtered = form.filter_query
     return {
-        "page": effects_ambiguous_page(user=user, cursor=form.cursor),
+        "query": form,
+        "page": page,
         "cursor": form.cursor_text,
+        "filter_query": filtered,
+        "filtered": bool(filtered),
+        "first_url": f"{base}?{filtered}" if filtered else base,
+        "next_url": f"{base}?{urlencode(form.link_params(after=page.next_cursor))}" if page and page.next_cursor else "",
         "can_query": roles.can(user, "effect.query"),
         "can_resolve": roles.can(user, "effect.resolve"),
         "outcomes": RESOLVE_OUTCOMES,
@@ -118,20 +138,33 @@ def _effects_context(user: AbstractBaseUser, form: EffectsPageForm) -> dict[str,
 
 
 def effects_fragment(user: AbstractBaseUser, params: dict[str, str]) -> str:
-    return render_to_string("console/effects_live.html", _effects_context(user, EffectsPageForm(params)))
+    return render_to_string("console/effects_live.html", _effects_context(user, EffectFilterForm(params)))
+
+
+def _effects_form(request: HttpRequest) -> EffectFilterForm:
+    """After an action, the page it came from (the filters and cursor its form carried); else the query string."""
+    if request.method == "POST":
+        return EffectFilterForm.carried(request.POST.get("filters", ""), after=request.POST.get("after", ""))
+    return EffectFilterForm(request.GET)
 
 
 def _effects_page(request: HttpRequest, *, status: int = 200, error: str = "", notice: str = "") -> HttpResponse:
-    if request.method == "POST":  # after an action: the page it came from, or the first one
-        form = EffectsPageForm({"after": request.POST.get("after", "")})
-    else:
-        form = EffectsPageForm(request.GET)
-        if not form.is_valid():  # a damaged page link: the first page, with what is wrong (400)
-            status, error = 400, " ".join(form.problems())
+    form = _effects_form(request)
+    if request.method == "GET" and not form.is_valid():  # a bad filter or a damaged page link (400)
+        status, error = 400, ""
     context = _effects_context(request.user, form)
     context.update(error=error, notice=notice)
+    if request.method == "GET":
+        context.update(connectors=_with(effect_connectors(user=request.user), form.values["connector"]),
+                       workflow_names=workflow_names())
     return _respond(request, page="console/effects.html", fragment_template="console/effects_live.html",
-                    context=context, live=live_context([EFFECTS_FRAGMENT], after=form.cursor_text), status=status)
+                    context=context, live=live_context([EFFECTS_FRAGMENT], **form.link_params(after=form.cursor_text)),
+                    status=status)
+
+
+def _with(options: list[str], current: str) -> list[str]:
+    """``options``, plus the value asked for if it is not one of them (it still shows as chosen)."""
+    return options if not current or current in options else sorted([*options, current])
 
 
 @require_GET
@@ -141,10 +174,12 @@ def effects(request: HttpRequest) -> HttpResponse:
 
 
 def _effects_url(request: HttpRequest) -> str:
-    """The queue's page the action was taken on (the first page if its cursor is not valid)."""
+    """The queue's page the action was taken on: its filters and cursor (the first page if the
+    cursor is not valid)."""
     url = reverse("console:effects")
-    cursor = EffectsPageForm({"after": request.POST.get("after", "")}).cursor_text
-    return f"{url}?after={cursor}" if cursor else url
+    form = _effects_form(request)
+    params = form.link_params(after=form.cursor_text)
+    return f"{url}?{urlencode(params)}" if params else url
 
 
 @require_POST
@@ -211,6 +246,7 @@ def remaining_text(deadline: datetime, now: datetime) -> str:
 def _approvals_context(user: AbstractBaseUser, params: dict[str, str]) -> dict[str, Any]:
     now = timezone.now()
     items, total = approvals_inbox(user=user)
+    to_undo = effects_to_undo({a.run_id for a in items}) if roles.can(user, "approval.reject") else {}
     rows = [
         {
             "a": a,
@@ -218,6 +254,7 @@ def _approvals_context(user: AbstractBaseUser, params: dict[str, str]) -> dict[s
             "overdue": a.deadline <= now,
             "escalated": a.state == ApprovalState.ESCALATED,
             "own_run": a.run.started_by_id is not None and a.run.started_by_id == user.pk,
+            "to_undo": to_undo.get(str(a.run_id), 0),  # what a rejection compensates
         }
         for a in items
     ]

@@ -32,11 +32,11 @@ def test_it_logs_in_each_role_and_shows_only_what_the_role_may_do(console, users
         expect(page.locator("header .user")).to_contain_text(role)
         expect(page.locator("#live-status")).to_have_text("live", timeout=10_000)  # the websocket is up
         console.shot(page, f"overview-{role}")
-        cancel = page.locator("#run-actions summary", has_text="Cancel")
+        cancel = page.locator("#live-run_actions summary", has_text="Cancel")
         approve = page.get_by_role("button", name="Approve")
         page.goto(f"/runs/{run.id}/")
         expect(cancel).to_have_count(1 if role == "operator" else 0)
-        expect(page.locator("#run-actions summary", has_text="Retry")).to_have_count(0)  # nothing to retry here
+        expect(page.locator("#live-run_actions summary", has_text="Retry")).to_have_count(0)  # nothing to retry here
         page.goto("/approvals/")
         expect(approve).to_have_count(1 if role == "approver" else 0)
         page.context.close()
@@ -57,7 +57,7 @@ def test_it_shows_an_approval_resuming_the_run_live_in_a_second_page(console, us
     approver.goto("/approvals/")
     console.shot(approver, "approvals-inbox")
     row = approver.locator(f"#approval-{ApprovalRequest.objects.get(run=run).id}")
-    row.locator("textarea[name=comment]").fill("address verified by phone")
+    row.locator("form.decide textarea[name=comment]").fill("address verified by phone")
     row.get_by_role("button", name="Approve").click()
 
     expect(header).to_contain_text("COMPLETED", timeout=15_000)  # pushed, no reload in this page
