@@ -286,3 +286,20 @@ def test_it_never_delivers_twice_when_the_worker_is_killed_mid_delivery(procs, r
     assert WorkflowRun.objects.get(id=delivery.notify_run_id).status == RunStatus.NEEDS_ATTENTION
     # and a notification about a notification is never sent
     assert not NotificationDelivery.objects.filter(run_id=delivery.notify_run_id).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_shows_deliveries_only_of_the_tenants_a_user_may_see(people):
+    from console.models import TenantScope
+
+    endpoint("everything", secret="s")
+    for tenant, key in (("acme", "order-acme-1"), ("globex", "order-globex-1")):
+        make_effect(run=make_run(tenant=tenant, business_key=key), tenant=tenant)
+    assert deliveries_create_recent() == 2
+    TenantScope.objects.create(user=people["operator"], tenants=["acme"])
+
+    limited = client_for(people["operator"]).get(reverse("console:notifications")).content.decode()
+    everyone = client_for(people["viewer"]).get(reverse("console:notifications")).content.decode()
+    assert "order-acme-1" in limited and "order-globex-1" not in limited
+    assert "order-acme-1" in everyone and "order-globex-1" in everyone
+    assert client_for(people["nobody"]).get(reverse("console:notifications")).status_code == 403
