@@ -35,9 +35,9 @@ SECRET = "whsec_test-receiver-secret"
 
 
 def endpoint(name="ops", *, url="http://127.0.0.1:9/hook", kinds=ALL_KINDS, tenants=(), active=True,
-             secret=SECRET) -> NotificationEndpoint:
+             secret=SECRET, format="generic") -> NotificationEndpoint:
     return NotificationEndpoint.objects.create(name=name, url=url, kinds=list(kinds), tenants=list(tenants),
-                                               active=active, secret=secret)
+                                               active=active, secret=secret, format=format)
 
 
 def form(**values) -> dict:
@@ -303,3 +303,18 @@ def test_it_shows_deliveries_only_of_the_tenants_a_user_may_see(people):
     assert "order-acme-1" in limited and "order-globex-1" not in limited
     assert "order-acme-1" in everyone and "order-globex-1" in everyone
     assert client_for(people["nobody"]).get(reverse("console:notifications")).status_code == 403
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_sends_slack_a_text_and_blocks_body_where_a_business_key_cannot_ping_or_link():
+    endpoint("slack", secret="s", format="slack")
+    run = make_run(tenant="acme", business_key="<!channel> <https://evil.example|click> & co")
+    make_effect(run=run, tenant="acme", step="email", connector="email.send")
+
+    assert deliveries_create_recent() == 1
+    body = NotificationDelivery.objects.get().body
+    assert set(body) == {"text", "blocks"} and body["blocks"][0]["type"] == "section"
+    sent = json.dumps(body)
+    assert "<!channel>" not in sent and "<https://evil.example" not in sent
+    assert "&lt;!channel&gt;" in body["text"] and "&amp; co" in body["text"]
+    assert body["blocks"][1]["elements"][0]["text"].startswith("<http://")  # our own link stays a link
