@@ -1,0 +1,167 @@
+"""Filters and search on the ambiguous-effects queue (connector, workflow, tenant, age, business-key
+substring, run-id prefix), through paging, actions and tenant limits; bad values are a 400 that
+says what is wrong. And the runs list's search by business-key substring."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+from urllib.parse import parse_qs, urlparse
+
+import pytest
+from django.urls import reverse
+
+from console.models import TenantScope
+from sagas import start, workflow
+from tests.console.conftest import client_for
+from tests.console.queue_data import make_effect, make_run, resolve, text
+
+pytestmark = pytest.mark.django_db
+
+EFFECT_ANCHOR = re.compile(r'<tr id="effect-(\d+)"')
+RUN_LINK = re.compile(r'<a class="mono" href="/runs/([0-9a-f-]{36})/"')
+
+
+@workflow("bc_search", version=1)
+def bc_search(ctx, data):  # pragma: no cover - never run: the tests only start runs
+    return data
+
+
+def listed(response) -> list[int]:
+    assert response.status_code == 200, text(response)[:3000]
+    return [int(i) for i in EFFECT_ANCHOR.findall(text(response))]
+
+
+@pytest.fixture
+def queue():
+    """Effects on runs of two workflows and tenants, two connectors, different ages and keys."""
+    ord_run = make_run(name="bc_orders", business_key="ORD-000123", tenant="acme")
+    pay_run = make_run(name="bc_refunds", business_key="pay-77-0012", tenant="globex")
+    other = make_run(name="bc_orders", business_key="ORD-999", tenant="acme")
+    return {
+        "ord": make_effect(run=ord_run, tenant="acme", connector="qp.blind", step="capture",
+                           age=timedelta(minutes=2)),
+        "pay": make_effect(run=pay_run, tenant="globex", connector="qp.lookup", step="refund",
+                           age=timedelta(hours=2)),
+        "old": make_effect(run=other, tenant="acme", connector="qp.lookup", step="ship", age=timedelta(days=3)),
+    }
+
+
+def test_it_filters_the_queue_by_connector_workflow_tenant_and_age(people, queue):
+    client = client_for(people["viewer"])
+    effects = reverse("console:effects")
+    ids = {k: e.id for k, e in queue.items()}
+
+    assert listed(client.get(effects)) == [ids["old"], ids["pay"], ids["ord"]]
+    assert listed(client.get(effects, {"connector": "qp.lookup"})) == [ids["old"], ids["pay"]]
+    assert listed(client.get(effects, {"workflow": "bc_orders"})) == [ids["old"], ids["ord"]]
+    assert listed(client.get(effects, {"tenant": "globex"})) == [ids["pay"]]
+    assert listed(client.get(effects, {"age": "5m"})) == [ids["old"], ids["pay"]]
+    assert listed(client.get(effects, {"age": "1h"})) == [ids["old"], ids["pay"]]
+    assert listed(client.get(effects, {"age": "1d"})) == [ids["old"]]
+    assert listed(client.get(effects, {"connector": "qp.lookup", "workflow": "bc_orders"})) == [ids["old"]]
+    assert listed(client.get(effects, {"tenant": "acme", "age": "1h", "connector": "qp.blind"})) == []
+
+    page = text(client.get(effects, {"connector": "qp.lookup", "age": "1h"}))
+    assert "<strong>2</strong> effects waiting" in page  # the count is of what matches
+    assert '<option value="1h" selected>' in page and 'value="qp.lookup"' in page
+
+
+def test_it_searches_the_queue_by_business_key_substring_and_run_id_prefix(people, queue):
+    client = client_for(people["viewer"])
+    effects = reverse("console:effects")
+    ids = {k: e.id for k, e in queue.items()}
+    run_id = str(queue["pay"].run_id)
+
+    assert listed(client.get(effects, {"q": "0012"})) == [ids["pay"], ids["ord"]]  # inside the key, not a prefix
+    assert listed(client.get(effects, {"q": "ord-000"})) == [ids["ord"]]  # any case
+    assert listed(client.get(effects, {"q": "77-0"})) == [ids["pay"]]
+    assert listed(client.get(effects, {"q": run_id})) == [ids["pay"]]
+    assert listed(client.get(effects, {"q": run_id[:8]})) == [ids["pay"]]
+    assert listed(client.get(effects, {"q": "%"})) == []  # LIKE wildcards are literal
+    assert listed(client.get(effects, {"q": "ORD_"})) == []
+    assert listed(client.get(effects, {"q": "0012", "tenant": "acme"})) == [ids["ord"]]
+
+
+def test_it_finds_runs_by_a_business_key_substring_on_the_runs_list(people):
+    first = start("bc_search", {"n": 1}, business_key="ORD-00012345")
+    second = start("bc_search", {"n": 2}, business_key="order-77-0012")
+    start("bc_search", {"n": 3}, business_key="ORD-999")
+    client = client_for(people["viewer"])
+
+    def runs(q: str) -> list[str]:
+        response = client.get(reverse("console:runs"), {"q": q})
+        assert response.status_code == 200
+        return RUN_LINK.findall(text(response))
+
+    assert runs("0012") == [str(second.id), str(first.id)]
+    assert runs("ord-0001") == [str(first.id)]
+    assert runs(str(first.id)[:8]) == [str(first.id)]
+    assert runs("x%") == []
+
+
+def test_it_keeps_the_filters_on_every_page_of_the_queue(people):
+    run = make_run(name="bc_orders", business_key="ORD-1")
+    matching = [make_effect(run=run, connector="qp.lookup", step=f"s{i}", age=timedelta(minutes=60 + i))
+                for i in range(53)]
+    for i in range(5):
+        make_effect(run=run, connector="qp.blind", step=f"other{i}", age=timedelta(minutes=60 + i))
+    client = client_for(people["viewer"])
+
+    first = client.get(reverse("console:effects"), {"connector": "qp.lookup", "q": "ord-1"})
+    assert len(listed(first)) == 50
+    next_link = re.search(r'href="([^"]+)" rel="next"', text(first)).group(1).replace("&amp;", "&")
+    query = parse_qs(urlparse(next_link).query)
+    assert query["connector"] == ["qp.lookup"] and query["q"] == ["ord-1"] and query["after"]
+    second = client.get(next_link)
+    assert set(listed(first)) | set(listed(second)) == {e.id for e in matching}
+    assert not set(listed(first)) & set(listed(second))
+    assert 'rel="next"' not in text(second)
+
+
+def test_it_answers_400_with_the_problem_for_a_bad_filter_and_lists_nothing(people, queue):
+    client = client_for(people["viewer"])
+    effects = reverse("console:effects")
+    cases = {
+        "age": ("forever", "Unknown for: “forever” is not one of 5m, 1h, 1d, 7d"),
+        "connector": ("qp\x00lookup", "Connector contains a NUL character"),
+        "q": ("x" * 201, "Search is longer than 200 characters"),
+        "tenant": ("t" * 101, "Tenant is longer than 100 characters"),
+        "workflow": ("w\x00", "Workflow contains a NUL character"),
+    }
+    for name, (value, message) in cases.items():
+        response = client.get(effects, {name: value})
+        assert response.status_code == 400, name
+        assert message in text(response), (name, text(response)[:2000])
+        assert EFFECT_ANCHOR.findall(text(response)) == [], name
+
+
+def test_it_narrows_within_the_users_tenants_only(people, queue):
+    limited = people["operator"]
+    TenantScope.objects.create(user=limited, tenants=["acme"])
+    client = client_for(limited)
+    effects = reverse("console:effects")
+    assert listed(client.get(effects, {"tenant": "globex"})) == []
+    assert listed(client.get(effects, {"q": "pay-77"})) == []
+    assert listed(client.get(effects, {"q": str(queue["pay"].run_id)})) == []
+    assert set(listed(client.get(effects))) == {queue["ord"].id, queue["old"].id}
+
+
+def test_it_comes_back_to_the_filtered_queue_after_an_action(people, queue):
+    client = client_for(people["operator"])
+    page = text(client.get(reverse("console:effects"), {"connector": "qp.lookup", "age": "1h"}))
+    carried = re.search(r'name="filters" value="([^"]*)"', page).group(1).replace("&amp;", "&")
+    assert parse_qs(carried) == {"connector": ["qp.lookup"], "age": ["1h"]}
+
+    response = resolve(client, queue["pay"], filters=carried)
+    assert response.status_code == 302
+    back = urlparse(response["Location"])
+    assert back.path == reverse("console:effects")
+    assert parse_qs(back.query) == {"connector": ["qp.lookup"], "age": ["1h"]}
+    assert listed(client.get(response["Location"])) == [queue["old"].id]
+
+
+def test_it_subscribes_the_live_region_with_the_pages_filters(people, queue):
+    page = text(client_for(people["viewer"]).get(reverse("console:effects"), {"tenant": "globex", "q": "77"}))
+    query = parse_qs(re.search(r'ws-connect="/ws/live/\?([^"]*)"', page).group(1).replace("&amp;", "&"))
+    assert query["fragments"] == ["effects_queue"] and query["tenant"] == ["globex"] and query["q"] == ["77"]
