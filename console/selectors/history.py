@@ -49,6 +49,8 @@ PAIRS: dict[str, frozenset[str]] = {
     K.APPROVAL_REQUESTED: frozenset({K.APPROVAL_DECIDED, K.APPROVAL_EXPIRED}),
 }
 OPENER: dict[str, str] = {closer: opener for opener, closers in PAIRS.items() for closer in closers}
+NOT_FINAL = frozenset({K.EFFECT_RESOLVED, K.APPROVAL_EXPIRED})  # another outcome may follow these
+PAIR_WINDOW = 500  # entries either side of a page where the other halves of its pairs are looked for first
 PAIRED_KINDS = frozenset(PAIRS) | frozenset(OPENER)
 LEDGER_KIND = {K.EFFECT_INTENT: "effect", K.COMPENSATION_INTENT: "compensation"}
 
@@ -128,18 +130,41 @@ def _outcome_status(kind: str, fields: dict[str, Any]) -> str:
     return "EXPIRED" if fields["on_timeout"] == "reject" else "ESCALATED"
 
 
-def _pairs(run_id: Any, rows: Sequence[JournalEntry]) -> dict[int, Pair]:
-    """The pair of each paired entry in ``rows``, by seq."""
-    names = {row.name for row in rows if row.kind in PAIRED_KINDS}
-    if not names:
-        return {}
-    found = list(
-        JournalEntry.objects.filter(run_id=run_id, kind__in=sorted(PAIRED_KINDS), name__in=sorted(names))
+def _paired_entries(run_id: Any, names: Iterable[str], kinds: Iterable[str], **seqs: int) -> list[dict[str, Any]]:
+    """Entries of ``kinds`` named ``names`` in a seq range (``seq__gte=...`` and the like), with
+    the payload fields their status is read from (never the whole payload)."""
+    return list(
+        JournalEntry.objects.filter(run_id=run_id, kind__in=sorted(kinds), name__in=sorted(names),
+                                    **{f"seq__{op}": value for op, value in seqs.items()})
         .annotate(st=KT("payload__status"), outcome=KT("payload__outcome"), approved=KT("payload__approved"),
                   on_timeout=KT("payload__on_timeout"))
-        .order_by("seq")
         .values("seq", "kind", "name", "created_at", "st", "outcome", "approved", "on_timeout")
     )
+
+
+def _pairs(run_id: Any, rows: Sequence[JournalEntry]) -> dict[int, Pair]:
+    """The pair of each paired entry in ``rows``, by seq.
+
+    The other halves are looked for ``PAIR_WINDOW`` entries either side of the page first (a
+    short range of the ``(run_id, seq)`` index, where nearly all of them are); only an intent
+    with no outcome there, or with one that may be followed by another (an approval escalated,
+    an effect resolved without an outcome), is looked up past the window towards the end of the
+    run, and only an outcome with no intent there towards its start."""
+    paired = [row for row in rows if row.kind in PAIRED_KINDS]
+    if not paired:
+        return {}
+    low, high = min(row.seq for row in paired) - PAIR_WINDOW, max(row.seq for row in paired) + PAIR_WINDOW
+    found = _paired_entries(run_id, {row.name for row in paired}, PAIRED_KINDS, gte=low, lte=high)
+    final = {(OPENER[item["kind"]], item["name"]) for item in found
+             if item["kind"] in OPENER and item["kind"] not in NOT_FINAL}
+    openers_found = {(item["kind"], item["name"]) for item in found if item["kind"] in PAIRS}
+    unsettled = {row.name for row in paired if row.kind in PAIRS and (row.kind, row.name) not in final}
+    if unsettled:
+        found += _paired_entries(run_id, unsettled, OPENER, gt=high)
+    orphans = {row.name for row in paired if row.kind in OPENER and (OPENER[row.kind], row.name) not in openers_found}
+    if orphans:
+        found += _paired_entries(run_id, orphans, PAIRS, lt=low)
+    found.sort(key=lambda item: item["seq"])
     openers: dict[tuple[str, str], dict[str, Any]] = {}
     last_outcome: dict[tuple[str, str], dict[str, Any]] = {}
     for item in found:

@@ -171,3 +171,22 @@ def test_it_escapes_hostile_names_workers_and_payloads(people):
     assert SCRIPT not in page and IMG not in page
     assert f'<bdi class="entry-name">{SCRIPT_ESCAPED}</bdi>' in page
     assert f'<bdi class="entry-worker mono" title="{IMG_ESCAPED}">{IMG_ESCAPED}</bdi>' in page
+
+
+def test_it_pairs_an_approval_with_its_decision_hundreds_of_entries_later(people):
+    run = make_run(status=RunStatus.RUNNING, reason="")
+    journal(run, ("approval_requested", "ship", {"reason": "ship it?"}, "w:1", T0),
+            ("approval_expired", "ship", {"approved": False, "expired": True, "on_timeout": "escalate"}, "sweeper",
+             T0 + timedelta(hours=4)))
+    append_entries(run, 700)
+    journal(run, ("approval_decided", "ship", {"approved": True, "by": "ann"}, "ann", T0 + timedelta(hours=5)))
+    client = client_for(people["viewer"])
+    url = reverse("console:run_history", args=[run.id])
+
+    _response, page = history(client, run)  # the newest 100: the decision, far from its request
+    decided = pair_cell(rows(page)[703][2])
+    assert f'href="{url}?seq=1"' in decided and "APPROVED" in decided and "after 5 h 0 min" in decided
+    page = text(client.get(client.get(url, {"seq": "1"})["Location"]))
+    requested = pair_cell(rows(page)[1][2])  # escalated first, then approved: the last word counts
+    assert f'href="{url}?seq=703"' in requested and "APPROVED" in requested and "ESCALATED" not in requested
+    assert "ESCALATED" in pair_cell(rows(page)[2][2])
