@@ -109,15 +109,6 @@ class EffectsPageForm(PageForm):
     after = CursorField(key=int)
 
 
-class HistoryPageForm(forms.Form):
-    """A page of a run's history: the entries below ``before`` (a journal seq; none: the newest)."""
-
-    BEFORE_ERROR = "before must be a journal sequence number (a whole number from 1)"
-
-    before = forms.IntegerField(required=False, min_value=1,
-                                error_messages={"invalid": BEFORE_ERROR, "min_value": BEFORE_ERROR})
-
-
 # --- the runs list -------------------------------------------------------------------------
 
 
