@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from console.models import AuditEntry
 from ledger.models import EffectRecord, EffectStatus
 from sagas.models import ApprovalRequest, ApprovalState, RunStatus, WorkflowRun
 from tests.demo.demoproc import http_status
@@ -63,6 +64,13 @@ def test_it_runs_the_product_demo_with_faults_approvals_and_kills_and_sigint_sto
     assert agents.filter(status=RunStatus.COMPLETED).count() > completed_after_kill
     assert re.search(r"runs: .*\d+ COMPLETED.* \| unknown effects: [1-9]\d* \| pending approvals: [1-9]", demo.output())
     assert "keeps exiting" not in demo.output()
+    # Every approval the bot decided is in the audit log, by the named system actor (read in that
+    # order: the entry commits with the decision, so none read first can be missing).
+    by_bot = {str(i) for i in
+              ApprovalRequest.objects.filter(decided_by_label="demo-bot").values_list("id", flat=True)}
+    audited = set(AuditEntry.objects.filter(actor_label="system: approver-bot", action="approval.approve",
+                                            outcome="ok").values_list("object_id", flat=True))
+    assert by_bot and by_bot <= audited
 
     os.kill(proc.pid, signal.SIGINT)
     assert proc.wait(timeout=60) == 0, demo.output()
