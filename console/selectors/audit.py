@@ -7,7 +7,6 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 from urllib.parse import urlencode
 
 from django.contrib.auth import get_user_model
@@ -15,7 +14,7 @@ from django.db.models import QuerySet
 from django.urls import NoReverseMatch, reverse
 
 from console.actors import is_system_label
-from console.models import AuditEntry
+from console.models import AuditEntry, BulkBatch
 from console.roles import ACTION_ROLES
 from console.selectors.paging import Cursor, Page, keyset_page
 from console.selectors.tenancy import User, scope, scope_runs
@@ -116,18 +115,11 @@ def _admin_user_url(object_id: str) -> str:
         return ""
 
 
-def _reverse_or_blank(name: str, *args: Any) -> str:
-    try:
-        return reverse(name, args=args)
-    except NoReverseMatch:  # a page another part of the console may not have
-        return ""
-
-
 def audit_rows(entries: list[AuditEntry], *, user: User) -> list[AuditRow]:
-    """``entries`` with links and business keys, in four queries whatever their number (the
-    approvals, effects, runs and users they name). Objects are looked up within ``user``'s
-    tenants, so a link never leads to a 404; users link to the admin's user page for staff who
-    may view it."""
+    """``entries`` with links and business keys, in five queries whatever their number (the
+    approvals, effects, runs, users and bulk batches they name). Objects are looked up within
+    ``user``'s tenants, so a run, approval or effect link never leads to a 404; a bulk batch links
+    to its page, users to the admin's user page for staff who may view it."""
     ids: dict[str, set[str]] = {}
     for e in entries:
         ids.setdefault(e.object_type, set()).add(e.object_id)
@@ -141,6 +133,8 @@ def audit_rows(entries: list[AuditEntry], *, user: User) -> list[AuditRow]:
             scope_runs(WorkflowRun.objects.filter(id__in=run_ids), user).values("id", "business_key")}
     names = {str(pk): name for pk, name in
              get_user_model().objects.filter(pk__in=_ints(ids.get("user", ()))).values_list("pk", "username")}
+    batches = {str(pk): token for pk, token in
+               BulkBatch.objects.filter(id__in=_ints(ids.get("bulk_batch", ()))).values_list("id", "token")}
     staff = bool(getattr(user, "is_staff", False)) and user.has_perm("auth.view_user")
     rows = []
     for e in entries:
@@ -158,8 +152,8 @@ def audit_rows(entries: list[AuditEntry], *, user: User) -> list[AuditRow]:
             rows.append(AuditRow(e, url, f"effect {oid} ({f['step_name']})", run_id, runs.get(run_id, "")))
         elif kind == "user":
             rows.append(AuditRow(e, _admin_user_url(oid) if staff else "", f"user {names.get(oid, oid)}"))
-        elif kind == "batch" and oid.isdigit():
-            rows.append(AuditRow(e, _reverse_or_blank("console:batch", int(oid)), f"batch {oid}"))
+        elif kind == "bulk_batch" and oid in batches:
+            rows.append(AuditRow(e, reverse("console:bulk_batch", args=[batches[oid]]), f"batch {oid}"))
         else:
             rows.append(AuditRow(e, "", f"{kind} {oid}"))
     return rows

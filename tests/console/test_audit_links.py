@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import re
+import uuid
 
 import pytest
 from django.contrib.auth.models import Group
@@ -12,7 +13,7 @@ from django.core.management import call_command
 from django.urls import reverse
 from django.utils import timezone
 
-from console.models import AuditEntry, AuditOutcome
+from console.models import AuditEntry, AuditOutcome, BulkBatch, BulkState
 from console.roles import VIEWER
 from demo.loadgen import bot_approve, bot_user
 from ledger.models import EffectStatus
@@ -114,3 +115,15 @@ def test_it_audits_the_reconcilers_resolutions_as_a_system_actor_and_a_query_onc
                 .values_list("actor_label", "action")) == [("olga", "effect.query")]
     row = row_of(audit_rows(client_for(people["viewer"])), entry)
     assert "system: reconciler" in row and "order-rec-1" in row
+
+
+def test_it_links_a_bulk_batchs_entry_to_the_batchs_page(people):
+    batch = BulkBatch.objects.create(token=uuid.uuid4(), user=people["operator"], user_label="olga",
+                                     action="run.cancel", reason="duplicates of order 12", state=BulkState.DONE)
+    entry = AuditEntry.objects.create(actor=people["operator"], actor_label="olga", action="bulk.run.cancel",
+                                      object_type="bulk_batch", object_id=str(batch.id), outcome=AuditOutcome.OK)
+    client = client_for(people["viewer"])
+    row = row_of(audit_rows(client), entry)
+    href = reverse("console:bulk_batch", args=[batch.token])
+    assert f'href="{href}"' in row and f"batch {batch.id}" in row
+    assert client.get(href).status_code == 200
