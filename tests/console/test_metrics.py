@@ -6,6 +6,8 @@ import time
 from datetime import timedelta
 
 import pytest
+import redis
+from django.conf import settings as django_settings
 from django.db.models import Count
 from django.test import Client
 from django.utils import timezone
@@ -52,6 +54,12 @@ def scrape(token: str | None = TOKEN, *, openmetrics: bool = False) -> dict[tupl
 
 def value(samples, name: str, **labels: str) -> float:
     return samples[(name, tuple(sorted(labels.items())))]
+
+
+@pytest.fixture(autouse=True)
+def fresh_totals():
+    """No running totals (nor final-status counts) left in Redis by an earlier test's database."""
+    redis.Redis.from_url(django_settings.REDIS_URL).delete(metrics.totals_key())
 
 
 @pytest.mark.django_db
@@ -111,6 +119,13 @@ def test_it_reports_runs_attention_items_and_workers_as_the_database_has_them(se
     assert value(samples, "sagas_attention_oldest_age_seconds", kind="non_determinism") == 0
     assert value(samples, "sagas_workers_live") == 1 and value(samples, "sagas_workers_silent") == 1
     assert value(samples, "sagas_metrics_counters_available") == 1
+
+    make_run(status=RunStatus.PENDING, reason="")
+    make_run(status=RunStatus.COMPLETED, reason="")
+    again = scrape()
+    assert value(again, "sagas_runs", status="PENDING") == by_status[RunStatus.PENDING] + 1, "counted every scrape"
+    assert value(again, "sagas_runs", status="COMPLETED") == by_status[RunStatus.COMPLETED], (
+        f"final statuses are recounted every {metrics.FINAL_REFRESH:g} s, not every scrape")
 
 
 def _entry(run: WorkflowRun, kind: str, payload: dict, *, age: timedelta = timedelta(minutes=1), name: str = "x"):
