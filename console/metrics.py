@@ -3,7 +3,8 @@ at scrape time, nothing counted by the engine on its hot path.
 
 Gauges (the state now, a handful of index reads, no tenant labels):
 
-* ``sagas_runs{status}``: runs by status;
+* ``sagas_runs{status}``: runs by status; COMPLETED, CANCELLED and COMPENSATED (final, nearly
+  every run) as recounted every ``FINAL_REFRESH`` seconds, the others on every scrape;
 * ``sagas_attention_items{kind}`` and ``sagas_attention_oldest_age_seconds{kind}``: what needs a
   person, each kind a line of the overview's "Needs a person", counted by the same selector
   (``console.selectors.overview.queue_lines``) for every tenant: ``unknown_effects``,
