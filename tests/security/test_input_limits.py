@@ -151,7 +151,7 @@ def test_it_refuses_an_overlong_approval_comment_and_stores_nothing(people):
 def test_it_answers_a_nul_or_out_of_range_runs_filter_with_a_message(people, params, message):
     make_run()
     response = client_for(people["viewer"]).get(reverse("console:runs"), params)
-    assert response.status_code == 200  # the page, with the form's message and no rows
+    assert response.status_code == 400  # the page, with the form's message and no rows
     page = response.content.decode()
     assert message in page and not re.search(r'href="/runs/[0-9a-f-]{36}/"', page)
 
