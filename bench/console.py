@@ -128,7 +128,7 @@ def generate(size: dict) -> dict[str, float]:
     phase("runs", f"""
         INSERT INTO sagas_workflowrun (id, workflow_name, version, definition_hash, input, business_key, tenant,
             status, status_reason, result, error, lease_owner, fence, attempts, last_seq, steps_used, cost_used,
-            created_at, updated_at, started_at, finished_at, started_via)
+            created_at, updated_at, started_at, finished_at, started_via, summary)
         SELECT id, wf, ver, md5(wf || ver), jsonb_build_object('n', n, 'amount', n % 997), bk, tenant,
                st, CASE st WHEN 'NEEDS_ATTENTION' THEN (ARRAY['effect_unknown','budget_exceeded','version_mismatch'])[1 + n % 3]
                            WHEN 'FAILED' THEN 'workflow_error' WHEN 'CANCELLED' THEN 'cancelled' ELSE '' END,
@@ -137,7 +137,8 @@ def generate(size: dict) -> dict[str, float]:
                '', 1 + n % 3, 1 + n % 3, entries, greatest(entries - 3, 0), (n % 50) * 0.01,
                created, created + entries * interval '50 ms', created + interval '20 ms',
                CASE WHEN st IN ('COMPLETED','FAILED','CANCELLED','COMPENSATED') THEN created + entries * interval '50 ms' END,
-               'api'
+               'api', jsonb_build_object('order', bk, 'customer', 'customer-' || (n % 5000),
+                                         'amount', (n % 997) || '.00 EUR')
           FROM (
             SELECT n,
                    md5('run' || n)::uuid AS id,
@@ -156,7 +157,9 @@ def generate(size: dict) -> dict[str, float]:
               FROM generate_series(1::bigint, %s) AS n
           ) AS g""", [runs])
 
-    # Journal: started, claimed, steps..., and the outcome. One run's seqs are 1..last_seq.
+    # Journal: started, claimed, steps..., and the outcome. One run's seqs are 1..last_seq. The
+    # long run (the only one over 100 entries) has an effect every 10 entries, its intent and then
+    # its result, for the history timeline's pairs and kind filter.
     phase("journal", """
         INSERT INTO sagas_journalentry (run_id, seq, kind, name, payload, worker_id, created_at)
         SELECT r.id, s,
@@ -166,9 +169,16 @@ def generate(size: dict) -> dict[str, float]:
                     WHEN s = r.last_seq AND r.status IN ('CANCELLED', 'COMPENSATED') THEN 'cancelled'
                     WHEN s = r.last_seq AND r.status = 'WAITING' THEN 'yielded'
                     WHEN s = r.last_seq THEN 'halted'
+                    WHEN r.last_seq > 100 AND s % 10 = 4 THEN 'effect_intent'
+                    WHEN r.last_seq > 100 AND s % 10 = 5 THEN 'effect_result'
                     ELSE 'step' END,
-               CASE WHEN s > 2 AND s < r.last_seq THEN 'step_' || (s - 2) ELSE '' END,
-               jsonb_build_object('value', s, 'ok', true),
+               CASE WHEN s = r.last_seq OR s < 3 THEN ''
+                    WHEN r.last_seq > 100 AND s % 10 IN (4, 5) THEN 'charge_' || (s - s % 10)
+                    ELSE 'step_' || (s - 2) END,
+               CASE WHEN r.last_seq > 100 AND s % 10 = 5 AND s < r.last_seq
+                    THEN jsonb_build_object('status', 'SUCCEEDED', 'result', jsonb_build_object('ok', true),
+                                            'downstream_ref', 'ch_' || s)
+                    ELSE jsonb_build_object('value', s, 'ok', true) END,
                CASE WHEN s = 1 THEN '' ELSE 'worker-' || (s % 4) END,
                r.created_at + s * interval '50 ms'
           FROM sagas_workflowrun r, generate_series(1, r.last_seq) AS s""")
@@ -213,16 +223,17 @@ def generate(size: dict) -> dict[str, float]:
 
     phase("audit", f"""
         INSERT INTO console_auditentry (actor_id, actor_label, action, object_type, object_id, before, after,
-                                        reason, ip, outcome, message, created_at)
+                                        reason, ip, outcome, message, created_at, tenant)
         SELECT NULL, (%s::text[])[1 + (n * 13) % {len(ACTORS)}], a, split_part(a, '.', 1),
                md5('run' || (1 + n % %s))::uuid::text,
                jsonb_build_object('status', 'NEEDS_ATTENTION'), jsonb_build_object('status', 'PENDING'),
                'ticket OPS-' || n, ('10.0.0.' || (n % 250))::inet, CASE WHEN n % 50 = 0 THEN 'denied' ELSE 'ok' END, '',
-               now() - interval '30 days' * (((n * 7919) % 100003) / 100003.0)
+               now() - interval '30 days' * (((n * 7919) % 100003) / 100003.0),
+               'tenant-' || lpad((1 + floor({TENANTS} * power((((1 + n % %s) * 2654435761) % 1000003) / 1000003.0, 2)))::int::text, 2, '0')
           FROM generate_series(1::bigint, %s) AS n,
                LATERAL (SELECT (ARRAY['run.retry','run.cancel','run.compensate','effect.resolve','effect.query',
                                       'approval.approve','approval.reject'])[1 + (n * 3) % 7] AS a) AS x""",
-          [ACTORS, runs, size["audit"]])
+          [ACTORS, runs, runs, size["audit"]])
 
     with connection.cursor() as cur:
         cur.execute("SET session_replication_role = DEFAULT")
@@ -324,6 +335,10 @@ def page_figures(size: dict) -> list[tuple[str, str, float, float, str]]:
         raise SystemExit("page 1 of /runs/ has no next link")
     page2 = found.group(1)
     deep = encode_cursor(mid_at, mid_id)
+    # The history's "go to entry" answers with a redirect to the page holding it: time that page.
+    jump = client.get(f"/runs/{long_run}/history/?seq={size['long'] // 2}")
+    middle = (jump["Location"].split("#")[0] if jump.status_code == 302
+              else f"/runs/{long_run}/history/?before={size['long'] // 2 + 1}")
 
     n = size["requests"]
     pages = [
@@ -333,10 +348,21 @@ def page_figures(size: dict) -> list[tuple[str, str, float, float, str]]:
         ("run list, tenant (busiest)", "/runs/?tenant=tenant-01", "< 100 ms"),
         (f"run list, tenant (quietest: {small_tenant})", f"/runs/?tenant={small_tenant}", "< 100 ms"),
         ("run list, business-key prefix", "/runs/?q=KYC-0001", "< 100 ms"),
+        ("run list, business-key substring (q=0012: 11,299 keys match)", "/runs/?q=0012", "< 100 ms"),
+        ("run list, business-key substring, one key (q=00987654)", "/runs/?q=00987654", "< 100 ms"),
+        ("run list, business-key substring, no key (q=nomatch-7)", "/runs/?q=nomatch-7", "< 100 ms"),
         ("run list, page 2 (cursor of page 1's next link)", f"/runs/?after={page2}", "< 100 ms"),
         (f"run list, deep keyset page (after run {size['runs'] // 2:,})", f"/runs/?after={deep}", "< 100 ms"),
         (f"run detail, {size['long']:,}-entry run, first page", f"/runs/{long_run}/", "< 200 ms"),
+        (f"history, {size['long']:,}-entry run, first page", f"/runs/{long_run}/history/", "< 200 ms"),
+        (f"history, {size['long']:,}-entry run, middle page (go to #{size['long'] // 2:,})", middle, "< 200 ms"),
+        ("history, filtered by kind: effects (1 entry in 5)", f"/runs/{long_run}/history/?kind=effects", "< 200 ms"),
+        ("history, filtered by kind: yielded (1 entry)", f"/runs/{long_run}/history/?kind=yielded", "< 200 ms"),
         ("ambiguous-effects queue", "/effects/", "< 100 ms"),
+        ("ambiguous-effects queue, connector + age filters", "/effects/?connector=shipping.create&age=1d", "< 100 ms"),
+        ("ambiguous-effects queue, workflow + tenant filters", "/effects/?workflow=kyc_check&tenant=tenant-01",
+         "< 100 ms"),
+        ("ambiguous-effects queue, business-key search (q=0012)", "/effects/?q=0012", "< 100 ms"),
         ("approvals inbox", "/approvals/", "-"),
         ("audit log, unfiltered", "/audit/", "< 100 ms"),
         ("audit log, actor=olga", "/audit/?actor=olga", "< 100 ms"),
