@@ -5,10 +5,12 @@ A term matches:
 * a whole run id (a UUID): that run, or a business key spelled exactly like it;
 * hex digits (dashes ignored), as the lists show ids: runs whose id starts with them (a range
   scan of the primary key: PostgreSQL orders uuids byte by byte);
-* anything: business keys that contain it, ignoring case (``ILIKE '%term%'``, served by the
-  ``pg_trgm`` GIN index ``run_business_key_trgm``, sagas migration 0010). A term shorter than
-  three characters has no trigram to look up: it is answered by walking the list's own order
-  and filtering, which is fast while the term is common and slow for a rare one.
+* anything of three characters or more: business keys that contain it, ignoring case
+  (``ILIKE '%term%'``, served by the ``pg_trgm`` GIN index ``run_business_key_trgm``, sagas
+  migration 0010);
+* a term of one or two characters: business keys that start with it (``LIKE 'te%'``, the
+  ``run_business_key_prefix`` index). Such a term has no trigram to look up, and a substring
+  search for it walks the whole table when it is rare: 1.4 s for ``zq`` at a million runs.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from django.db.models.lookups import Lookup
 from sagas.models import WorkflowRun
 
 _HEX_PREFIX = re.compile(r"^[0-9a-f]{1,32}$")
+MIN_SUBSTRING_CHARS = 3  # a trigram: shorter terms match the start of keys
 
 
 class _ILike(Lookup):
@@ -50,9 +53,12 @@ def run_id_range(prefix: str) -> tuple[uuid.UUID, uuid.UUID] | None:
     return uuid.UUID(digits.ljust(32, "0")), uuid.UUID(digits.ljust(32, "f"))
 
 
-def key_contains(term: str, *, field: str = "business_key") -> _ILike:
-    """A filter expression: ``field`` (a business key column or a path to one) contains ``term``."""
-    return _ILike(F(field), Value(contains_pattern(term)))
+def key_contains(term: str, *, field: str = "business_key") -> Q:
+    """A filter: ``field`` (a business key column or a path to one) contains ``term``, ignoring
+    case; for a term under ``MIN_SUBSTRING_CHARS``, starts with it."""
+    if len(term) < MIN_SUBSTRING_CHARS:
+        return Q(**{f"{field}__startswith": term})
+    return Q(_ILike(F(field), Value(contains_pattern(term))))
 
 
 def runs_matching(term: str) -> Q:
@@ -60,7 +66,7 @@ def runs_matching(term: str) -> Q:
     try:
         whole = uuid.UUID(term)
     except ValueError:
-        match = Q(key_contains(term))
+        match = key_contains(term)
         id_range = run_id_range(term)
         if id_range is not None:
             match |= Q(id__range=id_range)
