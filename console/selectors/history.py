@@ -22,7 +22,7 @@ from django.utils import timezone
 
 from console.selectors.runs import HISTORY_PAGE_SIZE
 from ledger.models import EffectRecord
-from sagas.models import JournalEntry, JournalKind
+from sagas.models import ApprovalRequest, JournalEntry, JournalKind
 
 K = JournalKind
 
@@ -174,8 +174,8 @@ def _pairs(run_id: Any, rows: Sequence[JournalEntry]) -> dict[int, Pair]:
             last_outcome[(OPENER[item["kind"]], item["name"])] = item  # ascending: the newest wins
     by_seq = {item["seq"]: item for item in found}
     on_page = {row.seq for row in rows}
-    waiting = [key for key in openers if key not in last_outcome and key[0] in LEDGER_KIND]
-    ledger = _ledger_statuses(run_id, waiting) if waiting else {}
+    waiting = [key for key in openers if key not in last_outcome]
+    ledger = _open_statuses(run_id, waiting) if waiting else {}
     pairs: dict[int, Pair] = {}
     for row in rows:
         if row.kind in PAIRS:
@@ -197,15 +197,24 @@ def _pairs(run_id: Any, rows: Sequence[JournalEntry]) -> dict[int, Pair]:
     return pairs
 
 
-def _ledger_statuses(run_id: Any, keys: Iterable[tuple[str, str]]) -> dict[tuple[str, str], str]:
-    """The ledger's status of intents with no outcome in the journal (UNKNOWN, IN_PROGRESS, ...)."""
-    wanted = {(LEDGER_KIND[kind], name): kind for kind, name in keys}
-    rows = EffectRecord.objects.filter(run_id=run_id, step_name__in=sorted({name for _k, name in wanted}))
-    return {
-        (wanted[(kind, name)], name): status
-        for kind, name, status in rows.values_list("kind", "step_name", "status")
-        if (kind, name) in wanted
-    }
+def _open_statuses(run_id: Any, keys: Iterable[tuple[str, str]]) -> dict[tuple[str, str], str]:
+    """Where the journal has no outcome for an intent yet, the state of its row: the ledger's
+    record for an effect or a compensation (UNKNOWN, IN_PROGRESS, ...), the approval request's
+    for an approval (PENDING, ESCALATED, or EXPIRED when the run was cancelled)."""
+    keys = list(keys)
+    found: dict[tuple[str, str], str] = {}
+    wanted = {(LEDGER_KIND[kind], name): kind for kind, name in keys if kind in LEDGER_KIND}
+    if wanted:
+        rows = EffectRecord.objects.filter(run_id=run_id, step_name__in=sorted({name for _k, name in wanted}))
+        for kind, name, status in rows.values_list("kind", "step_name", "status"):
+            if (kind, name) in wanted:
+                found[(wanted[(kind, name)], name)] = status
+    approvals = sorted(name for kind, name in keys if kind == K.APPROVAL_REQUESTED)
+    if approvals:
+        requests = ApprovalRequest.objects.filter(run_id=run_id, step__in=approvals)
+        for step, state in requests.values_list("step", "state"):
+            found[(K.APPROVAL_REQUESTED, step)] = state
+    return found
 
 
 def timeline_rows(run_id: Any, entries: Sequence[JournalEntry], *,

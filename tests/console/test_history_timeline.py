@@ -14,7 +14,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from ledger.models import EffectStatus
-from sagas.models import RunStatus
+from sagas.models import ApprovalRequest, ApprovalState, RunStatus
 from tests.console.conftest import client_for
 from tests.console.history_data import T0, journal
 from tests.console.queue_data import make_effect, make_run
@@ -128,6 +128,11 @@ def test_it_pairs_each_effect_intent_with_its_outcome(people):
         assert f'href="#seq-{intent}"' in back and re.search(r"SUCCEEDED</span> <span class=\"muted\">after \d+", back)
     requested = next(seq for seq, (kind, _, _) in shown.items() if kind == "approval_requested")
     assert shown[requested][1] == "intent" and "no outcome yet" in pair_cell(shown[requested][2])
+    assert '<span class="badge PENDING">PENDING</span>' in pair_cell(shown[requested][2])
+    # No decision in the journal: the request's own state (a cancelled run's expires, unjournaled).
+    ApprovalRequest.objects.filter(run=run).update(state=ApprovalState.EXPIRED)
+    _response, page = history(client, run)
+    assert '<span class="badge EXPIRED">EXPIRED</span>' in pair_cell(rows(page)[requested][2])
 
     # Filtered to intents, the outcome is on another page: the link jumps to it.
     _response, page = history(client, run, kind="effect_intent")
