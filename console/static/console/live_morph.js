@@ -4,7 +4,7 @@
 // it: the websocket pushes (htmx-ext-ws) and the answer to an action taken in it (an hx-post
 // whose hx-target is the region). Both used to replace its HTML, which moved the keyboard focus
 // to the top of the page, closed every open <details> and threw away anything half typed. Now
-// both morph it with idiomorph (the htmx "morph" extension, static/vendor/idiomorph-ext-*.js):
+// both morph it with idiomorph (static/vendor/idiomorph-ext-*.js, through the extension below):
 // elements that are still there keep their identity, so focus, scroll position, text selection
 // and open <details> stay, and only what changed is touched.
 //
@@ -20,8 +20,7 @@
 //
 // Pushes: the "live-morph" extension below marks each top-level element of a pushed message
 // hx-swap-oob="morph" (unless it says how it goes, like the "live updates paused" notice, which
-// inserts itself at the top of its region); htmx-ext-ws then swaps each by id with the morph
-// extension. Action answers: an outerHTML swap into a live region becomes a morph.
+// inserts itself at the top of its region); htmx-ext-ws then swaps each by id with a morph. Action answers: an outerHTML swap into a live region becomes a morph.
 //
 // Messages (the results of actions, #messages in base.html) are outside every live region: no
 // push or swap removes them, only their dismiss button does.
@@ -93,8 +92,17 @@
     return !(name === "open" && el instanceof HTMLDetailsElement);
   };
 
-  // Pushed messages: each top-level live region is morphed into the one with its id.
+  // The "morph" swap, and pushed messages: each top-level live region is morphed into the one
+  // with its id. (The bundle's own "morph" extension is not used: its isInlineSwap says yes to
+  // every swap style, so an out-of-band "afterbegin:#messages" would insert its wrapper element
+  // too, and "live updates paused" notices would pile up instead of showing once.)
   htmx.defineExtension("live-morph", {
+    isInlineSwap: function (style) {
+      return style === "morph";
+    },
+    handleSwap: function (style, target, fragment) {
+      if (style === "morph") return Idiomorph.morph(target, fragment.children, { morphStyle: "outerHTML" });
+    },
     transformResponse: function (text, xhr) {
       if (xhr) return text; // the answer to an htmx request: see htmx:beforeSwap below
       var holder = document.createElement("template");
