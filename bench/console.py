@@ -351,6 +351,7 @@ def page_figures(size: dict) -> list[tuple[str, str, float, float, str]]:
         ("run list, business-key substring (q=0012: 11,299 keys match)", "/runs/?q=0012", "< 100 ms"),
         ("run list, business-key substring, one key (q=00987654)", "/runs/?q=00987654", "< 100 ms"),
         ("run list, business-key substring, no key (q=nomatch-7)", "/runs/?q=nomatch-7", "< 100 ms"),
+        ("run list, two characters, no key starts so (q=zq)", "/runs/?q=zq", "< 100 ms"),
         ("run list, page 2 (cursor of page 1's next link)", f"/runs/?after={page2}", "< 100 ms"),
         (f"run list, deep keyset page (after run {size['runs'] // 2:,})", f"/runs/?after={deep}", "< 100 ms"),
         (f"run detail, {size['long']:,}-entry run, first page", f"/runs/{long_run}/", "< 200 ms"),
