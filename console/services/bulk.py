@@ -50,6 +50,9 @@ from sagas.signals import swept
 log = logging.getLogger("console.bulk")
 
 CHUNK = 50  # items per transaction: the unit of progress, and what a kill can lose (and redo)
+# Jobs queued per batch: two workers share a batch (items are claimed with SKIP LOCKED), about
+# 1.6 times one's pace on the 2-core bench machine (bench/README.md); more only contend.
+JOBS_PER_BATCH = 2
 JOB = "console.jobs.bulk_batch_work"
 MAX_ITEMS = 100_000
 REASON_CHARS = 4000
@@ -167,7 +170,8 @@ def batch_confirm(actor: Actor, *, token: Any, reason: str, confirmed: bool, out
                             "evidence": batch.evidence},
                      tenant=batch.tenant)
         batch_id = batch.id
-        transaction.on_commit(lambda: enqueue(batch_id))
+        for _ in range(JOBS_PER_BATCH):
+            transaction.on_commit(lambda: enqueue(batch_id))
         transaction.on_commit(lambda: broadcast(topics.BULK))
     return batch
 

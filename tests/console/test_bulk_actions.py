@@ -260,7 +260,7 @@ def test_it_finishes_a_batch_after_its_worker_is_killed_mid_batch_without_acting
     token = token_of(preview(client, "run.cancel"))
     batch = BulkBatch.objects.get(token=token)
     assert batch.total == N
-    first = procs.worker("bulk-w1", "tests.console.queue_data")
+    first = procs.worker("bulk-w1", "tests.console.queue_data", "--concurrency", "2")  # takes both of its jobs
     assert confirm(client, token, reason="closing the old campaign").status_code == 302
 
     def progress() -> int:
@@ -272,7 +272,7 @@ def test_it_finishes_a_batch_after_its_worker_is_killed_mid_batch_without_acting
     halfway = progress()
     assert CHUNK <= halfway < N, halfway
     assert BulkItem.objects.filter(batch=batch, outcome="pending").count() == N - halfway
-    procs.worker("bulk-w2", "tests.console.queue_data")
+    procs.worker("bulk-w2", "tests.console.queue_data")  # its sweeper gives the batch a new job after its lease
     wait_until(lambda: BulkBatch.objects.get(id=batch.id).state == BulkState.DONE, 90, what="the batch to finish")
     batch.refresh_from_db()
     assert (batch.ok, batch.refused, batch.denied) == (N, 0, 0)
@@ -327,3 +327,24 @@ def test_it_takes_the_effects_queues_filters_for_everything_matching(people):
     body = text(client.get(f"/bulk/{token}/"))
     assert "qp.lookup" in body and "charge" not in body
     assert preview(client, "effect.resolve", age="forever").status_code == 400  # a bad filter selects nothing
+
+
+@pytest.mark.django_db
+def test_it_gives_a_batch_whose_jobs_stopped_to_a_new_job_after_a_sweep(people):
+    from django.utils import timezone
+
+    from sagas.queue import compensation_queue_name, get_queue
+    from sagas.signals import send_swept
+
+    make_effect()
+    client = client_for(people["operator"])
+    token = token_of(preview(client, "effect.resolve"))
+    confirm(client, token, outcome="failed")  # its jobs' enqueueing waits for a commit this test never makes
+    queue = get_queue(compensation_queue_name())
+    BulkBatch.objects.filter(token=token).update(state=BulkState.RUNNING,
+                                                 heartbeat_at=timezone.now() - timedelta(minutes=5))
+    send_swept(None)
+    assert [job.args for job in queue.get_jobs()] == [(BulkBatch.objects.get(token=token).id,)]
+    send_swept(None)  # the heartbeat moved: not again until another lease has passed
+    assert queue.count == 1
+    assert timezone.now() - BulkBatch.objects.get(token=token).heartbeat_at < timedelta(seconds=30)
