@@ -78,3 +78,19 @@ def test_it_soaks_the_engine_in_faults_without_a_duplicate_a_lost_run_or_a_wrong
     assert int(figures["effects settled by a provider lookup"]) >= 1  # the timed-out effect was reconciled
     assert float(figures["seconds from the end of the last fault until everything settled"]) <= 60
     assert "Targets: met" in done.stdout
+
+
+def test_it_runs_the_bulk_benchmark_small_with_an_audit_entry_per_item_and_live_progress():
+    """bench/bulk.py --smoke: a batch of 200 UNKNOWN effects resolved and one of 200 runs
+    cancelled by a real worker process (about 20 s here)."""
+    done = subprocess.run(
+        [sys.executable, "bench/bulk.py", "--smoke"], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    rows = {line.split("|")[1].strip(): [cell.strip() for cell in line.split("|")[2:-1]]
+            for line in done.stdout.splitlines() if line.startswith("| ") and "batch" not in line}
+    # columns: items, acted on, refused, items/s, wall time, preview, audit entries written, live pushes, polled
+    for label in ("resolve UNKNOWN effects", "cancel WAITING runs"):
+        items, acted, refused, rate, _, _, audited, pushes, polled = rows[label]
+        assert (items, acted, refused, audited) == ("200", "200", "0", "201"), rows[label]
+        assert float(rate) > 0 and int(pushes) >= 2 and int(polled) >= 2, rows[label]
