@@ -30,6 +30,8 @@ def test_it_resolves_every_unknown_email_effect_in_one_batch_with_live_progress(
     first.kill()  # no worker: the batch waits in the queue, and its page shows it coming to life
 
     page = console.page("olga")
+    errors: list[str] = []  # a CSP violation is a console error in Chromium
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
     page.goto("/effects/?connector=email.send")
     toolbar = page.locator("#bulk-form")
     toolbar.locator("select[name=action]").select_option("effect.resolve")
@@ -55,6 +57,9 @@ def test_it_resolves_every_unknown_email_effect_in_one_batch_with_live_progress(
     expect(live.locator(".bulk-state .badge")).to_have_text("done")
     assert page.evaluate("performance.getEntriesByType('navigation').length") == 1
     console.shot(page, "bulk-batch-done")
+    page.goto("/bulk/")
+    expect(page.locator(".bulk-batches tbody tr")).to_have_count(1)
+    assert errors == []
 
     batch = BulkBatch.objects.get()
     assert (batch.total, batch.ok) == (4, 4)
