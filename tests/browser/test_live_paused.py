@@ -56,6 +56,7 @@ def test_it_expands_a_truncated_payload_in_place(console, users):
     entry = page.locator("#seq-1")
     expect(entry).to_contain_text("Showing the first 600 characters")
     expect(entry).not_to_contain_text("row-00399")
+    entry.locator("details.entry-payload > summary").click()  # the history row folds its payload
     entry.get_by_role("link", name="show all of it").click()
     expect(entry).to_contain_text("row-00399")  # the whole payload, swapped in by htmx
     expect(entry).not_to_contain_text("Showing the first")
