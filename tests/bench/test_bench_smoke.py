@@ -32,7 +32,10 @@ def test_it_runs_each_benchmark_at_tiny_size_and_prints_its_table(script, expect
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     table = [line for line in done.stdout.splitlines() if line.startswith("|")]
     for row in expected_rows:
-        [line] = [line for line in table if row in line]
+        matches = [line for line in table if row in line]
+        if len(matches) > 1:  # "ambiguous-effects queue" and its filtered variants: the row named exactly
+            matches = [line for line in matches if line.split("|")[1].strip() == row]
+        [line] = matches
         assert re.search(r"\|\s*[0-9.]+", line), line  # a measured number, not a placeholder
 
 
