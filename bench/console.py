@@ -367,6 +367,11 @@ def page_figures(size: dict) -> list[tuple[str, str, float, float, str]]:
         ("approvals inbox", "/approvals/", "-"),
         ("audit log, unfiltered", "/audit/", "< 100 ms"),
         ("audit log, actor=olga", "/audit/?actor=olga", "< 100 ms"),
+        # Pages of issue 13.
+        ("overview", "/", "-"),
+        ("workers", "/workers/", "< 100 ms"),
+        ("notification deliveries", "/notifications/", "< 100 ms"),
+        ("bulk batches", "/bulk/", "< 100 ms"),
     ]
     rows = []
     for label, url, target in pages:
