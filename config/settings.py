@@ -230,10 +230,7 @@ SAGAS_SWEEP_INTERVAL = env_float("SAGAS_SWEEP_INTERVAL", 2.0, minimum=0.1)
 # Crash points for tests, e.g. "after_step:charge" (see sagas/crashpoints.py).
 SAGAS_CRASH_AT = env_list("SAGAS_CRASH_AT")
 # Runs one worker process advances at once, one thread each (sagas_worker --concurrency overrides it).
-_concurrency = env_str("SAGAS_WORKER_CONCURRENCY", "1").strip()
-if not re.fullmatch(r"[1-9][0-9]*", _concurrency):
-    raise ImproperlyConfigured(f"SAGAS_WORKER_CONCURRENCY={_concurrency!r} is not a whole number of at least 1")
-SAGAS_WORKER_CONCURRENCY = int(_concurrency)
+SAGAS_WORKER_CONCURRENCY = env_int("SAGAS_WORKER_CONCURRENCY", 1, minimum=1)
 
 # --- demo -------------------------------------------------------------------
 # Where the demo connectors reach the simulated providers (manage.py demo_providers).
