@@ -3,35 +3,21 @@ the console's page, where each change is audited). The secret is never shown her
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.contrib import admin
-from django.http import HttpRequest
 
-from config.redacted_admin import RedactedFieldsAdmin
+from console.admin import ReadOnlyAdmin
 from console.notifications.models import NotificationDelivery, NotificationEndpoint
 
 
-class _ReadOnly(RedactedFieldsAdmin):
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-
 @admin.register(NotificationEndpoint)
-class NotificationEndpointAdmin(_ReadOnly):
+class NotificationEndpointAdmin(ReadOnlyAdmin):
     list_display = ("id", "name", "format", "active", "updated_at")
     exclude = ("secret", "url")  # a Slack webhook URL is a credential too
     list_filter = ("active", "format")
 
 
 @admin.register(NotificationDelivery)
-class NotificationDeliveryAdmin(_ReadOnly):
+class NotificationDeliveryAdmin(ReadOnlyAdmin):
     list_display = ("id", "created_at", "endpoint", "kind", "item", "tenant", "workflow", "notify_run_id")
     list_filter = ("kind",)
     search_fields = ("item", "business_key")
