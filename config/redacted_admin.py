@@ -13,7 +13,6 @@ finds the row without showing the term).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -21,7 +20,7 @@ from django.contrib import admin
 from django.http import HttpRequest
 from django.utils.html import format_html
 
-from config.redaction import redact
+from config.redaction import redact_json, redact_text
 
 SUFFIX = "_redacted"
 
@@ -35,11 +34,9 @@ def _display(field: str) -> Callable[[Any, Any], Any]:
         value = getattr(obj, field)
         if value is None or value == "":
             return None  # the admin's "-"
-        shown = redact(value)
-        if isinstance(shown, str):
-            return shown  # plain text: the admin escapes it
-        text = json.dumps(shown, indent=2, sort_keys=True, ensure_ascii=False, default=str)
-        return format_html('<pre class="redacted">{}</pre>', text)
+        if isinstance(value, str):
+            return redact_text(value)  # plain text: the admin escapes it
+        return format_html('<pre class="redacted">{}</pre>', redact_json(value))
 
     show.__name__ = shown_name(field)
     return admin.display(description=f"{field.replace('_', ' ')} (redacted)")(show)

@@ -38,6 +38,7 @@ Numbers that pass the card rules are masked even when they are something else (o
 from __future__ import annotations
 
 import functools
+import json
 import re
 from collections.abc import Iterable
 from typing import Any
@@ -284,3 +285,9 @@ def _redact(value: Any, policy: KeyPolicy, depth: int) -> Any:
 def redact(value: Any) -> Any:
     """A redacted copy of ``value`` (see the module docstring). Never mutates ``value``."""
     return _redact(value, current_policy(), 0)
+
+
+def redact_json(value: Any) -> str:
+    """``value`` redacted, as indented JSON text with sorted keys: how the console's pages and the
+    admin show a payload. A plain string, for the template to escape."""
+    return json.dumps(redact(value), indent=2, sort_keys=True, ensure_ascii=False, default=str)

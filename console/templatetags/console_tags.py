@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from django import template
@@ -15,11 +14,6 @@ REDACTED = redaction.MARK
 PREVIEW_CHARS = 600
 
 
-def redact(value: Any) -> Any:
-    """A copy of ``value`` with secrets masked: the one policy, config/redaction.py."""
-    return redaction.redact(value)
-
-
 @register.filter(name="redact_text")
 def redact_text(value: Any) -> str:
     """Free text (an error message, a reason) with embedded secrets masked. A plain string:
@@ -30,9 +24,7 @@ def redact_text(value: Any) -> str:
 @register.filter
 def pretty_payload(value: Any) -> str:
     """Redacted, indented JSON text. Returned as a plain string: the template escapes it."""
-    if value is None:
-        return ""
-    return json.dumps(redact(value), indent=2, sort_keys=True, ensure_ascii=False, default=str)
+    return "" if value is None else redaction.redact_json(value)
 
 
 @register.filter
