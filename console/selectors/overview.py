@@ -3,8 +3,9 @@
 Every queue line is counted from the very queryset of the page it links to: the unknown
 effects from ``effects_ambiguous`` (UNKNOWN and stuck IN_PROGRESS, as the effects queue lists
 them), the approvals from ``approvals_open`` (the inbox), and each runs line from
-``runs_filtered`` with the filters its link carries. So a count and its page differ only by
-what changed between the two reads.
+``runs_filtered`` with the filters its link carries (NEEDS_ATTENTION and FAILED runs read once
+each, grouped by ``status_reason``, and summed over the reasons a line's link filters on). So a
+count and its page differ only by what changed between the two reads.
 
 Everything is counted within the user's tenants (console/selectors/tenancy.py).
 Three queries whatever the data: one count by status, one ``UNION ALL`` of the queues' counts
@@ -47,6 +48,7 @@ FAILED_REASONS = {
     "approval_rejected": "an approval was rejected",
 }
 _FAILED_PREFIX = "failed:"
+_NA_PREFIX = "na:"
 
 
 @dataclass(frozen=True)
@@ -79,19 +81,29 @@ def _counted(qs: QuerySet[Any], key: str, oldest: Any) -> QuerySet[Any]:
         n=Count("pk"), oldest=Min(oldest)).order_by()
 
 
+def _by_reason(user: User, status: str, prefix: str) -> QuerySet[Any]:
+    """Rows ``(prefix + status_reason, n, oldest)`` of ``user``'s runs in ``status``."""
+    return (runs_filtered(RunFilters(status=status), user=user)
+            .values(key=Concat(Value(prefix), "status_reason", output_field=CharField()))
+            .annotate(n=Count("pk"), oldest=Min("updated_at")).order_by())
+
+
 def _queues(user: User) -> dict[str, tuple[int, datetime | None]]:
-    """Every queue's size and the time its oldest item started waiting, in one query."""
+    """Every queue's size and the time its oldest item started waiting, in one query. The
+    NEEDS_ATTENTION runs are read once, by reason (one status-index range, not one per line)."""
     parts = [
         _counted(effects_ambiguous(user=user), "unknown_effects", Coalesce("dispatched_at", "intent_at")),
         _counted(approvals_open(user=user), "approvals", "requested_at"),
-        *(_counted(runs_filtered(RunFilters(status=NA, reasons=reasons), user=user), key, "updated_at")
-          for key, _, reasons in RUN_QUEUES),
-        runs_filtered(RunFilters(status=RunStatus.FAILED), user=user)
-        .values(key=Concat(Value(_FAILED_PREFIX), "status_reason", output_field=CharField()))
-        .annotate(n=Count("pk"), oldest=Min("updated_at")).order_by(),
+        _by_reason(user, NA, _NA_PREFIX),
+        _by_reason(user, RunStatus.FAILED, _FAILED_PREFIX),
     ]
     union = parts[0].union(*parts[1:], all=True)
-    return {row["key"]: (row["n"], row["oldest"]) for row in union}
+    found = {row["key"]: (row["n"], row["oldest"]) for row in union}
+    for key, _, reasons in RUN_QUEUES:
+        hits = [found[k] for k in (_NA_PREFIX + r for r in reasons) if k in found]
+        olds = [oldest for _, oldest in hits if oldest]
+        found[key] = (sum(n for n, _ in hits), min(olds) if olds else None)
+    return found
 
 
 def _failed_lines(found: dict[str, tuple[int, datetime | None]]) -> list[QueueLine]:
