@@ -151,8 +151,9 @@ def _attach_held(rows: list[WorkerRow], user: User, now: datetime) -> None:
         scope_runs(WorkflowRun.objects.filter(status__in=LEASED_STATUSES).exclude(lease_owner=""), user)
         .order_by("-lease_expires_at", "id")[:HELD_SCANNED]
     )
+    names = set(by_name)
     for run in leased:
-        owner = _owner(run.lease_owner, set(by_name))
+        owner = _owner(run.lease_owner, names)
         if owner is None:
             continue
         row = by_name[owner]
