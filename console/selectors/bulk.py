@@ -104,17 +104,18 @@ def _ids(action: BulkAction, ids: Iterable[str]) -> list[Any]:
 
 
 def matching(action: BulkAction, *, user: User, ids: Iterable[str] | None,
-             filters: Mapping[str, str]) -> list[tuple[str, str, str]]:
+             filters: Mapping[str, str], limit: int | None = None) -> list[tuple[str, str, str]]:
     """``(object id, its state now, its tenant)`` of each object the batch would act on, in the list's
     order: the selected ``ids`` (those outside the user's tenants, or not in a state the action
-    applies to, are left out), or everything matching ``filters`` when ``ids`` is None."""
+    applies to, are left out), or everything matching ``filters`` when ``ids`` is None; the
+    first ``limit`` of them only, when given."""
     qs = candidates(action, user=user, filters={} if ids is not None else filters)
     if ids is not None:
         qs = qs.filter(id__in=_ids(action, ids))
     state = {"run": "status", "effect": "status", "approval": "state"}[action.object_type]
     tenant = "run__tenant" if action.object_type == "approval" else "tenant"
     order = {"run": ("-created_at", "-id"), "effect": ("intent_at", "id"), "approval": ("deadline", "id")}
-    rows = qs.order_by(*order[action.object_type]).values_list("id", state, tenant)
+    rows = qs.order_by(*order[action.object_type]).values_list("id", state, tenant)[:limit]
     return [(str(pk), value, owner) for pk, value, owner in rows]
 
 

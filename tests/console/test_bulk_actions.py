@@ -348,3 +348,13 @@ def test_it_gives_a_batch_whose_jobs_stopped_to_a_new_job_after_a_sweep(people):
     send_swept(None)  # the heartbeat moved: not again until another lease has passed
     assert queue.count == 1
     assert timezone.now() - BulkBatch.objects.get(token=token).heartbeat_at < timedelta(seconds=30)
+
+
+@pytest.mark.django_db
+def test_it_refuses_a_selection_over_the_cap_and_stores_nothing(people, monkeypatch):
+    monkeypatch.setattr("console.services.bulk.MAX_ITEMS", 2)
+    for i in range(3):
+        make_run(business_key=f"many-{i}")
+    answer = preview(client_for(people["operator"]), "run.cancel")
+    assert answer.status_code == 400 and "More than 2 objects match" in text(answer)
+    assert not BulkBatch.objects.exists() and not BulkItem.objects.exists()
