@@ -142,8 +142,11 @@ def deliveries_create_for_runs(runs: Iterable[WorkflowRun]) -> int:
     items = [item for run in runs for item in _run_items(run, unknown.get(run.id, []), approvals.get(run.id, []))]
     if not items:
         return 0
-    existing = set(NotificationDelivery.objects.filter(run_id__in={item.run_id for item in items})
-                   .values_list("endpoint_id", "kind", "item"))
+    # Looked up on the unique index (endpoint, kind, item): run_id has no index, and this runs on
+    # every watched transition and every sweeper pass.
+    existing = set(NotificationDelivery.objects.filter(
+        endpoint_id__in=[e.id for e in endpoints], kind__in={i.kind for i in items}, item__in={i.item for i in items},
+    ).order_by().values_list("endpoint_id", "kind", "item"))
     created = 0
     for item in items:
         for endpoint in endpoints:
