@@ -141,3 +141,19 @@ def test_it_finds_runs_their_history_and_their_effects_in_the_admin():
     for term in ("no-such-key", str(other.id), key[:-1]):
         nothing = listed("/admin/ledger/effectrecord/", term)
         assert "0 effect records" in nothing and key not in nothing, term
+
+
+def test_it_never_finds_an_audit_entry_by_text_the_admin_shows_redacted():
+    AuditEntry.objects.create(actor_label="op-ines", action="run.cancel", object_type="run", object_id="row-7",
+                              outcome="ok", reason="retry with password=hunter2-xyz", message="api_key=sk-live-9")
+    client = Client()
+    client.force_login(_user("auditor", roles.VIEWER, is_staff=True))
+
+    def found(term: str) -> bool:
+        page = client.get("/admin/console/auditentry/", {"q": term})
+        assert page.status_code == 200
+        return "row-7" in page.content.decode()
+
+    assert found("op-ines") and found("row-7")
+    for guess in ("hunter2", "password=h", "sk-live", "retry with"):
+        assert not found(guess), guess  # a substring search would reveal the secret one character at a time
