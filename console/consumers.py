@@ -23,8 +23,8 @@ Contract:
   that arrives while a push is being rendered is followed by another push, so the last
   change is never dropped. A new connection (also a reconnect) gets one push of every
   fragment at once, so nothing that changed while it was down is missed;
-* when Redis (the channel layer) is unreachable, at connect or while the socket is open,
-  the socket is closed (or refused before the handshake), so the page says it is
+* when Redis (the channel layer) or PostgreSQL is unreachable, at connect, on a push or
+  while the socket is open, the socket is closed (or refused before the handshake), so the page says it is
   reconnecting and retries; the process logs one line when the
   outage starts and one when a socket connects again, not a traceback per socket.
 
@@ -244,8 +244,15 @@ class LiveConsumer(AsyncWebsocketConsumer):
                     return
         except asyncio.CancelledError:
             raise
-        except Exception:
-            log.exception("live push failed for %s", getattr(self.user, "pk", None))
+        except Exception as exc:
+            if not is_storage_error(exc):
+                log.exception("live push failed for %s", getattr(self.user, "pk", None))
+                return
+            # PostgreSQL or Redis is away: one line per outage, not a traceback per socket and
+            # fragment; the page reconnects and its first push catches up on what it missed.
+            note_failure(exc, doing="pushing live pages; open pages say 'reconnecting' and retry")
+            self._revoked = True
+            await self.close(code=CLOSE_RETRY)
 
     async def _check_access(self) -> bool:
         """Close the socket (and push nothing more) if the user may no longer see the page."""
@@ -263,12 +270,8 @@ class LiveConsumer(AsyncWebsocketConsumer):
         if not await self._check_access():
             return False
         user = self.user
-        parts = []
-        for name in names:
-            try:
-                parts.append(await database_sync_to_async(live.render_fragment)(name, user, self.params))
-            except Exception:
-                log.exception("live fragment %r failed to render (params %r)", name, self.params)
+        # render_fragment turns any failure but a storage error into a stale notice itself.
+        parts = [await database_sync_to_async(live.render_fragment)(name, user, self.params) for name in names]
         if parts:
             await self.send(text_data="\n".join(parts))
         return True

@@ -353,3 +353,34 @@ def test_it_keeps_writing_when_redis_is_down(monkeypatch):
         return await asyncio.wait_for(layer.receive(listener), timeout=5)
 
     assert async_to_sync(heard)() == {"type": topics.EVENT_TYPE, "topic": "runs"}
+
+
+def _postgres_away(user, params: dict[str, str]) -> str:
+    import psycopg
+
+    with psycopg.connect("postgresql://sagas@127.0.0.1:1/sagas", connect_timeout=2):  # nobody listens there
+        return '<p id="live-test_postgres_away">never</p>'
+
+
+def test_it_closes_a_socket_for_a_retry_when_postgres_is_away_at_a_push(viewer_cookie, monkeypatch, caplog):
+    from config.storage import OUTAGES, POSTGRES
+
+    monkeypatch.setitem(live.FRAGMENTS, "test_postgres_away",
+                        live.Fragment("test_postgres_away", _postgres_away, (topics.RUNS,)))
+
+    async def scenario():
+        socket = _socket("fragments=test_postgres_away", viewer_cookie)
+        connected, _ = await socket.connect(timeout=5)
+        assert connected
+        closed = await socket.receive_output(timeout=10)  # the catch-up push meets the outage
+        assert closed == {"type": "websocket.close", "code": consumers.CLOSE_RETRY}  # the page retries
+        await socket.wait()
+
+    try:
+        with caplog.at_level("WARNING"):
+            async_to_sync(scenario)()
+        assert OUTAGES.is_down(POSTGRES)
+        assert any("storage outage" in r.getMessage() for r in caplog.records)
+        assert not [r for r in caplog.records if r.exc_info], "a traceback per socket, not one line per outage"
+    finally:
+        OUTAGES.up(POSTGRES)
