@@ -61,6 +61,22 @@ class Problems:
         return [message for messages in self.errors.values() for message in messages]
 
 
+class FilterParams:
+    """A list form's filters (``PARAMS``) as typed, for refilling the form and building links."""
+
+    PARAMS: tuple[str, ...]
+    data: Any
+
+    @property
+    def values(self) -> dict[str, str]:
+        """The filters as typed (stripped), to refill the form and carry into links."""
+        return {key: str(self.data.get(key) or "").replace("\x00", "").strip() for key in self.PARAMS}
+
+    def link_params(self, **extra: str | None) -> dict[str, str]:
+        """The filters that are set, plus the ``extra`` ones that are (a page cursor)."""
+        return {k: v for k, v in {**self.values, **extra}.items() if v}
+
+
 class CursorField(forms.CharField):
     """A keyset page cursor (``console.selectors.paging``); cleans to a ``Cursor`` or None.
 
@@ -125,7 +141,7 @@ def _looks_like_a_whole_run_id(text: str) -> bool:
     return len(bare) >= 32 and text.count("-") in (0, 4) and all(c.isalnum() for c in bare)
 
 
-class RunFilterForm(PageForm):
+class RunFilterForm(FilterParams, PageForm):
     """The runs list's query string: ``q status workflow version tenant from to`` and ``after``.
 
     ``from`` and ``to`` take a date (the whole day: its start for ``from``, the next day's start
@@ -152,14 +168,6 @@ class RunFilterForm(PageForm):
         self.fields["from"] = text_field("Created from", 40)
         self.fields["to"] = text_field("Created to", 40)
         self.notes: list[str] = []
-
-    @property
-    def values(self) -> dict[str, str]:
-        """The filters as typed (stripped), to refill the form and carry into links."""
-        return {key: str(self.data.get(key) or "").replace("\x00", "").strip() for key in self.PARAMS}
-
-    def link_params(self, **extra: str) -> dict[str, str]:
-        return {**{k: v for k, v in self.values.items() if v}, **extra}
 
     def clean_status(self) -> str:
         status = self.cleaned_data["status"]

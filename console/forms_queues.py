@@ -13,7 +13,7 @@ from urllib.parse import parse_qsl, urlencode
 from django import forms
 from django.core.exceptions import ValidationError
 
-from console.forms import MAX_FILTER_CHARS, EffectsPageForm, text_field
+from console.forms import MAX_FILTER_CHARS, EffectsPageForm, FilterParams, text_field
 from console.selectors.queues import EffectFilters
 
 # "Older than": how long the outcome has been unknown (since the last dispatch).
@@ -26,7 +26,7 @@ AGES: dict[str, tuple[str, timedelta]] = {
 MAX_CARRIED_CHARS = 2000  # the filters an action carries back to the page (``filters`` field)
 
 
-class EffectFilterForm(EffectsPageForm):
+class EffectFilterForm(FilterParams, EffectsPageForm):
     """``q connector workflow tenant age`` and ``after``. ``q``: a business key substring or a
     run id (or its first hex digits), as on the runs list."""
 
@@ -58,17 +58,9 @@ class EffectFilterForm(EffectsPageForm):
         return self.is_bound and not any(self.has_error(name) for name in self.PARAMS) and not self.non_field_errors()
 
     @property
-    def values(self) -> dict[str, str]:
-        """The filters as typed (stripped), to refill the form and carry into links."""
-        return {key: str(self.data.get(key) or "").replace("\x00", "").strip() for key in self.PARAMS}
-
-    def link_params(self, **extra: str | None) -> dict[str, str]:
-        return {**{k: v for k, v in self.values.items() if v}, **{k: v for k, v in extra.items() if v}}
-
-    @property
     def filter_query(self) -> str:
         """The filters (not the cursor) as a query string: links and the actions' ``filters`` field."""
-        return urlencode({k: v for k, v in self.values.items() if v}) if self.filters_valid else ""
+        return urlencode(self.link_params()) if self.filters_valid else ""
 
     @property
     def ages(self) -> list[tuple[str, str]]:
