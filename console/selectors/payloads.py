@@ -11,19 +11,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db.models import Model, QuerySet
+from django.db.models import Manager, QuerySet
 
 from console.models import AuditEntry
 from ledger.models import EffectRecord
 from sagas.models import ApprovalRequest, JournalEntry, WorkflowRun
 
-# kind -> (model, column) for values that belong to a run, looked up by the item's id
-RUN_ITEM_FIELDS: dict[str, tuple[type[Model], str]] = {
-    "entry": (JournalEntry, "payload"),  # the item id is the entry's seq
-    "effect-request": (EffectRecord, "request_payload"),
-    "effect-result": (EffectRecord, "result"),
-    "effect-error": (EffectRecord, "error_message"),
-    "approval-reason": (ApprovalRequest, "reason"),
+# kind -> (rows, column, key) for values that belong to a run, looked up by the item's id in ``key``
+RUN_ITEM_FIELDS: dict[str, tuple[Manager[Any], str, str]] = {
+    "entry": (JournalEntry.objects, "payload", "seq"),
+    "effect-request": (EffectRecord.objects, "request_payload", "id"),
+    "effect-result": (EffectRecord.objects, "result", "id"),
+    "effect-error": (EffectRecord.objects, "error_message", "id"),
+    "approval-reason": (ApprovalRequest.objects, "reason", "id"),
 }
 RUN_FIELDS = ("input", "result", "error")
 AUDIT_FIELDS = ("before", "after", "reason")
@@ -46,16 +46,10 @@ def run_value(run: WorkflowRun, kind: str) -> tuple[bool, Any]:
 def run_item_value(run: WorkflowRun, kind: str, item_id: int) -> tuple[bool, Any]:
     if kind not in RUN_ITEM_FIELDS:
         return False, None
-    model, column = RUN_ITEM_FIELDS[kind]
-    if not 0 <= item_id <= (MAX_SEQ if model is JournalEntry else MAX_ID):
+    rows, column, key = RUN_ITEM_FIELDS[kind]
+    if not 0 <= item_id <= (MAX_SEQ if key == "seq" else MAX_ID):
         return False, None
-    if model is JournalEntry:
-        qs = JournalEntry.objects.filter(run_id=run.id, seq=item_id)
-    elif model is EffectRecord:
-        qs = EffectRecord.objects.filter(run_id=run.id, id=item_id)
-    else:
-        qs = ApprovalRequest.objects.filter(run_id=run.id, id=item_id)
-    return _one(qs, column)
+    return _one(rows.filter(run_id=run.id, **{key: item_id}), column)
 
 
 def audit_value(entries: QuerySet[AuditEntry], entry_id: int, kind: str) -> tuple[bool, Any]:
