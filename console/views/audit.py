@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import csv
 import json
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 from urllib.parse import urlencode
 
-from asgiref.sync import sync_to_async
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.handlers.asgi import ASGIRequest
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
@@ -23,6 +22,7 @@ from console.forms import AuditFilterForm
 from console.models import AuditEntry
 from console.selectors.audit import AuditFilters, audit_known_values, audit_page, audit_rows
 from console.views.base import live_context, viewer_required
+from console.views.run_history import async_parts
 
 AUDIT_FRAGMENT = "audit_log"
 CSV_CHUNK = 2000
@@ -94,19 +94,6 @@ def _rows_sync(filters: AuditFilters, user: AbstractBaseUser) -> Iterator[str]:
         cursor = page.next
 
 
-async def _rows_async(filters: AuditFilters, user: AbstractBaseUser) -> AsyncIterator[str]:
-    writer = csv.writer(_Echo())
-    yield writer.writerow(CSV_HEADER)
-    cursor = None
-    while True:
-        page = await sync_to_async(audit_page)(filters, user=user, cursor=cursor, size=CSV_CHUNK)
-        for entry in page.items:
-            yield writer.writerow(csv_row(entry))
-        if page.next is None:
-            return
-        cursor = page.next
-
-
 @require_GET
 @viewer_required
 def audit_csv(request: HttpRequest) -> HttpResponse:
@@ -119,7 +106,8 @@ def audit_csv(request: HttpRequest) -> HttpResponse:
         return HttpResponse(f"invalid filters: {errors}", status=400, content_type="text/plain; charset=utf-8")
     filters = form.filters()
     user = request.user
-    body = _rows_async(filters, user) if isinstance(request, ASGIRequest) else _rows_sync(filters, user)
+    rows = _rows_sync(filters, user)
+    body = async_parts(rows) if isinstance(request, ASGIRequest) else rows
     response = StreamingHttpResponse(body, content_type="text/csv; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="audit-{timezone.now():%Y%m%d-%H%M%S}.csv"'
     return response

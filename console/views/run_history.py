@@ -96,7 +96,7 @@ def _history_json_parts(run: WorkflowRun) -> Iterator[str]:
     yield "\n]}\n"
 
 
-async def _async_parts(parts: Iterator[str]) -> AsyncIterator[str]:
+async def async_parts(parts: Iterator[str]) -> AsyncIterator[str]:
     """Serve a sync generator that reads the database under ASGI without buffering it: each
     piece is produced in the request's sync thread."""
     step = sync_to_async(lambda: next(parts, None), thread_sensitive=True)
@@ -109,7 +109,7 @@ async def _async_parts(parts: Iterator[str]) -> AsyncIterator[str]:
 def run_history_json(request: HttpRequest, run_id: UUID) -> StreamingHttpResponse:
     run = get_run_for_user(request, run_id)
     parts = _history_json_parts(run)
-    content = _async_parts(parts) if isinstance(request, ASGIRequest) else parts
+    content = async_parts(parts) if isinstance(request, ASGIRequest) else parts
     response = StreamingHttpResponse(content, content_type="application/json; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="run-{run.id}-history.json"'
     response["Cache-Control"] = "no-store"
