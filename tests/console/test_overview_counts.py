@@ -123,6 +123,14 @@ def test_it_shows_ages_as_people_say_them(people):
     assert ages["Failed runs"] == "–"
 
 
+
+def test_it_ages_a_line_of_several_reasons_by_its_oldest_item(people):
+    run(NA, "compensation_unknown", age=timedelta(minutes=5))
+    run(NA, "compensation_failed", age=timedelta(hours=4, minutes=2))
+    run(NA, "compensation_unknown", age=timedelta(minutes=30))
+    _, n, age = overview_lines(client_for(people["viewer"]))["Failed compensations"]
+    assert n == 3 and age.endswith(">4 h</time>")
+
 def test_it_draws_the_chart_with_labelled_axes(people):
     for _ in range(7):
         run(RunStatus.PENDING)
