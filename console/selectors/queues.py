@@ -166,6 +166,7 @@ def approvals_recently_decided(*, user: User, limit: int = 20) -> list[ApprovalR
         scope(ApprovalRequest.objects.filter(decided_at__isnull=False), user, field="run__tenant")
         .exclude(state__in=OPEN_APPROVAL_STATES)
         .select_related("run")
+        .defer("run__input", "run__result", "run__error")
         .order_by("-decided_at", "-id")[:limit]
     )
 
