@@ -57,6 +57,11 @@ def scope(qs: QuerySet[M], user: User, *, field: str = "tenant") -> QuerySet[M]:
     return qs.filter(**{f"{field}__in": tenants})
 
 
+def scoped_get(qs: QuerySet[M], user: User, object_id: Any, *, field: str = "tenant") -> M | None:
+    """The row of ``qs`` with ``object_id`` if it is in the user's tenants (``scope``), else None."""
+    return scope(qs, user, field=field).filter(id=object_id).first()
+
+
 def scope_runs(qs: QuerySet[WorkflowRun], user: User) -> QuerySet[WorkflowRun]:
     return scope(qs, user, field="tenant")
 

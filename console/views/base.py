@@ -4,22 +4,25 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import wraps
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlencode
 
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
+from django.db.models import Model, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 
 from console import roles
 from console.forms import ActionForm
-from console.selectors.queues import approval_get, effect_get
 from console.selectors.runs import run_get
+from console.selectors.tenancy import scoped_get
 from console.services.actions import Actor, audit_denied
 from console.services.tenancy import check_tenant
 from ledger.models import EffectRecord
 from sagas.models import ApprovalRequest, WorkflowRun
+
+M = TypeVar("M", bound=Model)
 
 
 def viewer_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
@@ -77,20 +80,23 @@ def get_run_for_user(request: HttpRequest, run_id: Any, *, action: str = "") -> 
 
 def get_effect_for_user(request: HttpRequest, effect_id: int, *, action: str) -> EffectRecord:
     """The effect an action is about, or 404 (unknown, or outside the user's tenants: audited)."""
-    check_tenant(actor_of(request), action, "effect", effect_id)
-    effect = effect_get(effect_id)
-    if effect is None:
-        raise Http404("no such effect")
-    return effect
+    return _get_for_user(request, EffectRecord.objects.all(), "effect", effect_id, action=action)
 
 
 def get_approval_for_user(request: HttpRequest, approval_id: int, *, action: str) -> ApprovalRequest:
     """The approval an action is about, or 404 (unknown, or outside the user's tenants: audited)."""
-    check_tenant(actor_of(request), action, "approval", approval_id)
-    approval = approval_get(approval_id)
-    if approval is None:
-        raise Http404("no such approval")
-    return approval
+    return _get_for_user(request, ApprovalRequest.objects.all(), "approval", approval_id, action=action,
+                         field="run__tenant")
+
+
+def _get_for_user(request: HttpRequest, qs: QuerySet[M], object_type: str, object_id: int, *, action: str,
+                  field: str = "tenant") -> M:
+    """One scoped query; only on a miss is the tenant looked up, to audit an attempt outside them."""
+    found = scoped_get(qs, request.user, object_id, field=field)
+    if found is None:
+        check_tenant(actor_of(request), action, object_type, object_id)
+        raise Http404(f"no such {object_type}")
+    return found
 
 
 def action_input(request: HttpRequest, form_class: type[ActionForm], action: str) -> tuple[dict[str, Any], str]:
