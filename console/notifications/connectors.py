@@ -12,7 +12,8 @@ receiver that does dedupe drop a repeat.
 What each answer means for the ledger:
 
 * 2xx: succeeded.
-* connection refused or not made in time, 429, 500, 502, 503, 504: ``Retryable``, retried with
+* no whole request sent (the name not resolved, the connection refused or not made in time, TLS
+  refused), 429, 500, 502, 503, 504: ``Retryable``, retried with
   back-off (1 s, 2 s, 4 s ... up to 30 s; 6 attempts within 120 s), then failed.
 * a 3xx (never followed), another 4xx, the endpoint deleted or deactivated: ``Final``, failed,
   never retried.
@@ -69,11 +70,11 @@ class WebhookPost(Connector):
         except urllib.error.HTTPError as exc:
             answer = exc
         except urllib.error.URLError as exc:
-            if isinstance(exc.reason, ConnectionRefusedError):
-                raise Retryable(f"endpoint {endpoint.name!r}: connection refused, nothing was sent") from exc
-            if isinstance(exc.reason, TimeoutError):  # connecting or sending: no whole request arrived
+            # urllib raises URLError only while resolving, connecting (TLS included) or sending:
+            # the request was never written whole, so it cannot have been taken.
+            if isinstance(exc.reason, TimeoutError):
                 raise Retryable(f"endpoint {endpoint.name!r}: no connection within {timeout:g}s") from exc
-            raise
+            raise Retryable(f"endpoint {endpoint.name!r}: {exc.reason}; nothing was sent") from exc
         except TimeoutError as exc:
             raise Timeout(f"endpoint {endpoint.name!r}: no answer within {timeout:g}s; it may have arrived") from exc
         try:

@@ -193,6 +193,18 @@ def test_it_signs_every_body_so_the_receiver_can_check_it_with_the_secret_alone(
     assert headers["X-Saga-Signature"] != f"sha256={tampered}"
 
 
+@pytest.mark.django_db
+def test_it_retries_a_webhook_that_could_not_be_sent_rather_than_asking_a_person():
+    from ledger import Retryable
+
+    # A name that does not resolve, a port nobody listens on: no request went out, so the post is
+    # retried (then failed), never UNKNOWN.
+    for url in ("http://hooks.nonexistent.invalid/x", "http://127.0.0.1:9/hook"):
+        hook = endpoint(url=url)
+        with pytest.raises(Retryable, match="nothing was sent"):
+            get_connector("webhook.post").execute({"delivery": 1, "endpoint": hook.id, "body": {}}, key="k")
+
+
 # --- real workers, the real demo receiver ------------------------------------------------------------
 
 MODULES = "tests.console.wf_notify"
