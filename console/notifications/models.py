@@ -4,7 +4,7 @@ A delivery is created once, when its item is first seen needing a person (``dete
 sent by a run of the system workflow ``system.notify`` whose business key is the delivery's id:
 the run's one effect is the POST, so the ledger's rules decide what a crash means (never a
 second send: an unclear outcome is UNKNOWN). The delivery row itself holds no state; its state
-is read from that run and effect (``selectors.delivery_state``).
+is read from that run and effect (``selectors.DeliveryRow.state``).
 """
 
 from __future__ import annotations

@@ -78,18 +78,19 @@ def deliveries_page(*, user: User, cursor: Cursor | None = None, size: int = DEL
     if kind:
         qs = qs.filter(kind=kind)
     page = keyset_page(qs, field="created_at", descending=True, cursor=cursor, size=size)
-    run_ids = [d.notify_run_id for d in page.items if d.notify_run_id]
+    return Page(items=_rows(page.items), next=page.next, total=page.total)
+
+
+def _rows(deliveries: list[NotificationDelivery]) -> list[DeliveryRow]:
+    """Each delivery with its ``system.notify`` run and that run's ``post`` effect (two queries)."""
+    run_ids = [d.notify_run_id for d in deliveries if d.notify_run_id]
     runs = {r.id: r for r in WorkflowRun.objects.filter(id__in=run_ids).only("id", "status", "status_reason")}
     effects = {e.run_id: e for e in EffectRecord.objects.filter(run_id__in=run_ids, step_name=POST_STEP).only(
         "id", "run_id", "status", "attempts", "error_message", "completed_at")}
-    rows = [DeliveryRow(d, runs.get(d.notify_run_id), effects.get(d.notify_run_id)) for d in page.items]
-    return Page(items=rows, next=page.next, total=page.total)
+    return [DeliveryRow(d, runs.get(d.notify_run_id), effects.get(d.notify_run_id)) for d in deliveries]
 
 
 def delivery_states(delivery_ids: list[int]) -> dict[int, str]:
-    """The state of each delivery, by id (for tests and the demo's summary)."""
-    deliveries = list(NotificationDelivery.objects.filter(id__in=delivery_ids).defer("body"))
-    run_ids = [d.notify_run_id for d in deliveries if d.notify_run_id]
-    runs = {r.id: r for r in WorkflowRun.objects.filter(id__in=run_ids).only("id", "status")}
-    effects = {e.run_id: e for e in EffectRecord.objects.filter(run_id__in=run_ids, step_name=POST_STEP)}
-    return {d.id: DeliveryRow(d, runs.get(d.notify_run_id), effects.get(d.notify_run_id)).state for d in deliveries}
+    """The state of each delivery, by id."""
+    return {row.delivery.id: row.state
+            for row in _rows(list(NotificationDelivery.objects.filter(id__in=delivery_ids).defer("body")))}
