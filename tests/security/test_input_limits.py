@@ -181,3 +181,9 @@ def test_it_escapes_hostile_workflow_names_in_the_diff_refusal(people):
 def test_it_answers_an_overlong_or_nul_username_as_a_failed_login(people, username):
     response = Client().post(reverse("console:login"), {"username": username, "password": "x" * 5000})
     assert response.status_code == 200 and "Wrong username or password." in response.content.decode()
+
+
+def test_it_caps_the_resolution_evidence_in_the_browser_where_the_server_does(people):
+    make_effect()
+    page = client_for(people["operator"]).get(reverse("console:effects")).content.decode()
+    assert re.search(r'<textarea name="note"[^>]*\bmaxlength="4000"', page)
