@@ -101,6 +101,19 @@ def test_it_lets_only_staff_configure_endpoints_and_audits_every_change(people):
     assert AuditEntry.objects.filter(action="notification.secret_rotate", outcome=AuditOutcome.DENIED).count() == 1
 
 
+@pytest.mark.django_db
+def test_it_refuses_endpoint_settings_longer_than_their_limits(people):
+    staff = people["viewer"]
+    staff.is_staff = True
+    staff.save()
+    page = reverse("console:notification_endpoints")
+    for too_long in ({"name": "n" * 101}, {"url": "https://hooks.example.com/" + "a" * 480},
+                     {"tenants": ",".join(["t" * 99] * 11)}, {"tenants": "t" * 101}):
+        response = client_for(staff).post(page, form(**too_long))
+        assert response.status_code == 400, too_long
+    assert not NotificationEndpoint.objects.exists()
+
+
 # --- detection: one delivery per matching endpoint and item ------------------------------------
 
 
