@@ -62,6 +62,9 @@ SETTLE = timedelta(seconds=5)
 FINAL_STATUSES = (RunStatus.COMPLETED.value, RunStatus.CANCELLED.value, RunStatus.COMPENSATED.value)
 FINAL_REFRESH = 600.0
 BATCH = 500_000
+# How long a scrape waits for another one advancing the totals before it serves their last
+# stored state instead (well inside Prometheus's default 10 s scrape timeout).
+LOCK_WAIT = 2.0
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 1800.0)
 STEP_OUTCOMES = ("succeeded", "failed")
 EFFECT_OUTCOMES = ("succeeded", "failed", "refused", "unknown")
@@ -205,16 +208,20 @@ def _final_counts(totals: JournalTotals) -> None:
 def journal_totals() -> JournalTotals | None:
     """The shared running totals, advanced to now, with the final statuses' counts; None when
     Redis does not answer (the counters and those counts are then left out of the scrape, not
-    reported as 0)."""
+    reported as 0). While another scrape advances them for longer than ``LOCK_WAIT`` (a
+    catch-up after a pause), the totals it last stored: still counters, only not advanced."""
     conn, key = _redis(settings.REDIS_URL), totals_key()
     try:
-        with conn.lock(f"{key}:lock", timeout=30, blocking_timeout=10):
-            totals = totals_advance(JournalTotals.loads(conn.get(key)))
-            _final_counts(totals)
-            conn.set(key, totals.dumps())
-            return totals
+        try:
+            with conn.lock(f"{key}:lock", timeout=30, blocking_timeout=LOCK_WAIT):
+                totals = totals_advance(JournalTotals.loads(conn.get(key)))
+                _final_counts(totals)
+                conn.set(key, totals.dumps())
+                return totals
+        except redis.exceptions.LockError:
+            return JournalTotals.loads(conn.get(key))
     except Exception as exc:
-        if is_redis_error(exc) or isinstance(exc, redis.exceptions.LockError):
+        if is_redis_error(exc):
             return None
         raise
 

@@ -215,3 +215,26 @@ def test_it_still_answers_the_gauges_when_redis_is_away_and_says_the_counters_ar
     assert value(samples, "sagas_runs", status="WAITING") == 1
     assert value(samples, "sagas_metrics_counters_available") == 0
     assert not any(name.startswith(("sagas_steps", "sagas_effects", "sagas_dispatch")) for name, _ in samples)
+
+
+@pytest.mark.django_db
+def test_it_serves_the_last_stored_counters_while_another_scrape_holds_the_totals(settings):
+    settings.METRICS_TOKEN = TOKEN
+    run = make_run(status=RunStatus.RUNNING, reason="")
+    _entry(run, "step", {"value": 1})
+    first = scrape()
+    _entry(run, "step", {"value": 2})
+    held = redis.Redis.from_url(django_settings.REDIS_URL).lock(f"{metrics.totals_key()}:lock", timeout=30)
+    assert held.acquire(blocking=False)
+    try:
+        started = time.monotonic()
+        waiting = scrape()
+        assert time.monotonic() - started < metrics.LOCK_WAIT + 3, "it does not wait out the scrape timeout"
+    finally:
+        held.release()
+
+    assert value(waiting, "sagas_metrics_counters_available") == 1
+    assert value(waiting, "sagas_steps_total", outcome="succeeded") == value(first, "sagas_steps_total",
+                                                                             outcome="succeeded")
+    assert value(scrape(), "sagas_steps_total", outcome="succeeded") == value(
+        first, "sagas_steps_total", outcome="succeeded") + 1, "advanced again once the lock is free"
