@@ -32,6 +32,7 @@ def test_it_configures_an_endpoint_and_shows_its_deliveries(console, users):
     NotificationEndpoint.objects.filter(name="demo receiver").update(secret=settings.DEMO_WEBHOOK_SECRET)
     page.goto("/notifications/endpoints/")
     assert page.locator("#endpoint-1, table.endpoints tbody tr").count() >= 1
+    assert "demo receiver" in page.locator("table.endpoints tbody").inner_text()
     console.shot(page, "notification_endpoints")
 
     console.worker("w1")
