@@ -116,19 +116,20 @@ def _session_current(user: Any, session: Any) -> bool:
 
 
 @database_sync_to_async
-def _access(user_pk: Any, session: Any, run_id: str | None) -> tuple[Any, int]:
-    """``(the user fresh from the database, 0)`` if they may still see the page; else
-    ``(None, the close code)``."""
+def _access(user_pk: Any, session: Any, run_id: str | None, tenant: str | None) -> tuple[Any, int, str | None]:
+    """``(the user fresh from the database, 0, the run's tenant)`` if they may still see the
+    page; else ``(None, the close code, tenant)``. ``tenant``: the page's run's, if already
+    known (a run's tenant never changes, so each push need not read it again)."""
     user = get_user_model().objects.filter(pk=user_pk, is_active=True).first()
     if user is None or not _session_current(user, session):
-        return None, CLOSE_SESSION_ENDED
+        return None, CLOSE_SESSION_ENDED, tenant
     if not roles.can_view(user):
-        return None, CLOSE_FORBIDDEN
-    if run_id:
+        return None, CLOSE_FORBIDDEN, tenant
+    if run_id and tenant is None:
         tenant = WorkflowRun.objects.filter(id=run_id).values_list("tenant", flat=True).first()
-        if tenant is not None and not may_see(user, tenant):
-            return None, CLOSE_FORBIDDEN  # as if there were no such run: the fragments render nothing of it
-    return user, 0
+    if tenant is not None and not may_see(user, tenant):
+        return None, CLOSE_FORBIDDEN, tenant  # as if there were no such run: the fragments render nothing of it
+    return user, 0, tenant
 
 
 class LiveConsumer(AsyncWebsocketConsumer):
@@ -171,7 +172,8 @@ class LiveConsumer(AsyncWebsocketConsumer):
             log.info("live socket refused for %s: %s", user.get_username(), exc)
             await self.close()
             return
-        self.user, _ = await _access(user.pk, self.scope.get("session"), self.params.get("run"))
+        self._run_tenant: str | None = None
+        self.user, _, self._run_tenant = await _access(user.pk, self.scope.get("session"), self.params.get("run"), None)
         if self.user is None:
             await self.close()
             return
@@ -256,7 +258,9 @@ class LiveConsumer(AsyncWebsocketConsumer):
 
     async def _check_access(self) -> bool:
         """Close the socket (and push nothing more) if the user may no longer see the page."""
-        user, code = await _access(self.user.pk, self.scope.get("session"), self.params.get("run"))
+        user, code, self._run_tenant = await _access(
+            self.user.pk, self.scope.get("session"), self.params.get("run"), self._run_tenant
+        )
         if self._revoked:
             return False  # closed meanwhile (a push and an account change checked at once)
         if user is None:
