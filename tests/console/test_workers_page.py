@@ -11,8 +11,10 @@ from django.urls import reverse
 from django.utils import timezone
 
 from console.models import TenantScope
+from console.selectors.workers import rq_threads
 from sagas import registry, start
 from sagas.models import RunStatus, WorkerProcess, WorkflowRun
+from sagas.queue import compensation_queue_name, redis_connection
 from tests.console import wf_workers  # noqa: F401  (registers the workflows in this process)
 from tests.console.conftest import client_for
 from tests.console.queue_data import HOSTILE, make_run, text
@@ -116,3 +118,22 @@ def test_it_serves_the_region_alone_to_its_poll_and_refuses_people_without_a_rol
     assert region.lstrip().startswith('<div id="live-workers_list"') and 'hx-trigger="every 5s"' in region
     assert "<html" not in region
     assert client_for(people["nobody"]).get(reverse("console:workers")).status_code == 403
+
+
+def test_it_still_lists_workers_when_redis_is_away_with_their_threads_unknown(people, settings):
+    now = timezone.now()
+    WorkerProcess.objects.create(name="wk-no-redis", hostname="host-1", pid=21, started_at=now, last_seen_at=now,
+                                 definitions=[{"name": "qp_orders", "version": 1, "hash": "c" * 64}])
+    # The engine's Redis (RQ's registry of threads) on the discard port, where nothing listens.
+    settings.RQ_QUEUES = {compensation_queue_name(): {"URL": "redis://127.0.0.1:9/0"}}
+    redis_connection.cache_clear()
+    try:
+        assert redis_connection().connection_pool.connection_kwargs["port"] == 9
+        assert rq_threads() is None
+        response = client_for(people["viewer"]).get(reverse("console:workers"))
+    finally:
+        redis_connection.cache_clear()
+
+    assert response.status_code == 200
+    row = _row(_section(text(response), "live-workers-title"), "wk-no-redis")
+    assert ">live<" in row and 'class="num">–<' in row, "threads not known, the worker still listed"
