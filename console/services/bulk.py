@@ -334,17 +334,13 @@ def connect_signals() -> None:
 def batches_resume_stale(**_: Any) -> int:
     """Enqueue a job for each confirmed batch that has had no chunk for longer than its lease
     (its job died with its worker, or Redis lost it). Called after each sweep."""
-    stale = timezone.now() - _lease()
-    ids = list(BulkBatch.objects.filter(
-        Q(state__in=[BulkState.QUEUED, BulkState.RUNNING]) & (Q(heartbeat_at__lt=stale) | Q(heartbeat_at__isnull=True))
-    ).values_list("id", flat=True)[:100])
+    stopped = BulkBatch.objects.filter(Q(heartbeat_at__lt=timezone.now() - _lease()) | Q(heartbeat_at__isnull=True),
+                                       state__in=[BulkState.QUEUED, BulkState.RUNNING])
     resumed = 0
-    for batch_id in ids:
+    for batch_id in list(stopped.values_list("id", flat=True)[:100]):
         # One sweeper at a time wins each batch: the heartbeat moves, so the next pass waits a lease again.
-        if BulkBatch.objects.filter(id=batch_id, heartbeat_at__lt=stale).update(heartbeat_at=timezone.now()) \
-                or BulkBatch.objects.filter(id=batch_id, heartbeat_at__isnull=True).update(heartbeat_at=timezone.now()):
-            if enqueue(batch_id):
-                resumed += 1
+        if stopped.filter(id=batch_id).update(heartbeat_at=timezone.now()) and enqueue(batch_id):
+            resumed += 1
     if resumed:
         log.info("resumed %d bulk batch(es) whose job stopped", resumed)
     return resumed
