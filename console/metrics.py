@@ -91,12 +91,13 @@ SELECT CASE WHEN kind = 'step' THEN 'step'
 """
 
 # Where the settled part of the journal ends, at most ``batch`` entries past ``lo``: just below the
-# first entry younger than the horizon (a primary-key scan from ``lo`` that stops there), else
-# the end of the journal.
+# first entry younger than ``settle`` (a primary-key scan from ``lo`` that stops there), else
+# the end of the journal. Aged by PostgreSQL's clock, the one that stamped ``created_at`` (the
+# engine inserts ``now()``): a console host whose clock runs ahead would count unsettled entries.
 _HI_SQL = """
 SELECT LEAST(
     COALESCE((SELECT min(id) - 1 FROM sagas_journalentry
-               WHERE id > %(lo)s AND id <= %(lo)s + %(batch)s AND created_at >= %(horizon)s),
+               WHERE id > %(lo)s AND id <= %(lo)s + %(batch)s AND created_at >= now() - %(settle)s),
              (SELECT max(id) FROM sagas_journalentry), 0),
     %(lo)s + %(batch)s)
 """
@@ -150,7 +151,7 @@ def _one(sql: str, params: dict[str, Any]) -> tuple[Any, ...]:
 
 
 def _settled_end(lo: int, batch: int = BATCH) -> int:
-    return int(_one(_HI_SQL, {"lo": lo, "batch": batch, "horizon": timezone.now() - SETTLE})[0])
+    return int(_one(_HI_SQL, {"lo": lo, "batch": batch, "settle": SETTLE})[0])
 
 
 def totals_advance(totals: JournalTotals | None, *, batch: int = BATCH) -> JournalTotals:
