@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.db.models import QuerySet
+from django.db.models import BigIntegerField, QuerySet
+from django.db.models.functions import Cast
 
 from console.forms import RunFilterForm
 from console.forms_queues import EffectFilterForm
@@ -168,5 +169,5 @@ def batch_problems(batch: BulkBatch, *, limit: int = PROBLEMS_SHOWN) -> list[Bul
 def own_runs_among(batch: BulkBatch) -> int:
     """How many of an approval batch's approvals are of runs the batch's author started
     (four-eyes: each will be refused)."""
-    ids = [int(i) for i in batch.items.values_list("object_id", flat=True)]
+    ids = batch.items.values(approval_id=Cast("object_id", BigIntegerField()))  # a subquery: up to MAX_ITEMS ids
     return ApprovalRequest.objects.filter(id__in=ids, run__started_by_id=batch.user_id).count()
