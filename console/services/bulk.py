@@ -269,7 +269,10 @@ def _chunk(batch_id: int, *, careful: bool = False) -> int:
             counts: Counter[str] = Counter()
             now = timezone.now()
             for item in items:
-                item.outcome, item.message = _item(batch, bulk, actor, item, careful=careful)
+                item.outcome, message = _item(batch, bulk, actor, item, careful=careful)
+                # Stored as the audit log stores it: a NUL in an error would fail the chunk's
+                # UPDATE on every retry, and 100,000 unbounded messages would bloat the table.
+                item.message = clip_text(message)
                 item.acted_at = now
                 counts[item.outcome] += 1
             if items:
