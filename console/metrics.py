@@ -11,7 +11,7 @@ Gauges (the state now, a handful of index reads, no tenant labels):
   ``approvals``, ``failed_compensations``, ``version_mismatch``, ``budget_exceeded``,
   ``non_determinism``, ``failed_runs``; and ``sagas_failed_runs{reason}``, the FAILED runs by why;
 * ``sagas_workers_live``, ``sagas_workers_silent``: the worker registry (silent: never stopped,
-  no beat within the liveness window);
+  no beat within the liveness window, but one within ``SILENT_WINDOW``, as the workers page);
 * ``sagas_metrics_scrape_seconds``: what this scrape cost.
 
 Counters, from the journal (append-only: a database trigger refuses UPDATE and DELETE), read
@@ -54,6 +54,7 @@ from prometheus_client.registry import Collector
 
 from config.storage import is_redis_error
 from console.selectors.overview import queue_lines
+from console.selectors.workers import SILENT_WINDOW
 from sagas.models import RunStatus
 from sagas.selectors import worker_liveness
 
@@ -285,13 +286,19 @@ class SagaCollector(Collector):
         yield failed
 
     def _workers(self) -> Iterator[Any]:
-        cutoff = timezone.now() - worker_liveness()
+        """Silent as the workers page lists them: within ``SILENT_WINDOW``. The registry keeps a
+        killed worker's row forever (named ``host:pid``, rarely reused), so counting every one
+        would only ever grow, and an alert on it would never clear."""
+        now = timezone.now()
         live, silent = _one(
-            "SELECT count(*) FILTER (WHERE last_seen_at >= %(cutoff)s), count(*) FILTER (WHERE last_seen_at < %(cutoff)s)"
-            " FROM sagas_workerprocess WHERE stopped_at IS NULL", {"cutoff": cutoff})
+            "SELECT count(*) FILTER (WHERE last_seen_at >= %(cutoff)s),"
+            " count(*) FILTER (WHERE last_seen_at < %(cutoff)s AND last_seen_at >= %(silent_since)s)"
+            " FROM sagas_workerprocess WHERE stopped_at IS NULL",
+            {"cutoff": now - worker_liveness(), "silent_since": now - SILENT_WINDOW})
         for name, value, doc in (
             ("sagas_workers_live", live, "Workers that beat within the liveness window"),
-            ("sagas_workers_silent", silent, "Workers never stopped that no longer beat (killed, hung, cut off)"),
+            ("sagas_workers_silent", silent, "Workers never stopped that no longer beat (killed, hung, cut off), "
+             f"silent for under {SILENT_WINDOW.total_seconds() / 3600:g} h"),
         ):
             gauge = GaugeMetricFamily(name, doc)
             gauge.add_metric([], value)

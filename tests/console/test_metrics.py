@@ -99,6 +99,8 @@ def test_it_reports_runs_attention_items_and_workers_as_the_database_has_them(se
     WorkerProcess.objects.create(name="w-live", hostname="h", pid=1, started_at=now, last_seen_at=now)
     WorkerProcess.objects.create(name="w-silent", hostname="h", pid=2, started_at=now,
                                  last_seen_at=now - timedelta(minutes=5))
+    WorkerProcess.objects.create(name="w-killed-last-week", hostname="h", pid=4, started_at=now - timedelta(days=8),
+                                 last_seen_at=now - timedelta(days=7))  # past the workers page's silent window
     WorkerProcess.objects.create(name="w-stopped", hostname="h", pid=3, started_at=now, last_seen_at=now,
                                  stopped_at=now)
 
