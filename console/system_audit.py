@@ -19,6 +19,7 @@ from typing import Any
 from console.actors import system_label
 from console.models import AuditEntry, AuditOutcome
 from console.services.actions import in_action
+from console.services.limits import clip_text
 from ledger.models import EffectRecord
 from ledger.services import effect_resolved
 
@@ -30,7 +31,7 @@ def _on_effect_resolved(sender: Any, effect: EffectRecord, outcome: str, actor: 
     AuditEntry.objects.create(
         actor=user, actor_label=(user.get_username() if user is not None else system_label(actor))[:200],
         action="effect.resolve", object_type="effect", object_id=str(effect.id), outcome=AuditOutcome.OK,
-        reason=(effect.resolution_note or "")[:4000], tenant=effect.tenant,
+        reason=clip_text(effect.resolution_note), tenant=effect.tenant,
         after={"state": effect.status, "downstream_ref": effect.downstream_ref, "resolution": effect.resolution,
                "resolved_by": effect.resolved_by_label,
                "resolved_at": effect.resolved_at.isoformat() if effect.resolved_at else None},
