@@ -71,6 +71,8 @@ def test_it_rejects_with_a_reason_and_a_confirmation_then_shows_it_on_the_overvi
     viewer.goto("/")
     queues = viewer.locator("table.queues")
     expect(queues.locator("tr", has_text="Unknown effects")).to_contain_text("1")
+    expect(queues.locator("tr", has_text="Unknown effects").locator("td.num")).to_have_text("1")
+    expect(queues.locator("tr", has_text="Exhausted budgets").locator("td.num")).to_have_text("1")
     expect(queues.locator("tr", has_text="Failed runs")).to_contain_text("3 h")
     expect(queues.locator("tr", has_text="a step failed")).to_contain_text("3 h")
     expect(queues.locator("tr", has_text="the workflow raised an error")).to_contain_text("12 min")
