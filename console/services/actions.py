@@ -91,11 +91,14 @@ MISSING_EXPECTED = ("The form did not say which state you saw, so it cannot be c
 
 
 def _audit(actor: Actor, action: str, object_type: str, object_id: Any, *, outcome: str, reason: str = "",
-           before: Any = None, after: Any = None, message: str = "") -> AuditEntry:
+           before: Any = None, after: Any = None, message: str = "", tenant: str | None = None) -> AuditEntry:
+    """``tenant``: the object's, when the caller has read it already (else it is read here)."""
+    if tenant is None:
+        tenant = object_tenant(object_type, object_id) or ""
     return AuditEntry.objects.create(
         actor=actor.user, actor_label=actor.label, action=action, object_type=object_type,
         object_id=str(object_id), before=before, after=after, reason=clip_text(reason), ip=actor.ip,
-        outcome=outcome, message=clip_text(message), tenant=object_tenant(object_type, object_id) or "",
+        outcome=outcome, message=clip_text(message), tenant=tenant,
     )
 
 
@@ -121,7 +124,7 @@ def perform(
     rolls everything back and is audited with the snapshot read under the lock, never the
     page's stale view.
     """
-    check_tenant(actor, action, target.object_type, target.object_id, reason=reason)
+    tenant = check_tenant(actor, action, target.object_type, target.object_id, reason=reason) or ""
     if not roles.can(actor.user, action):
         audit_denied(actor, action, target.object_type, target.object_id, reason=reason)
         raise Denied(f"{actor.label} may not {action.replace('.', ' ')}: it needs the {roles.ACTION_ROLES[action]} role")
@@ -138,16 +141,16 @@ def perform(
                 raise Refused(target.stale(before, expected), states_now=True)
             result = change()
             _audit(actor, action, target.object_type, target.object_id, outcome=AuditOutcome.OK, reason=reason,
-                   before=before, after=target.snapshot())
+                   before=before, after=target.snapshot(), tenant=tenant)
             return result
     except (Incomplete, Refused) as exc:
         _audit(actor, action, target.object_type, target.object_id, outcome=AuditOutcome.REFUSED, reason=reason,
-               before=seen, message=str(exc))
+               before=seen, message=str(exc), tenant=tenant)
         raise
     except (SagaError, LedgerError) as exc:
         message = str(exc)
         _audit(actor, action, target.object_type, target.object_id, outcome=AuditOutcome.REFUSED, reason=reason,
-               before=seen, message=message)
+               before=seen, message=message, tenant=tenant)
         raise Refused(message) from exc
     finally:
         _acting.reset(acting)

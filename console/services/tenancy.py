@@ -24,13 +24,13 @@ class NotFound(Http404):
     it is raised; a view need not catch it)."""
 
 
-def check_tenant(actor: Actor, action: str, object_type: str, object_id: Any, *, reason: str = "") -> None:
-    """Return if ``actor`` may act on the object's tenant (or if there is no such object: the
-    action itself answers that, as before); otherwise audit the attempt as denied (in its own
-    transaction: nothing else is written) and raise ``NotFound``."""
+def check_tenant(actor: Actor, action: str, object_type: str, object_id: Any, *, reason: str = "") -> str | None:
+    """Return the object's tenant (None: no such object; the action itself answers that) if
+    ``actor`` may act on it; otherwise audit the attempt as denied (in its own transaction:
+    nothing else is written) and raise ``NotFound``."""
     tenant = object_tenant(object_type, object_id)
     if tenant is None or may_see(actor.user, tenant):
-        return
+        return tenant
     AuditEntry.objects.create(
         actor=actor.user, actor_label=actor.label, action=action, object_type=object_type,
         object_id=str(object_id)[:100], reason=clip_text(reason), ip=actor.ip, outcome=AuditOutcome.DENIED,
