@@ -6,6 +6,7 @@ a deployment fails at start-up instead of silently falling back to a default.
 
 from __future__ import annotations
 
+import json
 import os
 from urllib.parse import unquote, urlsplit
 
@@ -60,6 +61,22 @@ def env_int(name: str, default: int, *, minimum: int = 0) -> int:
 def env_list(name: str, default: str = "") -> list[str]:
     raw = os.environ.get(name, default)
     return [part.strip() for part in raw.split(",") if part.strip()]
+
+
+def env_prices(name: str, default: dict[str, tuple[float, float]]) -> dict[str, tuple[float, float]]:
+    """Model prices from JSON, ``{"model": [usd per 1M input tokens, usd per 1M output], "*": [...]}``;
+    a malformed value stops the process at start-up rather than charging agents nothing."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        data = json.loads(raw)
+        prices = {str(k): (float(v[0]), float(v[1])) for k, v in data.items()}
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
+        raise ImproperlyConfigured(f"{name} must be JSON like {{\"model\": [0.15, 0.6]}}: {exc}") from None
+    if any(p < 0 or p != p for pair in prices.values() for p in pair):
+        raise ImproperlyConfigured(f"{name}: prices must be numbers of at least 0")
+    return prices
 
 
 def env_origins(name: str) -> list[str]:

@@ -2,7 +2,7 @@
 
 Variables: DATABASE_URL, REDIS_URL, SECRET_KEY, DEBUG, ALLOWED_HOSTS, SAGAS_MODULES,
 SECURE_* / SESSION_COOKIE_SECURE / CSRF_* (README: "Deploying: settings from the environment"),
-SAGAS_LEASE_TTL, SAGAS_SWEEP_INTERVAL, SAGAS_QUEUE, SAGAS_CRASH_AT, SAGAS_WORKER_CONCURRENCY,
+SAGAS_LEASE_TTL, SAGAS_SWEEP_INTERVAL, SAGAS_QUEUE, SAGAS_CRASH_AT, SAGAS_WORKER_CONCURRENCY, SAGAS_MODEL_PRICES,
 DEMO_PROVIDERS_URL, DEMO_PROVIDER_TIMEOUT, DEMO_WEBHOOK_SECRET, CONSOLE_URL, NOTIFY_TIMEOUT.
 """
 
@@ -19,6 +19,7 @@ from config.env import (
     env_float,
     env_int,
     env_list,
+    env_prices,
     env_origins,
     env_proxy_header,
     env_str,
@@ -231,6 +232,12 @@ SAGAS_SWEEP_INTERVAL = env_float("SAGAS_SWEEP_INTERVAL", 2.0, minimum=0.1)
 SAGAS_CRASH_AT = env_list("SAGAS_CRASH_AT")
 # Runs one worker process advances at once, one thread each (sagas_worker --concurrency overrides it).
 SAGAS_WORKER_CONCURRENCY = env_int("SAGAS_WORKER_CONCURRENCY", 1, minimum=1)
+
+# Model prices for durable agents (sagas/agents.py): usd per million input and output tokens, by
+# the model name a response reports; "*" prices any other model. A model without a price costs 0
+# (the conversation view says "unpriced"), so set this before relying on max_cost. JSON in the
+# environment, e.g. SAGAS_MODEL_PRICES='{"gpt-4o-mini": [0.15, 0.6], "*": [3, 15]}'.
+SAGAS_MODEL_PRICES = env_prices("SAGAS_MODEL_PRICES", {"demo-order-model": (2.0, 8.0)})
 
 # --- demo -------------------------------------------------------------------
 # Where the demo connectors reach the simulated providers (manage.py demo_providers).
