@@ -244,9 +244,21 @@ def _load_response(data: dict) -> Any:
     return ModelMessagesTypeAdapter.validate_python([data])[0]
 
 
+def _dump_part(part: Any) -> dict:
+    from pydantic_ai.messages import ModelRequest
+
+    return _dump_messages([ModelRequest(parts=[part])])[0]["parts"][0]
+
+
+def _load_part(data: dict) -> Any:
+    from pydantic_ai.messages import ModelMessagesTypeAdapter
+
+    return ModelMessagesTypeAdapter.validate_python([{"kind": "request", "parts": [data]}])[0].parts[0]
+
+
 def _durability(ctx: Any, bridge: _Bridge, label: str, turns: dict[str, int]) -> Any:
     from pydantic_ai.capabilities import AbstractCapability
-    from pydantic_ai.exceptions import ModelRetry
+    from pydantic_ai.exceptions import ModelRetry, ToolRetryError
 
     class SagaDurability(AbstractCapability):
         """Model requests and tool calls of one ``run_agent`` as journal entries of ``ctx``."""
@@ -293,15 +305,21 @@ def _durability(ctx: Any, bridge: _Bridge, label: str, turns: dict[str, int]) ->
                     return {"status": "failed", "message": str(exc)}
 
             async def work() -> dict:
+                # A retry the tool asks for is the tool's answer to the model, journaled as such
+                # (not a failed step), so a replay asks the model again in the same words.
                 try:
                     return {"value": to_jsonable_python(await handler(args))}
+                except ToolRetryError as exc:
+                    return {"retry": _dump_part(exc.tool_retry)}
                 except ModelRetry as exc:
-                    return {"retry": exc.message}
+                    return {"retry_message": exc.message}
 
             value = await _journaled(
                 bridge, lambda runner: ctx.step(f"{label}.tool.{call.tool_name}", runner), work)
             if "retry" in value:
-                raise ModelRetry(value["retry"])
+                raise ToolRetryError(_load_part(value["retry"]))
+            if "retry_message" in value:
+                raise ModelRetry(value["retry_message"])
             return value["value"]
 
     return SagaDurability()
