@@ -22,6 +22,10 @@ the run first, so two people acting on one run queue instead of racing)::
     retry(run_id=run.id, reason="...")
     workers()
 
+Agents (pydantic-ai; ``sagas.agents``): ``run_agent(ctx, agent, prompt)`` inside a workflow
+journals each model request (keyed by run and turn) and each tool call; ``effect_tool("connector")``
+makes a tool a ledgered effect; approval-required tools wait in the console's inbox.
+
 Look-ups return the engine's own model instances (``WorkflowRun``, ``ApprovalRequest``,
 ``ledger``'s ``EffectRecord``) as they are at the time of the call: read their fields,
 never ``save()`` them; change state only through these functions. An unknown id
