@@ -3,7 +3,8 @@ run_history.py, the actions in run_actions.py.
 
 Live regions (listed in ``console.live``): ``run_header``, ``run_actions`` (what may be done
 to the run now, and why not), ``run_history`` (entries newer than the first page),
-``run_effects``, ``run_approvals`` and ``run_compensation``. Each is a ``run_*.html`` template
+``run_effects``, ``run_approvals``, ``run_compensation`` and ``run_conversation`` (an agent run's
+turns, console/selectors/conversation.py; empty for other runs). Each is a ``run_*.html`` template
 rendered by its ``*_fragment`` function below, which serves the full page (the page includes the
 template with the same context), the htmx swap and the websocket push.
 
@@ -33,6 +34,7 @@ from django.views.decorators.http import require_GET
 
 from config.redaction import redact_text
 from console import roles
+from console.selectors.conversation import conversation
 from console.selectors.history import history_timeline, timeline_rows
 from console.selectors.runs import (
     RUN_EFFECTS_LIMIT,
@@ -59,7 +61,8 @@ RUN_HISTORY = "run_history"
 RUN_EFFECTS = "run_effects"
 RUN_APPROVALS = "run_approvals"
 RUN_COMPENSATION = "run_compensation"
-RUN_FRAGMENTS = [RUN_HEADER, RUN_ACTIONS, RUN_HISTORY, RUN_EFFECTS, RUN_APPROVALS, RUN_COMPENSATION]
+RUN_CONVERSATION = "run_conversation"
+RUN_FRAGMENTS = [RUN_HEADER, RUN_ACTIONS, RUN_HISTORY, RUN_EFFECTS, RUN_APPROVALS, RUN_COMPENSATION, RUN_CONVERSATION]
 
 # Statuses from which an operator may start a compensation (sagas.compensation.compensation_start).
 COMPENSABLE = frozenset({RunStatus.PENDING, RunStatus.RUNNING, RunStatus.WAITING, RunStatus.NEEDS_ATTENTION,
@@ -171,6 +174,10 @@ def _compensation_context(run: WorkflowRun, plan: CompensationPlan | None) -> di
     return {"run": run, "plan": plan, "effects_url": reverse("console:effects")}
 
 
+def _conversation_context(run: WorkflowRun) -> dict[str, Any]:
+    return {"run": run, "conversation": conversation(run.id), "effects_url": reverse("console:effects")}
+
+
 def _history_new_context(run: WorkflowRun, since: int) -> dict[str, Any]:
     entries, total = run_history_since(run.id, after=since)
     return {"run": run, "new_entries": timeline_rows(run.id, entries), "new_total": total,
@@ -239,6 +246,13 @@ def run_compensation_fragment(user: AbstractBaseUser, params: dict[str, str]) ->
                             _compensation_context(run, run_compensation(run.id)))
 
 
+def run_conversation_fragment(user: AbstractBaseUser, params: dict[str, str]) -> str:
+    run = _run_from_params(user, params)
+    if run is None:
+        return _missing(RUN_CONVERSATION)
+    return render_to_string("console/run_conversation.html", _conversation_context(run))
+
+
 # --- run detail: pages ---------------------------------------------------------------------------
 
 
@@ -256,6 +270,7 @@ def run_page(request: HttpRequest, run: WorkflowRun, *, status: int = 200, error
     context.update(_effects_context(run))
     context.update(_approvals_context(run, request.user))
     context.update(_compensation_context(run, plan))
+    context.update(_conversation_context(run))
     context.update(history=history, new_entries=[], new_total=0, new_hidden=0)
     context.update(live_context(RUN_FRAGMENTS, run=str(run.id), since=str(since)))
     return render(request, "console/run_detail.html", context, status=status)

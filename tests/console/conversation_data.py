@@ -1,0 +1,94 @@
+"""Test data of a run's conversation: an order agent with a scripted model (pydantic-ai's
+``FunctionModel``, no network) run by ``sagas.agents.run_agent``, with a plain tool, two effect
+tools (one irreversible, so it waits for ``approve:ship_order``) and an approval-required tool.
+
+``agent_run(turns)`` starts the workflow with a script: each turn is the model's text and its
+tool calls, and after the last one the model answers ``final``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic_ai import Agent, Tool
+from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+from ledger import Connector, connector
+from sagas import Context, start, workflow
+from sagas.agents import effect_tool, run_agent
+from sagas.engine import advance
+from sagas.models import WorkflowRun
+
+AGENT = "order"
+MODEL = "cv-scripted"
+
+
+@connector("cv.charge")
+class Charge(Connector):
+    def execute(self, payload, *, key):
+        return {"transaction_id": f"tx-{payload['order']}", "amount_cents": payload["amount_cents"]}
+
+    def compensate(self, payload, result, *, key):
+        return {"refund_id": f"rf-{payload['order']}"}
+
+
+@connector("cv.ship")
+class Ship(Connector):
+    irreversible = True
+
+    def execute(self, payload, *, key):
+        return {"shipment_id": f"sh-{payload['order']}"}
+
+
+def lookup_order(order: str, api_key: str = "") -> dict:
+    """Look the order up."""
+    return {"order": order, "status": "paid", "items": 2}
+
+
+@effect_tool("cv.charge")
+def capture_payment(order: str, amount_cents: int) -> dict:
+    """Capture the order's payment."""
+    return {"order": order, "amount_cents": amount_cents}
+
+
+@effect_tool("cv.ship")
+def ship_order(order: str) -> dict:
+    """Ship the order."""
+    return {"order": order}
+
+
+def notify_customer(order: str, message: str) -> dict:
+    """Tell the customer."""
+    return {"sent": True, "order": order}
+
+
+def _script(turns: list[dict], final: str):
+    def script(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        n = sum(isinstance(m, ModelResponse) for m in messages)
+        if n < len(turns):
+            turn = turns[n]
+            parts: list[Any] = [TextPart(turn["text"])] if turn.get("text") else []
+            parts += [ToolCallPart(tool, args, tool_call_id=f"call-{n + 1}-{i}")
+                      for i, (tool, args) in enumerate(turn.get("calls", []))]
+            return ModelResponse(parts=parts)
+        return ModelResponse(parts=[TextPart(final)])
+
+    return script
+
+
+@workflow("cv_agent", version=1)
+def cv_agent(ctx: Context, spec: dict) -> Any:
+    agent = Agent(
+        FunctionModel(_script(spec["turns"], spec["final"]), model_name=MODEL),
+        instructions=spec.get("instructions", "You handle orders."),
+        tools=[lookup_order, capture_payment, ship_order, Tool(notify_customer, requires_approval=True)],
+    )
+    return run_agent(ctx, agent, spec["prompt"], name=AGENT)
+
+
+def agent_run(turns: list[dict], *, final: str = "Done.", prompt: str = "Order o-1: handle it",
+              **options: Any) -> WorkflowRun:
+    run = start("cv_agent", {"turns": turns, "final": final, "prompt": prompt}, **options)
+    advance(str(run.id), owner="t")
+    run.refresh_from_db()
+    return run
