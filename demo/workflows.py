@@ -36,8 +36,15 @@ def order_fulfilment(ctx: Context, order: dict) -> dict:
 
 
 # --- the product demo's order agent (``make demo``) ---------------------------------
+#
+# Version 2 (below) is a pydantic-ai agent run with sagas.agents (demo/agent.py). Version 1, a
+# hand-written loop, stays registered with everything it uses, unchanged, for the runs started
+# under it (one waiting for a shipment approval can wait for hours): a run resumes only on the
+# hash it started with, and that hash covers this module except the other @workflow functions.
+# So version 2 imports what it needs inside its body: an import up here would change version 1's
+# hash, and order_fulfilment's, and strand their runs in flight.
 
-# What the scripted model "bills" per token, in usd (of the order of a small hosted model).
+# Version 1: what the scripted model "bills" per token, in usd (of the order of a small hosted model).
 PRICE_IN, PRICE_OUT = 0.000002, 0.000008
 # The tools the agent may call, in the order its script uses them; each is a ledgered effect.
 AGENT_TOOLS = ("payments.capture", "inventory.reserve", "shipping.create", "email.send")
@@ -108,3 +115,18 @@ def order_agent(ctx: Context, order: dict) -> dict:
                          timeout=timedelta(hours=4), on_timeout="escalate")
         results[tool] = ctx.effect(EFFECT_NAMES[tool], tool, _tool_payload(tool, order, results))
     raise RuntimeError(f"the agent did not finish order {order['id']} within {len(AGENT_TOOLS) + 2} turns")
+
+
+@workflow("order_agent", version=2, max_steps=40, max_cost=0.5, summary=order_summary)
+def order_agent_v2(ctx: Context, order: dict) -> dict:
+    """A pydantic-ai agent fulfils the order (``demo.agent``): each model turn is a journaled
+    step billed once at the demo's gateway, each tool with a side effect a ledgered effect, and
+    the irreversible shipment waits for ``approve:ship_order`` in the inbox. An order the agent
+    did not ship (a rejected shipment, a refused reservation) fails the run, which compensates."""
+    from demo.agent import AGENT_NAME, OrderNotShipped, make_order_agent, order_prompt
+    from sagas.agents import run_agent
+
+    report = run_agent(ctx, make_order_agent(), order_prompt(order), name=AGENT_NAME)
+    if not report.shipped:
+        raise OrderNotShipped(report.summary)
+    return {"order": order["id"], "summary": report.summary, "charge": report.charge, "shipment": report.shipment}
