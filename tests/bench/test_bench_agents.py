@@ -1,0 +1,38 @@
+"""bench/agents.py --smoke: one pydantic-ai agent under real SIGKILLs, plain, with DBOS, and ours.
+
+It uses the bench database (saga_bench), Redis db 14 and DBOS's own database
+(saga_bench_dbos_agents). The DBOS virtualenv (.bench/agents-dbos) is made on
+first use: about 10 s with pip's cache warm. The smoke run takes about 30 s.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from tests.procs import ROOT
+
+
+def test_it_kills_all_three_agents_and_ours_repeats_no_tool_loses_no_run_and_bills_no_turn_twice(tmp_path):
+    chart = tmp_path / "agents.png"
+    done = subprocess.run(
+        [sys.executable, "bench/agents.py", "--smoke", "--png", str(chart)], cwd=ROOT, capture_output=True,
+        text=True, timeout=600,
+    )
+    output = done.stdout[-4000:] + done.stderr[-4000:]
+    assert done.returncode == 0, output
+    rows = {line.split("|")[1].strip(): [cell.strip() for cell in line.split("|")[2:-1]]
+            for line in done.stdout.splitlines() if line.startswith("| ") and "0.20" in line}
+    # columns: crash chance, model cost per run, model turns billed again, restarts per run,
+    # duplicate tool executions, effects UNKNOWN, runs lost, wall time
+    plain = rows["plain pydantic-ai, restarted from scratch"]
+    dbos = rows["pydantic-ai + DBOS (durable_exec.dbos)"]
+    ours = rows["ours (sagas.agents.run_agent)"]
+    for variant in (plain, dbos, ours):
+        assert float(variant[3]) > 0, f"no process was killed: the smoke run proved nothing ({output})"
+    assert (ours[4], ours[5], ours[6]) == ("0", "0", "0"), ours  # no duplicate, nothing UNKNOWN, nothing lost
+    assert float(ours[1]) == 8.0 and ours[2] == "0", ours  # four turns billed once each, through every crash
+    assert float(plain[1]) > 8.0 and int(plain[4]) > 0, plain  # starting over pays and acts again
+    assert float(ours[1]) <= float(dbos[1]), (ours, dbos)
+    assert "Targets: met" in done.stdout
+    assert chart.stat().st_size > 10_000 and chart.read_bytes()[:4] == b"\x89PNG"
