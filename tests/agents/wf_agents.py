@@ -10,8 +10,9 @@ books also hold what the model was given each turn; it carries no timestamps, so
 turn sends the same body.
 
 A script whose last move is a tool call never finishes: the model repeats that move forever.
-``AGENT_PLAIN_TOOLS`` (comma-separated tool names, read at run time) declares those tools as
-plain tools instead of ledgered effects: a code change that replay must refuse.
+Code changes that replay must refuse, made per worker by the environment (read at run time, so
+the workflow's definition hash stays the same): ``AGENT_PLAIN_TOOLS`` (comma-separated tool
+names) declares those effect tools as plain tools, ``AGENT_DROP_TOOLS`` leaves them out.
 """
 
 from __future__ import annotations
@@ -93,9 +94,13 @@ def apply_discount(order: str, percent: int) -> dict:
     return {"order": order, "discount_percent": percent, "status": "applied"}
 
 
+def _names(variable: str) -> set[str]:
+    return {name for name in os.environ.get(variable, "").split(",") if name}
+
+
 def tools() -> list[Any]:
-    plain = {name for name in os.environ.get("AGENT_PLAIN_TOOLS", "").split(",") if name}
-    effects = [capture_payment, send_email, ship_order]
+    plain, dropped = _names("AGENT_PLAIN_TOOLS"), _names("AGENT_DROP_TOOLS")
+    effects = [t for t in (capture_payment, send_email, ship_order) if t.name not in dropped]
     return [
         *(Tool(t.function, name=t.name) if t.name in plain else t for t in effects),
         Tool(check_order),

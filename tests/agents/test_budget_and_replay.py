@@ -1,0 +1,93 @@
+"""A token budget stops a runaway agent before its next model request; a finished agent run
+replays from its journal without a single request to the model gateway; a code change that
+alters the agent's tool calls halts the run on replay."""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+
+import pytest
+
+from demo.providers.selectors import executions
+from sagas import approve, registry, start
+from sagas.context import Context
+from sagas.models import JournalEntry, RunStatus, WorkflowRun
+from sagas.systemdb import ClaimedRun, load_journal
+from tests.agents import wf_agents
+from tests.agents.runs import CAPTURE, CHECK, DISCOUNT, EMAIL, billed, cached, script, wait_status
+from tests.procs import wait_until
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+# 1,000 input tokens at 3 usd and 500 output tokens at 6 usd per million: 0.006 usd a turn.
+PRICES = json.dumps({wf_agents.MODEL_NAME: [3, 6]})
+
+
+def model_turns(run) -> list[str]:
+    return list(JournalEntry.objects.filter(run=run, kind="step", name__startswith="agent.model")
+                .order_by("seq").values_list("name", flat=True))
+
+
+def test_it_stops_a_runaway_agent_at_its_cost_budget_before_another_model_request(stack):
+    run = start("agent_order", {"script": script(CHECK)}, max_cost=0.015)  # checks the order forever
+    stack.worker("w1", SAGAS_MODEL_PRICES=PRICES)
+    run = wait_status(run, RunStatus.NEEDS_ATTENTION)
+    assert run.status_reason == "budget_exceeded" and run.error["budget"] == "cost", run.error
+    assert run.cost_used == Decimal("0.018")  # three turns: the third crossed the budget...
+    assert billed() == 3  # ...and the gateway billed exactly those three, no fourth
+    assert model_turns(run) == ["agent.model", "agent.model#2", "agent.model#3"]
+    turn = JournalEntry.objects.get(run=run, name="agent.model#3").payload["value"]
+    assert (turn["cost"], turn["priced"], turn["usage"]) == (0.006, True, {"input_tokens": 1000, "output_tokens": 500})
+
+
+def replay_in_this_process(run: WorkflowRun) -> object:
+    """Run the workflow again against the finished run's journal, under a fence no write can
+    pass (any attempt to act for real would raise LeaseLost): its value."""
+    claimed = ClaimedRun(
+        id=str(run.id), workflow_name=run.workflow_name, version=run.version, definition_hash=run.definition_hash,
+        input=run.input, tenant=run.tenant, business_key=run.business_key, fence=-1, attempts=run.attempts,
+        steps_used=run.steps_used, cost_used=run.cost_used, max_steps=None, max_cost=None,
+        max_duration_seconds=None, started_at=run.started_at, status=run.status,
+    )
+    ctx = Context(run=claimed, journal=load_journal(str(run.id)), worker_id="replayer")
+    value = registry.find(run.workflow_name, run.version).fn(ctx, run.input)
+    ctx.check_finished()  # every recorded call was asked for again, in order
+    return value
+
+
+def test_it_replays_a_finished_agent_run_without_a_model_request(stack, django_user_model):
+    bob = django_user_model.objects.create_user("bob", password="pw-bob-long-enough")
+    run = start("agent_order", {"script": script(CAPTURE, DISCOUNT, EMAIL, "Done.")})
+    first = stack.worker("w1", SAGAS_CRASH_AT="before_complete:agent_order")
+    wait_status(run, RunStatus.WAITING)
+    approve(user=bob, run_id=run.id, name="agent.approve.apply_discount")
+    wait_until(lambda: not first.alive(), 20, what="w1 to crash with the whole conversation journaled")
+    assert (billed(), cached()) == (4, 0)
+
+    stack.worker("w2")  # replays every turn and tool call, both approval rounds, then completes
+    run = wait_status(run, RunStatus.COMPLETED)
+    assert (billed(), cached()) == (4, 0)  # not one request reached the gateway
+    assert executions("payments", "capture").count() == 1 and executions("email", "send").count() == 1
+
+    assert replay_in_this_process(run) == run.result  # and once more, here, after it finished
+    assert (billed(), cached()) == (4, 0)
+    assert WorkflowRun.objects.get(id=run.id).last_seq == run.last_seq  # the replay wrote nothing
+
+
+@pytest.mark.parametrize("change, asked", [
+    ({"AGENT_PLAIN_TOOLS": "capture_payment"}, "agent.tool.capture_payment"),  # an effect became a plain tool
+    ({"AGENT_DROP_TOOLS": "capture_payment"}, "agent.model#2"),  # gone: the model is told, and asked again
+])
+def test_it_halts_a_replay_whose_code_changed_the_tool_calls(stack, change, asked):
+    run = start("agent_order", {"script": script(CAPTURE, EMAIL, "Done.")})
+    first = stack.worker("w1", SAGAS_CRASH_AT="before_step:agent.model#2")
+    wait_until(lambda: not first.alive(), 20, what="w1 to crash after the capture was recorded")
+    stack.worker("w2", **change)
+    run = wait_status(run, RunStatus.NEEDS_ATTENTION)
+    assert run.status_reason == "non_determinism", run.error
+    assert run.error["journal"]["name"] == "capture_payment", run.error
+    assert run.error["code_asked"]["name"] == asked, run.error
+    assert executions("payments", "capture").count() == 1  # nothing ran twice...
+    assert executions("email", "send").count() == 0  # ...nor went on past the mismatch
+    assert (billed(), cached()) == (1, 0)
