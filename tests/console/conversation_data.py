@@ -1,6 +1,7 @@
 """Test data of a run's conversation: an order agent with a scripted model (pydantic-ai's
 ``FunctionModel``, no network) run by ``sagas.agents.run_agent``, with a plain tool, two effect
-tools (one irreversible, so it waits for ``approve:ship_order``) and an approval-required tool.
+tools (one irreversible, so it waits for ``approve:ship_order``), one whose outcome is UNKNOWN, and an
+approval-required tool.
 
 ``agent_run(turns)`` starts the workflow with a script: each turn is the model's text and its
 tool calls, and after the last one the model answers ``final``."""
@@ -13,7 +14,7 @@ from pydantic_ai import Agent, Tool
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from ledger import Connector, connector
+from ledger import Connector, Timeout, Unknown, connector
 from sagas import Context, start, workflow
 from sagas.agents import effect_tool, run_agent
 from sagas.engine import advance
@@ -40,7 +41,18 @@ class Ship(Connector):
         return {"shipment_id": f"sh-{payload['order']}"}
 
 
-def lookup_order(order: str, api_key: str = "") -> dict:
+@connector("cv.refund")
+class Refund(Connector):
+    """Times out, and its lookup cannot tell: the effect is UNKNOWN until a person decides."""
+
+    def execute(self, payload, *, key):
+        raise Timeout("no answer in 2 s")
+
+    def lookup(self, key):
+        return Unknown("the provider cannot tell")
+
+
+def lookup_order(order: str, api_key: str = "", note: str = "") -> dict:
     """Look the order up."""
     return {"order": order, "status": "paid", "items": 2}
 
@@ -54,6 +66,12 @@ def capture_payment(order: str, amount_cents: int) -> dict:
 @effect_tool("cv.ship")
 def ship_order(order: str) -> dict:
     """Ship the order."""
+    return {"order": order}
+
+
+@effect_tool("cv.refund")
+def refund_payment(order: str) -> dict:
+    """Refund the order's payment."""
     return {"order": order}
 
 
@@ -81,7 +99,7 @@ def cv_agent(ctx: Context, spec: dict) -> Any:
     agent = Agent(
         FunctionModel(_script(spec["turns"], spec["final"]), model_name=MODEL),
         instructions=spec.get("instructions", "You handle orders."),
-        tools=[lookup_order, capture_payment, ship_order, Tool(notify_customer, requires_approval=True)],
+        tools=[lookup_order, capture_payment, ship_order, refund_payment, Tool(notify_customer, requires_approval=True)],
     )
     return run_agent(ctx, agent, spec["prompt"], name=AGENT)
 
