@@ -6,6 +6,12 @@ its effect tools (``<tool>[#n]``) and its approvals (``<agent>.approve.<tool>[#n
 approval-required tool, ``approve:<tool>[#n]`` before an irreversible effect tool). Three
 queries, whatever the number of turns (one when the run has no agent turns).
 
+Which runs are read: ``run_conversation`` reads a run's conversation only if the newest page of
+its history has an agent step, or the module of its workflow's definition mentions
+``run_agent`` (one lookup by the versions table's unique index). So the page of a run that
+runs no agent reads one page of its journal, not the whole of it. Not guaranteed: an agent run
+from another module whose last agent step is older than the newest page shows no conversation.
+
 How a tool call finds its entry, record and approval: the n-th call of tool X in the model's
 responses (in journal order, skipping calls the model got a validation error for, which never
 ran) is the n-th approval for X; the calls whose approval was rejected never ran, and among
@@ -24,14 +30,18 @@ from __future__ import annotations
 import json
 import re
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
+from django.db.models import Q
+
 from config.redaction import redact_json, redact_text
 from console.templatetags.payloads import PREVIEW_CHARS, SECRET_MARGIN, _pruned
+from console.selectors.runs import HISTORY_PAGE_SIZE
 from ledger.models import EffectKind, EffectRecord
-from sagas.models import ApprovalRequest, ApprovalState, JournalEntry
+from sagas.models import ApprovalRequest, ApprovalState, JournalEntry, WorkflowRun, WorkflowVersion
 
 # Journal rows read for one page: model turns and plain tool calls together. A longer
 # conversation shows its first turns and says so (the history has every entry).
@@ -41,7 +51,6 @@ SUMMARY_CHARS = 100  # of a folded text, shown on its <summary> line
 _AGENT = r"[A-Za-z0-9_-]{1,60}"
 MODEL_NAME = re.compile(rf"^(?P<agent>{_AGENT})\.model(?:#[0-9]+)?$")
 TOOL_NAME = re.compile(rf"^(?P<agent>{_AGENT})\.tool\.(?P<tool>[^#]+?)(?:#(?P<n>[0-9]+))?$")
-AGENT_STEPS = rf"^{_AGENT}\.(model|tool\.)"  # the journal filter: both of the above
 AGENT_APPROVAL = re.compile(rf"^(?P<agent>{_AGENT})\.approve\.(?P<tool>[^#]+?)(?:#(?P<n>[0-9]+))?$")
 GATE_APPROVAL = re.compile(r"^approve:(?P<tool>[^#]+?)(?:#(?P<n>[0-9]+))?$")
 EFFECT_NAME = re.compile(r"^(?P<tool>[^#]+?)(?:#(?P<n>[0-9]+))?$")
@@ -229,10 +238,36 @@ def _numbered(match: re.Match[str]) -> int:
     return int(match.group("n") or 1)
 
 
+def is_agent_step(name: str) -> bool:
+    return bool(MODEL_NAME.match(name) or TOOL_NAME.match(name))
+
+
+def runs_agents(run: WorkflowRun, newest_names: Iterable[str] | None = None,
+                *, page: int = HISTORY_PAGE_SIZE) -> bool:
+    """Whether ``run`` may have a conversation (module docstring). ``newest_names``: the names of
+    the newest ``page`` entries, if the caller has them (else they are read)."""
+    if newest_names is None:
+        newest_names = JournalEntry.objects.filter(run_id=run.id).order_by("-seq") \
+            .values_list("name", flat=True)[:page]
+    if any(is_agent_step(name) for name in newest_names):
+        return True
+    return WorkflowVersion.objects.filter(name=run.workflow_name, version=run.version,
+                                          definition_hash=run.definition_hash,
+                                          source__contains="run_agent").exists()
+
+
+def run_conversation(run: WorkflowRun, newest_names: Iterable[str] | None = None) -> Conversation:
+    """``conversation(run.id)`` if ``runs_agents``, else an empty one."""
+    if not runs_agents(run, newest_names):
+        return Conversation(turns=[], more=False, agents=[])
+    return conversation(run.id)
+
+
 def conversation(run_id: Any, *, max_entries: int = MAX_ENTRIES) -> Conversation:
     """The run's agent conversation (empty when it has none); see the module docstring."""
     entries = list(
-        JournalEntry.objects.filter(run_id=run_id, kind="step", name__regex=AGENT_STEPS)
+        JournalEntry.objects.filter(run_id=run_id, kind="step")
+        .filter(Q(name__contains=".model") | Q(name__contains=".tool."))  # LIKE: cheaper than a regex per row
         .order_by("seq").only("seq", "name", "payload")[: max_entries + 1]
     )
     more = len(entries) > max_entries

@@ -34,7 +34,7 @@ from django.views.decorators.http import require_GET
 
 from config.redaction import redact_text
 from console import roles
-from console.selectors.conversation import conversation
+from console.selectors.conversation import run_conversation
 from console.selectors.history import history_timeline, timeline_rows
 from console.selectors.runs import (
     RUN_EFFECTS_LIMIT,
@@ -174,8 +174,8 @@ def _compensation_context(run: WorkflowRun, plan: CompensationPlan | None) -> di
     return {"run": run, "plan": plan, "effects_url": reverse("console:effects")}
 
 
-def _conversation_context(run: WorkflowRun) -> dict[str, Any]:
-    return {"run": run, "conversation": conversation(run.id), "effects_url": reverse("console:effects")}
+def _conversation_context(run: WorkflowRun, newest_names: list[str] | None = None) -> dict[str, Any]:
+    return {"run": run, "conversation": run_conversation(run, newest_names), "effects_url": reverse("console:effects")}
 
 
 def _history_new_context(run: WorkflowRun, since: int) -> dict[str, Any]:
@@ -270,7 +270,7 @@ def run_page(request: HttpRequest, run: WorkflowRun, *, status: int = 200, error
     context.update(_effects_context(run))
     context.update(_approvals_context(run, request.user))
     context.update(_compensation_context(run, plan))
-    context.update(_conversation_context(run))
+    context.update(_conversation_context(run, [e.name for e in history.entries]))
     context.update(history=history, new_entries=[], new_total=0, new_hidden=0)
     context.update(live_context(RUN_FRAGMENTS, run=str(run.id), since=str(since)))
     return render(request, "console/run_detail.html", context, status=status)

@@ -18,7 +18,8 @@ from ledger import Connector, Timeout, Unknown, connector
 from sagas import Context, start, workflow
 from sagas.agents import effect_tool, run_agent
 from sagas.engine import advance
-from sagas.models import WorkflowRun
+from sagas import registry
+from sagas.models import WorkflowRun, WorkflowVersion
 
 AGENT = "order"
 MODEL = "cv-scripted"
@@ -102,6 +103,14 @@ def cv_agent(ctx: Context, spec: dict) -> Any:
         tools=[lookup_order, capture_payment, ship_order, refund_payment, Tool(notify_customer, requires_approval=True)],
     )
     return run_agent(ctx, agent, spec["prompt"], name=AGENT)
+
+
+def version_registered() -> None:
+    """The definition's row in the versions table, as a worker starting up writes it (the
+    sagas.services cache of versions already written outlives the test's transaction)."""
+    d = registry.get("cv_agent")
+    WorkflowVersion.objects.get_or_create(name=d.name, version=d.version, definition_hash=d.definition_hash,
+                                          defaults={"source": d.source, "module": d.module})
 
 
 def agent_run(turns: list[dict], *, final: str = "Done.", prompt: str = "Order o-1: handle it",

@@ -20,8 +20,17 @@ from sagas import approve, reject
 from sagas.engine import advance
 from sagas.models import ApprovalRequest, JournalEntry, RunStatus
 from tests.console.conftest import client_for
-from tests.console.conversation_data import agent_run
-from tests.console.run_data import IMG, IMG_ESCAPED, SCRIPT, SCRIPT_ESCAPED, run_url, text, waiting_run
+from tests.console.conversation_data import agent_run, version_registered
+from tests.console.run_data import (
+    IMG,
+    IMG_ESCAPED,
+    SCRIPT,
+    SCRIPT_ESCAPED,
+    append_entries,
+    run_url,
+    text,
+    waiting_run,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -198,7 +207,7 @@ def test_it_reads_the_conversation_in_a_number_of_queries_independent_of_the_tur
     counts = {}
     for n in (2, 20):
         run = agent_run(_script(n), final=f"done after {n}")
-        with django_assert_max_num_queries(3):
+        with django_assert_max_num_queries(3):  # the steps, the approvals, the effects
             assert len(conversation(run.id).turns) == n
         client.get(run_url(run))  # the session and the user are read once; the next page is the same
         with CaptureQueriesContext(connection) as queries:
@@ -224,3 +233,19 @@ def test_it_refreshes_the_conversation_with_the_run(people):
     after = run_detail.run_conversation_fragment(people["viewer"], params)
     assert sorted(turns_of(after)) == [1, 2] and "APPROVED" in after and "Shipped." in after
     assert "badge SUCCEEDED" in after
+
+
+def test_it_finds_the_conversation_of_a_long_run_and_reads_one_journal_page_of_other_runs(people):
+    client = client_for(people["viewer"])
+    agent = agent_run([{"calls": [["lookup_order", {"order": "o-6"}]]}], final="Looked up.")
+    version_registered()  # its module, which runs an agent (run_agent), is how the page knows
+    append_entries(agent, 150)  # the agent's entries are no longer on the history's first page
+    assert len(turns_of(section(text(client.get(run_url(agent)))))) == 2
+
+    plain = waiting_run()
+    append_entries(plain, 150)
+    with CaptureQueriesContext(connection) as queries:
+        page = text(client.get(run_url(plain)))
+    assert "run-conversation-title" not in page
+    journal_reads = [q["sql"] for q in queries if 'FROM "sagas_journalentry"' in q["sql"]]
+    assert len(journal_reads) == 1 and "LIMIT 101" in journal_reads[0]  # the history's first page, nothing more
