@@ -145,7 +145,20 @@ def test_it_says_a_turn_is_unpriced_when_its_model_has_no_price(people, settings
     html = section(text(client_for(people["viewer"]).get(run_url(run))))
     turns = turns_of(html)
     assert '<span class="turn-cost">unpriced</span>' in turns[1] and '<span class="turn-cost">unpriced</span>' in turns[2]
-    assert "0 usd (2 turns unpriced)" in html
+    assert '<span class="total-cost">unpriced</span>' in html
+
+
+def test_it_totals_the_priced_turns_and_counts_the_others(people, settings):
+    settings.SAGAS_MODEL_PRICES = {}
+    run = agent_run([{"calls": [["ship_order", {"order": "o-2"}]]}], final="Done.", started_by=people["operator"])
+    settings.SAGAS_MODEL_PRICES = PRICES  # priced from the second turn on, after the approval
+    approve(run_id=run.id, name="approve:ship_order", user=people["approver"])
+    advance(str(run.id), owner="t")
+    turns = model_turns(run)
+    assert [t["priced"] for t in turns] == [False, True]
+    html = section(text(client_for(people["viewer"]).get(run_url(run))))
+    assert '<span class="turn-cost">unpriced</span>' in turns_of(html)[1]
+    assert f'<span class="total-cost">{turns[1]["cost"]} usd (1 turn unpriced)</span>' in html
 
 
 def test_it_escapes_hostile_html_and_redacts_secrets(people, order_run):
