@@ -70,6 +70,17 @@ def test_it_replays_a_finished_agent_run_without_a_model_request(stack, django_u
     assert (billed(), cached()) == (4, 0)  # not one request reached the gateway
     assert executions("payments", "capture").count() == 1 and executions("email", "send").count() == 1
 
+    # The conversation is in the journal: each turn holds what was new since the previous one.
+    turns = [JournalEntry.objects.get(run=run, name=name).payload["value"] for name in model_turns(run)]
+    assert [t["key"] for t in turns] == [f"{run.id}:agent:turn-{n}" for n in (1, 2, 3, 4)]
+    assert [[(p["part_kind"], p.get("tool_name")) for m in t["request"] for p in m["parts"]] for t in turns] == [
+        [("user-prompt", None)], [("tool-return", "capture_payment")], [("tool-return", "apply_discount")],
+        [("tool-return", "send_email")],
+    ]
+    assert turns[0]["request"][0]["instructions"] == "You handle orders."
+    assert [p["tool_name"] for t in turns[:3] for p in t["response"]["parts"]] == [
+        "capture_payment", "apply_discount", "send_email"]
+
     assert replay_in_this_process(run) == run.result  # and once more, here, after it finished
     assert (billed(), cached()) == (4, 0)
     assert WorkflowRun.objects.get(id=run.id).last_seq == run.last_seq  # the replay wrote nothing
