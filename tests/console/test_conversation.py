@@ -4,15 +4,24 @@ folded, read in a number of queries that does not grow with the turns, and live.
 
 from __future__ import annotations
 
+import asyncio
 import re
 from decimal import Decimal
 
 import pytest
+from asgiref.sync import async_to_sync
+from channels.db import database_sync_to_async
+from channels.testing import WebsocketCommunicator
+from django.conf import settings
 from django.db import connection
+from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
+from config.asgi import application
 from config.redaction import MARK
+from console import broadcast as live_broadcast
+from console import live, topics
 from console.selectors.conversation import conversation
 from console.views import run_detail
 from ledger.models import EffectRecord
@@ -262,3 +271,40 @@ def test_it_finds_the_conversation_of_a_long_run_and_reads_one_journal_page_of_o
     assert "run-conversation-title" not in page
     journal_reads = [q["sql"] for q in queries if 'FROM "sagas_journalentry"' in q["sql"]]
     assert len(journal_reads) == 1 and "LIMIT 101" in journal_reads[0]  # the history's first page, nothing more
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_pushes_the_conversation_to_an_open_run_page(people, monkeypatch):
+    """Over the live websocket, as console/live.py serves the run page's other regions."""
+    monkeypatch.setitem(live.FRAGMENTS, run_detail.RUN_CONVERSATION, live.Fragment(
+        run_detail.RUN_CONVERSATION, run_detail.run_conversation_fragment, (topics.THIS_RUN,)))
+    run = agent_run([{"calls": [["ship_order", {"order": "o-7"}]]}], final="Shipped o-7.",
+                    started_by=people["operator"])
+    browser = Client()
+    browser.force_login(people["viewer"])
+    cookie = f"{settings.SESSION_COOKIE_NAME}={browser.cookies[settings.SESSION_COOKIE_NAME].value}".encode()
+
+    async def scenario():
+        socket = WebsocketCommunicator(application, f"/ws/live/?fragments=run_conversation&run={run.id}",
+                                       headers=[(b"origin", b"http://localhost"), (b"cookie", cookie)])
+        connected, _ = await socket.connect(timeout=5)
+        assert connected
+        first = await socket.receive_from(timeout=5)
+        assert 'id="live-run_conversation"' in first and "PENDING" in first and "Shipped o-7." not in first
+
+        await database_sync_to_async(approve)(run_id=run.id, name="approve:ship_order", user=people["approver"])
+        await database_sync_to_async(advance)(str(run.id), owner="t")
+        await database_sync_to_async(live_broadcast.publisher.flush)()
+        deadline = asyncio.get_running_loop().time() + 5
+        pushed = ""
+        while "Shipped o-7." not in pushed:
+            remaining = deadline - asyncio.get_running_loop().time()
+            assert remaining > 0, f"no push with the new turn; last: {pushed[:300]}"
+            try:
+                pushed = await socket.receive_from(timeout=remaining)
+            except asyncio.TimeoutError:
+                continue
+        assert sorted(turns_of(pushed)) == [1, 2] and "APPROVED" in pushed
+        await socket.disconnect()
+
+    async_to_sync(scenario)()
