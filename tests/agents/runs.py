@@ -54,3 +54,10 @@ def prompts() -> list[dict[str, Any]]:
 def tool_returns(prompt: dict[str, Any], tool: str) -> list[Any]:
     return [p["content"] for p in prompt["received"] if p["kind"] == "tool-return" and p["tool"] == tool]
 
+
+
+def wait_finished(run, timeout: float = 30) -> WorkflowRun:
+    """The run once it has stopped moving: finished, or parked for a person."""
+    settled = {"COMPLETED", "FAILED", "NEEDS_ATTENTION", "COMPENSATED", "CANCELLED"}
+    wait_until(lambda: status(run) in settled, timeout, what=f"run {run.id} to settle (is {status(run)})")
+    return WorkflowRun.objects.get(id=run.id)

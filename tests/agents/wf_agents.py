@@ -112,3 +112,12 @@ def tools() -> list[Any]:
 def agent_order(ctx: Context, spec: dict) -> dict:
     agent = Agent(scripted_model(spec["script"]), tools=tools(), instructions="You handle orders.")
     return {"output": run_agent(ctx, agent, spec.get("prompt", "Handle order o-1."))}
+
+
+@workflow("agent_follow_up", version=1)
+def agent_follow_up(ctx: Context, spec: dict) -> dict:
+    """One agent asked twice in a run: a question, then a follow-up on the same conversation."""
+    agent = Agent(scripted_model(spec["script"]), tools=tools(), instructions="You handle orders.")
+    first = run_agent(ctx, agent, "Handle order o-1.")
+    second = run_agent(ctx, agent, "Anything else for order o-1?")
+    return {"first": first, "second": second}
