@@ -85,6 +85,7 @@ def test_it_waits_for_the_shipment_approval_then_completes_each_tool_once_and_ea
     bills = gateway_bills(run)
     assert sorted(bills) == sorted(f"{run.id}:order:turn-{n}" for n in range(1, 7))
     assert [r.execution.idempotency_key for r in replays("model", "complete")] == [f"{run.id}:order:turn-2"]
+    print(f"order agent run: {len(bills)} turns, cost {run.cost_used} usd, gateway billed {sum(bills.values())} usd")
     assert run.cost_used > 0
     assert abs(run.cost_used - sum(bills.values())) < Decimal("0.00001")
     turns = list(JournalEntry.objects.filter(run=run, kind="step", name__startswith="order.model")
