@@ -16,9 +16,9 @@ How a tool call finds its entry, record and approval: the n-th call of tool X in
 responses (in journal order, skipping calls the model got a validation error for, which never
 ran) is the n-th approval for X; the calls whose approval was rejected never ran, and among
 the others the n-th is the n-th ``X`` effect or ``<agent>.tool.X`` entry. What the tool
-returned is taken from the next request the model got (``tool-return`` or ``retry-prompt`` with
-the call's id), so it is what the model saw; a plain tool's own entry stands in until then.
-Not guaranteed: a workflow that also calls ``ctx.effect("X")`` itself, outside the agent, or a
+returned is taken from the next request the model got (the ``tool-return``, or older
+pydantic-ai's ``retry-prompt``, with the call's id), so it is what the model saw; a plain
+tool's own entry stands in until then. Not guaranteed: a workflow that also calls ``ctx.effect("X")`` itself, outside the agent, or a
 tool that asks for approval only on some calls, shifts that count for X.
 
 Everything shown is redacted with the pages' policy (config/redaction.py) and cut to
@@ -139,6 +139,7 @@ class Conversation:
     output_tokens: int = 0
     cost: float = 0.0
     unpriced: int = 0  # turns whose model has no price
+    answered: int = 0  # turns with a response (a failed request has no usage)
 
     def __bool__(self) -> bool:
         return bool(self.turns)
@@ -222,12 +223,15 @@ def _turn(entry: JournalEntry, number: int, agent: str, first_of_agent: bool) ->
 def _answer(call: ToolCall, part: dict) -> None:
     """What the model got back for ``call``."""
     content = _content(part)
-    if part.get("part_kind") == "retry-prompt":
+    outcome = str(part.get("outcome") or "success")
+    if part.get("part_kind") == "retry-prompt" or outcome == "retried":
         call.outcome = "retry"
-        call.invalid = isinstance(content, list)  # validation errors: the tool was not called
+        retry = part.get("retry")
+        cause = retry.get("cause") if isinstance(retry, dict) else None
+        # Arguments that failed validation: the tool was not called (a ModelRetry from the tool: it was).
+        call.invalid = cause == "validation_error" if cause else isinstance(content, list)
         call.result = shown_json(content)
         return
-    outcome = str(part.get("outcome") or "success")
     call.outcome = "returned" if outcome == "success" else outcome
     if isinstance(content, dict) and content.get("status") in ("rejected", "failed") and set(content) <= {"status", "message"}:
         call.outcome = str(content["status"])  # sagas.agents' answer for a rejected or failed effect
@@ -308,6 +312,7 @@ def conversation(run_id: Any, *, max_entries: int = MAX_ENTRIES) -> Conversation
         result.output_tokens += turn.output_tokens
         result.cost += turn.cost
         result.unpriced += 0 if turn.priced or turn.error else 1
+        result.answered += 0 if turn.error else 1
     calls = [c for t in turns for c in t.calls if not c.invalid]
     if not calls:
         return result

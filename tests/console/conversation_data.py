@@ -4,7 +4,8 @@ tools (one irreversible, so it waits for ``approve:ship_order``), one whose outc
 approval-required tool.
 
 ``agent_run(turns)`` starts the workflow with a script: each turn is the model's text and its
-tool calls, and after the last one the model answers ``final``."""
+tool calls (or ``fail``: the model request raises), and after the last one the model answers
+``final``."""
 
 from __future__ import annotations
 
@@ -86,6 +87,8 @@ def _script(turns: list[dict], final: str):
         n = sum(isinstance(m, ModelResponse) for m in messages)
         if n < len(turns):
             turn = turns[n]
+            if turn.get("fail"):
+                raise RuntimeError(turn["fail"])
             parts: list[Any] = [TextPart(turn["text"])] if turn.get("text") else []
             parts += [ToolCallPart(tool, args, tool_call_id=f"call-{n + 1}-{i}")
                       for i, (tool, args) in enumerate(turn.get("calls", []))]

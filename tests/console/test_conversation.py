@@ -308,3 +308,30 @@ def test_it_pushes_the_conversation_to_an_open_run_page(people, monkeypatch):
         await socket.disconnect()
 
     async_to_sync(scenario)()
+
+
+def test_it_shows_a_failed_model_request(people):
+    run = agent_run([{"calls": [["lookup_order", {"order": "o-8"}]]}, {"fail": "gateway said 503 <b>busy</b>"}])
+    assert run.status == RunStatus.FAILED
+    turns = turns_of(section(text(client_for(people["viewer"]).get(run_url(run)))))
+    assert sorted(turns) == [1, 2]
+    assert "model request failed" in turns[2] and "gateway said 503 &lt;b&gt;busy&lt;/b&gt;" in turns[2]
+    assert "turn-tokens" not in turns[2]
+    assert '<span class="total-cost">unpriced</span>' in turns[2]  # the failed request cost nothing known
+
+
+def test_it_matches_each_call_with_the_tool_run_it_caused(people):
+    """A call the model got wrong (its arguments failed validation) never ran: the first
+    lookup entry is the second call's, and the model was asked to retry the first."""
+    run = agent_run([
+        {"calls": [["lookup_order", {"reference": "o-9"}]]},
+        {"calls": [["lookup_order", {"order": "o-9"}]]},
+        {"calls": [["lookup_order", {"order": "o-10"}]]},
+    ])
+    assert run.status == RunStatus.COMPLETED
+    turns = turns_of(section(text(client_for(people["viewer"]).get(run_url(run)))))
+    first, second = (JournalEntry.objects.get(run=run, name=name).seq
+                     for name in ("order.tool.lookup_order", "order.tool.lookup_order#2"))
+    assert "Asked the model to retry" in turns[1] and "?seq=" not in turns[1].split("turn-calls", 1)[1]
+    assert f"?seq={first}" in turns[2] and "o-9" in turns[2].split("Returned", 1)[1]
+    assert f"?seq={second}" in turns[3] and "o-10" in turns[3].split("Returned", 1)[1]
