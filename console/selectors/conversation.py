@@ -54,6 +54,8 @@ TOOL_NAME = re.compile(rf"^(?P<agent>{_AGENT})\.tool\.(?P<tool>[^#]+?)(?:#(?P<n>
 AGENT_APPROVAL = re.compile(rf"^(?P<agent>{_AGENT})\.approve\.(?P<tool>[^#]+?)(?:#(?P<n>[0-9]+))?$")
 GATE_APPROVAL = re.compile(r"^approve:(?P<tool>[^#]+?)(?:#(?P<n>[0-9]+))?$")
 EFFECT_NAME = re.compile(r"^(?P<tool>[^#]+?)(?:#(?P<n>[0-9]+))?$")
+# pydantic-ai's output tools (a structured output is the arguments of a call to one of them).
+OUTPUT_TOOL = re.compile(r"^final_result(?:_.+)?$")
 NOT_RUN = frozenset({ApprovalState.REJECTED, ApprovalState.EXPIRED})
 
 
@@ -118,6 +120,7 @@ class Turn:
     instructions: Shown | None = None
     prompts: list[Shown] = field(default_factory=list)  # system and user prompts sent with this turn
     texts: list[Shown] = field(default_factory=list)
+    output: Shown | None = None  # a structured output (the output tool's arguments)
     calls: list[ToolCall] = field(default_factory=list)
     input_tokens: int = 0
     output_tokens: int = 0
@@ -213,6 +216,8 @@ def _turn(entry: JournalEntry, number: int, agent: str, first_of_agent: bool) ->
         kind = part.get("part_kind") if isinstance(part, dict) else None
         if kind == "text" and part.get("content"):
             turn.texts.append(shown_text(part["content"]))
+        elif kind == "tool-call" and OUTPUT_TOOL.match(str(part.get("tool_name") or "")):
+            turn.output = shown_json(_args(part.get("args")))
         elif kind == "tool-call":
             args = _args(part.get("args"))
             turn.calls.append(ToolCall(tool=str(part.get("tool_name") or ""), call_id=str(part.get("tool_call_id") or ""),

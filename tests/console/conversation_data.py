@@ -5,12 +5,14 @@ approval-required tool.
 
 ``agent_run(turns)`` starts the workflow with a script: each turn is the model's text and its
 tool calls (or ``fail``: the model request raises), and after the last one the model answers
-``final``."""
+``final``: a text, or a dict for a structured ``OrderReport`` (through pydantic-ai's output
+tool, ``final_result``)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from pydantic import BaseModel
 from pydantic_ai import Agent, Tool
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
@@ -82,7 +84,12 @@ def notify_customer(order: str, message: str) -> dict:
     return {"sent": True, "order": order}
 
 
-def _script(turns: list[dict], final: str):
+class OrderReport(BaseModel):
+    order: str
+    shipped: bool
+
+
+def _script(turns: list[dict], final: str | dict):
     def script(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         n = sum(isinstance(m, ModelResponse) for m in messages)
         if n < len(turns):
@@ -93,6 +100,8 @@ def _script(turns: list[dict], final: str):
             parts += [ToolCallPart(tool, args, tool_call_id=f"call-{n + 1}-{i}")
                       for i, (tool, args) in enumerate(turn.get("calls", []))]
             return ModelResponse(parts=parts)
+        if isinstance(final, dict):  # a structured output: the model calls the output tool
+            return ModelResponse(parts=[ToolCallPart(info.output_tools[0].name, final, tool_call_id="call-final")])
         return ModelResponse(parts=[TextPart(final)])
 
     return script
@@ -104,8 +113,10 @@ def cv_agent(ctx: Context, spec: dict) -> Any:
         FunctionModel(_script(spec["turns"], spec["final"]), model_name=MODEL),
         instructions=spec.get("instructions", "You handle orders."),
         tools=[lookup_order, capture_payment, ship_order, refund_payment, Tool(notify_customer, requires_approval=True)],
+        output_type=OrderReport if isinstance(spec["final"], dict) else str,
     )
-    return run_agent(ctx, agent, spec["prompt"], name=AGENT)
+    output = run_agent(ctx, agent, spec["prompt"], name=AGENT)
+    return output.model_dump() if isinstance(output, BaseModel) else output
 
 
 def version_registered() -> None:
@@ -116,7 +127,7 @@ def version_registered() -> None:
                                           defaults={"source": d.source, "module": d.module})
 
 
-def agent_run(turns: list[dict], *, final: str = "Done.", prompt: str = "Order o-1: handle it",
+def agent_run(turns: list[dict], *, final: str | dict = "Done.", prompt: str = "Order o-1: handle it",
               **options: Any) -> WorkflowRun:
     run = start("cv_agent", {"turns": turns, "final": final, "prompt": prompt}, **options)
     advance(str(run.id), owner="t")

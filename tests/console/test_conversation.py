@@ -335,3 +335,11 @@ def test_it_matches_each_call_with_the_tool_run_it_caused(people):
     assert "Asked the model to retry" in turns[1] and "?seq=" not in turns[1].split("turn-calls", 1)[1]
     assert f"?seq={first}" in turns[2] and "o-9" in turns[2].split("Returned", 1)[1]
     assert f"?seq={second}" in turns[3] and "o-10" in turns[3].split("Returned", 1)[1]
+
+
+def test_it_shows_a_structured_output_as_the_last_turns_output(people):
+    run = agent_run([{"calls": [["lookup_order", {"order": "o-11"}]]}], final={"order": "o-11", "shipped": False})
+    assert run.status == RunStatus.COMPLETED and run.result == {"order": "o-11", "shipped": False}
+    last = turns_of(section(text(client_for(people["viewer"]).get(run_url(run)))))[2]
+    assert '<span class="turn-label">Output</span>' in last and "&quot;shipped&quot;: false" in last
+    assert "tool-call" not in last and "No result yet" not in last
