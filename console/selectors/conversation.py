@@ -44,8 +44,9 @@ from ledger.models import EffectKind, EffectRecord
 from sagas.models import ApprovalRequest, ApprovalState, JournalEntry, WorkflowRun, WorkflowVersion
 
 # Journal rows read for one page: model turns and plain tool calls together. A longer
-# conversation shows its first turns and says so (the history has every entry).
-MAX_ENTRIES = 1000
+# conversation shows its first turns and says so (the history has every entry). About 1.6 kB of
+# HTML a turn (the demo's), so the region stays under console.live.PUSH_MAX_BYTES.
+MAX_ENTRIES = 400
 SUMMARY_CHARS = 100  # of a folded text, shown on its <summary> line
 
 _AGENT = r"[A-Za-z0-9_-]{1,60}"

@@ -343,3 +343,14 @@ def test_it_shows_a_structured_output_as_the_last_turns_output(people):
     last = turns_of(section(text(client_for(people["viewer"]).get(run_url(run)))))[2]
     assert '<span class="turn-label">Output</span>' in last and "&quot;shipped&quot;: false" in last
     assert "tool-call" not in last and "No result yet" not in last
+
+
+def test_it_shows_the_first_turns_of_a_very_long_conversation_and_says_so(people):
+    run = agent_run([{"calls": [["lookup_order", {"order": f"o-{i}"}] for i in range(45)]}] * 10,
+                    final="Finally done.")
+    assert run.status == RunStatus.COMPLETED
+    html = section(text(client_for(people["viewer"]).get(run_url(run))))
+    assert sorted(turns_of(html)) == list(range(1, 10))  # 400 entries: 46 a turn, the 9th cut short
+    assert "Showing the first turns only; the history below has every entry." in html
+    assert "Finally done." not in html
+    assert len(html.encode()) < live.PUSH_MAX_BYTES  # still pushed live
