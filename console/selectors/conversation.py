@@ -38,8 +38,8 @@ from typing import Any
 from django.db.models import Q
 
 from config.redaction import redact_json, redact_text
-from console.templatetags.payloads import PREVIEW_CHARS, SECRET_MARGIN, _pruned
 from console.selectors.runs import HISTORY_PAGE_SIZE
+from console.templatetags.payloads import PREVIEW_CHARS, SECRET_MARGIN, _pruned  # the payload previews' own cut
 from ledger.models import EffectKind, EffectRecord
 from sagas.models import ApprovalRequest, ApprovalState, JournalEntry, WorkflowRun, WorkflowVersion
 
