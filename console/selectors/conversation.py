@@ -18,8 +18,9 @@ ran) is the n-th approval for X; the calls whose approval was rejected never ran
 the others the n-th is the n-th ``X`` effect or ``<agent>.tool.X`` entry. What the tool
 returned is taken from the next request the model got (the ``tool-return``, or older
 pydantic-ai's ``retry-prompt``, with the call's id), so it is what the model saw; a plain
-tool's own entry stands in until then. Not guaranteed: a workflow that also calls ``ctx.effect("X")`` itself, outside the agent, or a
-tool that asks for approval only on some calls, shifts that count for X.
+tool's own entry stands in until then. Not guaranteed: a workflow that also calls
+``ctx.effect("X")`` itself, outside the agent, or a tool that asks for approval only on some
+calls, shifts that count for X.
 
 Everything shown is redacted with the pages' policy (config/redaction.py) and cut to
 ``PREVIEW_CHARS`` characters; ``Shown.long`` tells the template to fold it.
@@ -221,8 +222,9 @@ def _turn(entry: JournalEntry, number: int, agent: str, first_of_agent: bool) ->
             turn.output = shown_json(_args(part.get("args")))
         elif kind == "tool-call":
             args = _args(part.get("args"))
-            turn.calls.append(ToolCall(tool=str(part.get("tool_name") or ""), call_id=str(part.get("tool_call_id") or ""),
-                                       args=shown_json(args if args is not None else {}), agent=agent))
+            turn.calls.append(ToolCall(
+                tool=str(part.get("tool_name") or ""), call_id=str(part.get("tool_call_id") or ""),
+                args=shown_json(args if args is not None else {}), agent=agent))
     return turn, returns
 
 
@@ -239,7 +241,8 @@ def _answer(call: ToolCall, part: dict) -> None:
         call.result = shown_json(content)
         return
     call.outcome = "returned" if outcome == "success" else outcome
-    if isinstance(content, dict) and content.get("status") in ("rejected", "failed") and set(content) <= {"status", "message"}:
+    if isinstance(content, dict) and set(content) == {"status", "message"} \
+            and content["status"] in ("rejected", "failed"):
         call.outcome = str(content["status"])  # sagas.agents' answer for a rejected or failed effect
     call.result = shown_json(content)
 

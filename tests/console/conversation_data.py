@@ -112,7 +112,8 @@ def cv_agent(ctx: Context, spec: dict) -> Any:
     agent = Agent(
         FunctionModel(_script(spec["turns"], spec["final"]), model_name=MODEL),
         instructions=spec.get("instructions", "You handle orders."),
-        tools=[lookup_order, capture_payment, ship_order, refund_payment, Tool(notify_customer, requires_approval=True)],
+        tools=[lookup_order, capture_payment, ship_order, refund_payment,
+               Tool(notify_customer, requires_approval=True)],
         output_type=OrderReport if isinstance(spec["final"], dict) else str,
     )
     output = run_agent(ctx, agent, spec["prompt"], name=AGENT)
