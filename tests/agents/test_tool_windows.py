@@ -14,6 +14,7 @@ from demo.models import ProviderFault
 from demo.providers.faults import inject
 from demo.providers.selectors import executions, replays
 from ledger.models import EffectRecord, EffectStatus
+from ledger.services import effect_resolve
 from sagas import effects, start
 from sagas.models import JournalEntry, RunStatus, WorkflowRun
 from tests.agents import wf_agents  # noqa: F401  (registers agent_order here too)
@@ -88,7 +89,7 @@ def test_it_does_not_call_a_recorded_tool_again_after_a_crash_after_its_record(s
     assert cached() == 0
 
 
-def test_it_leaves_an_email_unknown_and_unsent_again_when_the_provider_killed_its_caller(stack):
+def test_it_leaves_an_email_unknown_and_unsent_again_until_a_person_resolves_it(stack):
     run = start("agent_order", {"script": script(EMAIL, "Sent.")})
     inject("email", "send", "kill_caller_after_work")
     first = stack.worker("w1")
@@ -100,6 +101,13 @@ def test_it_leaves_an_email_unknown_and_unsent_again_when_the_provider_killed_it
     [record] = effects(run.id)
     assert record.status == EffectStatus.UNKNOWN and record.step_name == "send_email"
     assert billed() == 1  # the model was not asked what to do with an outcome nobody knows
+
+    effect_resolve(effect_id=record.id, outcome="succeeded", note="seen in the mail log", user=None,
+                   actor="alice", downstream_ref="msg-from-log")
+    run = wait_status(run, RunStatus.COMPLETED)  # the agent goes on with the person's evidence
+    assert executions("email", "send").count() == 1  # resolving did not send again
+    [told] = tool_returns(prompts()[1], "send_email")
+    assert told == {"message_id": "msg-from-log", "resolved_manually": True}
 
 
 def test_it_repeats_only_the_model_request_that_a_crash_cut_and_the_gateway_bills_it_once(stack):
