@@ -67,6 +67,7 @@ FRAGMENTS: dict[str, Fragment] = _by_name(
     Fragment(run_detail.RUN_EFFECTS, run_detail.run_effects_fragment, (topics.THIS_RUN,)),
     Fragment(run_detail.RUN_APPROVALS, run_detail.run_approvals_fragment, (topics.THIS_RUN,)),
     Fragment(run_detail.RUN_COMPENSATION, run_detail.run_compensation_fragment, (topics.THIS_RUN,)),
+    Fragment(run_detail.RUN_CONVERSATION, run_detail.run_conversation_fragment, (topics.THIS_RUN,)),
     Fragment(queues.EFFECTS_FRAGMENT, queues.effects_fragment, (topics.EFFECTS,)),
     Fragment(queues.APPROVALS_FRAGMENT, queues.approvals_fragment, (topics.APPROVALS,)),
     Fragment(versions.VERSIONS_FRAGMENT, versions.versions_fragment, (topics.RUNS,)),  # runs in flight per hash

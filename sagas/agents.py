@@ -351,7 +351,10 @@ def run_agent(
     if not name or len(name) > 60 or not name.replace("_", "").replace("-", "").isalnum():
         raise ValueError("name must be 1-60 letters, digits, '-' or '_'")
     bridge = _Bridge()
-    turns = {"model": 0, "sent": 0}
+    # Turns are numbered per run and name, across run_agent calls (a follow-up question to the
+    # same agent continues the numbering), so no two requests of a run share a key.
+    numbering: dict[str, int] = ctx.__dict__.setdefault("_agent_turns", {})
+    turns = {"model": numbering.get(name, 0), "sent": 0}
     capability = _durability(ctx, bridge, name, turns)
     output_type = [agent.output_type, DeferredToolRequests]
     history = list(message_history or [])
@@ -365,7 +368,10 @@ def run_agent(
                     capabilities=[capability],
                 )
 
-        result = bridge.serve(main)
+        try:
+            result = bridge.serve(main)
+        finally:
+            numbering[name] = turns["model"]
         if not isinstance(result.output, DeferredToolRequests):
             return result.output
         if result.output.calls:

@@ -40,7 +40,7 @@ from django.db.models import Q
 
 from config.redaction import redact_json, redact_text
 from console.selectors.runs import HISTORY_PAGE_SIZE
-from console.templatetags.payloads import PREVIEW_CHARS, SECRET_MARGIN, _pruned  # the payload previews' own cut
+from console.templatetags.payloads import PREVIEW_CHARS, SECRET_MARGIN, pruned  # the payload previews' own cut
 from ledger.models import EffectKind, EffectRecord
 from sagas.models import ApprovalRequest, ApprovalState, JournalEntry, WorkflowRun, WorkflowVersion
 
@@ -86,12 +86,12 @@ def shown_text(value: Any) -> Shown:
 
 
 def shown_json(value: Any) -> Shown:
-    """A JSON value: redacted, indented, cut (only the part shown is redacted: _pruned)."""
+    """A JSON value: redacted, indented, cut (only the part shown is redacted: see pruned)."""
     if isinstance(value, str):
         return shown_text(value)
-    head, pruned = _pruned(value, PREVIEW_CHARS)
+    head, was_cut = pruned(value, PREVIEW_CHARS)
     text = redact_json(head)
-    cut = pruned or len(text) > PREVIEW_CHARS
+    cut = was_cut or len(text) > PREVIEW_CHARS
     return Shown(text[:PREVIEW_CHARS], cut, cut, len(text))
 
 

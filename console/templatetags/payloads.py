@@ -59,7 +59,7 @@ def size_of(value: Any, *, text: bool) -> int:
     return len(json.dumps(value, ensure_ascii=False, default=str, separators=(",", ":")))
 
 
-def _pruned(value: Any, budget: int) -> tuple[Any, bool]:
+def pruned(value: Any, budget: int) -> tuple[Any, bool]:
     """A copy of ``value`` cut after ``budget`` nodes, in the order ``pretty_payload`` writes
     them (dict keys sorted), and whether anything was cut. Every node writes at least one
     character, so the copy's text starts with the same ``budget`` characters as the whole
@@ -110,9 +110,9 @@ def preview_context(preview: str, cut: bool, size: int, url: str, *, kind: str) 
 def payload(value: Any, url: str) -> dict[str, Any]:
     if value is None:
         return preview_context("", False, 0, url, kind="json")
-    head, pruned = _pruned(value, PREVIEW_CHARS)
+    head, was_cut = pruned(value, PREVIEW_CHARS)
     text = pretty_payload(head)
-    return preview_context(text, pruned or len(text) > PREVIEW_CHARS, size_of(value, text=False), url, kind="json")
+    return preview_context(text, was_cut or len(text) > PREVIEW_CHARS, size_of(value, text=False), url, kind="json")
 
 
 @register.inclusion_tag("console/payload.html")

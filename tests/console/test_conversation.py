@@ -21,7 +21,7 @@ from django.urls import reverse
 from config.asgi import application
 from config.redaction import MARK
 from console import broadcast as live_broadcast
-from console import live, topics
+from console import live
 from console.selectors.conversation import conversation
 from console.views import run_detail
 from ledger.models import EffectRecord
@@ -276,10 +276,8 @@ def test_it_finds_the_conversation_of_a_long_run_and_reads_one_journal_page_of_o
 
 
 @pytest.mark.django_db(transaction=True)
-def test_it_pushes_the_conversation_to_an_open_run_page(people, monkeypatch):
+def test_it_pushes_the_conversation_to_an_open_run_page(people):
     """Over the live websocket, as console/live.py serves the run page's other regions."""
-    monkeypatch.setitem(live.FRAGMENTS, run_detail.RUN_CONVERSATION, live.Fragment(
-        run_detail.RUN_CONVERSATION, run_detail.run_conversation_fragment, (topics.THIS_RUN,)))
     run = agent_run([{"calls": [["ship_order", {"order": "o-7"}]]}], final="Shipped o-7.",
                     started_by=people["operator"])
     browser = Client()
