@@ -238,6 +238,9 @@ SAGAS_WORKER_CONCURRENCY = env_int("SAGAS_WORKER_CONCURRENCY", 1, minimum=1)
 # (the conversation view says "unpriced"), so set this before relying on max_cost. JSON in the
 # environment, e.g. SAGAS_MODEL_PRICES='{"gpt-4o-mini": [0.15, 0.6], "*": [3, 15]}'.
 SAGAS_MODEL_PRICES = env_prices("SAGAS_MODEL_PRICES", {"demo-order-model": (2.0, 8.0)})
+# Attempts at one model request (same key; 0.5 s, 1 s, 2 s... apart) when the model side fails
+# (rate limit, overload, 5xx, connection); then the run parks as model_unavailable, for "retry".
+SAGAS_AGENT_MODEL_ATTEMPTS = env_int("SAGAS_AGENT_MODEL_ATTEMPTS", 4, minimum=1)
 
 # --- demo -------------------------------------------------------------------
 # Where the demo connectors reach the simulated providers (manage.py demo_providers).

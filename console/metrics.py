@@ -8,7 +8,7 @@ Gauges (the state now, a handful of index reads, no tenant labels):
 * ``sagas_attention_items{kind}`` and ``sagas_attention_oldest_age_seconds{kind}``: what needs a
   person, each kind a line of the overview's "Needs a person", counted by the same selector
   (``console.selectors.overview.queue_lines``) for every tenant: ``unknown_effects``,
-  ``approvals``, ``failed_compensations``, ``version_mismatch``, ``budget_exceeded``,
+  ``approvals``, ``failed_compensations``, ``version_mismatch``, ``budget_exceeded``, ``model_unavailable``,
   ``non_determinism``, ``failed_runs``; and ``sagas_failed_runs{reason}``, the FAILED runs by why;
 * ``sagas_workers_live``, ``sagas_workers_silent``: the worker registry (silent: never stopped,
   no beat within the liveness window, but one within ``SILENT_WINDOW``, as the workers page);

@@ -22,7 +22,7 @@ the run first, so two people acting on one run queue instead of racing)::
     retry(run_id=run.id, reason="...")
     workers()
 
-Agents (pydantic-ai; ``sagas.agents``): ``run_agent(ctx, agent, prompt)`` inside a workflow
+Agents (pydantic-ai): ``run_agent(ctx, agent, prompt)`` inside a workflow
 journals each model request (keyed by run and turn) and each tool call; ``effect_tool("connector")``
 makes a tool a ledgered effect; approval-required tools wait in the console's inbox.
 
@@ -96,10 +96,12 @@ __all__ = [
     "cancel",
     "compensate",
     "compensation_preview",
+    "effect_tool",
     "effects",
     "get_run",
     "reject",
     "retry",
+    "run_agent",
     "signal",
     "start",
     "workers",
@@ -321,4 +323,8 @@ def __getattr__(attr: str) -> Any:
         from sagas.models import RunStatus
 
         return RunStatus
+    if attr in ("run_agent", "effect_tool"):  # imports pydantic-ai: only for those who use it
+        from sagas import agents
+
+        return getattr(agents, attr)
     raise AttributeError(f"module 'sagas' has no attribute {attr!r}")

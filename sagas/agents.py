@@ -21,6 +21,11 @@ Run an ``Agent`` inside a workflow with ``run_agent(ctx, agent, prompt)``:
 * **Cost.** Token usage is priced with ``settings.SAGAS_MODEL_PRICES`` (usd per million input
   and output tokens, by model name, ``"*"`` for any other) and charged with ``ctx.add_cost``,
   so a ``max_cost`` budget stops a runaway agent before its next model request.
+* **A model that is down** (rate limit, overload, 5xx, connection) is asked again under the
+  same key, ``SAGAS_AGENT_MODEL_ATTEMPTS`` times with backoff; if it is still down, or wants a
+  person (quota, credentials), the run parks as ``model_unavailable`` (nothing journaled for
+  the turn, nothing compensated) and ``retry`` asks again. A request the model refuses as such
+  (bad request, context window) fails the step like any step.
 * **The conversation** (instructions, prompts, model messages, tool calls, tokens and cost per
   turn) is in the journal entries of those steps and nowhere else: a model turn's entry holds
   ``{"agent", "turn", "key", "model", "request": [messages new since the last turn],
@@ -41,29 +46,26 @@ thread pool, not in the workflow's transaction); streaming runs are not journale
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
-import queue
-import threading
+import re
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import Any
 
 from django.conf import settings
 from pydantic_core import to_jsonable_python
 
 from ledger.errors import EffectFailed
-from sagas.errors import ApprovalRejected
-
-T = TypeVar("T")
+from sagas.agent_bridge import Bridge, journaled
+from sagas.errors import ApprovalRejected, ModelUnavailable
 
 # ToolDefinition.metadata key naming the connector of an effect tool.
 CONNECTOR_KEY = "saga_connector"
 # Rounds of deferred approvals one run_agent call goes through before giving up.
 MAX_APPROVAL_ROUNDS = 20
 APPROVAL_TIMEOUT = timedelta(hours=24)
-# How long the workflow's thread waits for an abandoned agent loop to unwind.
-UNWIND_TIMEOUT_S = 10.0
+# An agent's name labels journal entries and goes into HTTP headers (the request key): ASCII only.
+_NAME = re.compile(r"[A-Za-z0-9_-]{1,60}")
 
 __all__ = ["CONNECTOR_KEY", "effect_tool", "model_cost", "run_agent"]
 
@@ -102,117 +104,51 @@ def effect_tool(
     return wrap
 
 
-# --- the bridge between the agent's loop and the workflow's thread --------------------
+# --- model requests that fail for reasons of the model's side ---------------------------
 
 
-class _Abandoned(BaseException):
-    """Thrown into the agent's loop when the workflow's thread stopped serving it (a wait,
-    a budget, a crash of storage): the agent unwinds and nothing more is journaled."""
+class _ModelDown(Exception):
+    """A model request failed ``attempts`` times for a reason that is not the request's own."""
+
+    def __init__(self, cause: BaseException, attempts: int) -> None:
+        super().__init__(str(cause))
+        self.cause, self.attempts = cause, attempts
 
 
-@dataclass
-class _Bridge:
-    """Journal calls from the agent's thread, executed on the workflow's thread."""
+def _model_side(exc: BaseException) -> tuple[bool, bool]:
+    """(transient, parks): a transient error is retried under the same key; one that persists,
+    or needs a person (quota, credentials), parks the run instead of failing it. A request the
+    model refuses as such (bad request, context window, unknown model) fails the step."""
+    from pydantic_ai import exceptions as e
 
-    requests: queue.SimpleQueue = field(default_factory=queue.SimpleQueue)
+    from ledger.errors import Retryable, Timeout
 
-    async def call(self, fn: Callable[..., T], *args: Any) -> T:
-        """Run ``fn(*args)`` on the workflow's thread and return its value (or raise its
-        ``Exception``) here. The only way agent code reaches ``ctx``."""
-        loop = asyncio.get_running_loop()
-        answer: asyncio.Future = loop.create_future()
-        self.requests.put((fn, args, loop, answer))
-        return await answer
-
-    def serve(self, main: Callable[[], Awaitable[T]]) -> T:
-        """Run ``main()`` on a fresh event loop in a helper thread, and serve its journal
-        calls here until it ends; its value or exception is this call's."""
-        outcome: dict[str, Any] = {}
-        done = object()
-
-        def loop_thread() -> None:
-            try:
-                outcome["value"] = asyncio.run(main())
-            except BaseException as exc:  # noqa: BLE001 (handed to the workflow's thread)
-                outcome["error"] = exc
-            finally:
-                self.requests.put(done)
-
-        thread = threading.Thread(target=loop_thread, name="saga-agent-loop", daemon=True)
-        thread.start()
-        while True:
-            item = self.requests.get()
-            if item is done:
-                break
-            fn, args, loop, answer = item
-            try:
-                value = fn(*args)
-            except Exception as exc:  # the workflow-visible kind: the agent may handle it
-                loop.call_soon_threadsafe(_settle, answer, None, exc)
-            except BaseException:
-                # The engine's (Suspend, BudgetExceeded, StorageUnavailable, LeaseLost, a
-                # crash point...): stop the agent, then leave as the engine expects.
-                loop.call_soon_threadsafe(_settle, answer, None, _Abandoned())
-                self._drain(done, thread)
-                raise
-            else:
-                loop.call_soon_threadsafe(_settle, answer, value, None)
-        thread.join()
-        if "error" in outcome:
-            raise outcome["error"]
-        return outcome["value"]
-
-    def _drain(self, done: object, thread: threading.Thread) -> None:
-        """Refuse whatever the unwinding agent still asks for, until its loop has ended."""
-        while thread.is_alive() or not self.requests.empty():
-            try:
-                item = self.requests.get(timeout=UNWIND_TIMEOUT_S)
-            except queue.Empty:
-                return  # a tool ignoring cancellation: the daemon thread is left behind
-            if item is done:
-                return
-            _fn, _args, loop, answer = item
-            loop.call_soon_threadsafe(_settle, answer, None, _Abandoned())
+    transient = (e.ModelRateLimitError, e.ModelUnavailableError, e.ModelServerError, e.ModelConnectionError,
+                 ConnectionError, TimeoutError, Retryable, Timeout)
+    if isinstance(exc, transient):
+        return True, True
+    return False, isinstance(exc, (e.ModelQuotaExceededError, e.ModelAuthenticationError))
 
 
-def _settle(answer: asyncio.Future, value: Any, error: BaseException | None) -> None:
-    if answer.done():
-        return
-    if error is not None:
-        answer.set_exception(error)
-    else:
-        answer.set_result(value)
+def _retry_delay(attempt: int) -> float:
+    """Seconds before attempt ``attempt + 1`` of a model request: 0.5, 1, 2, 4, 8, 8..."""
+    return min(0.5 * 2 ** (attempt - 1), 8.0)
 
 
-async def _journaled(bridge: _Bridge, record: Callable[[Callable[[], Any]], Any],
-                     work: Callable[[], Awaitable[Any]]) -> Any:
-    """``record(runner)`` runs on the workflow's thread (``ctx.step``/``ctx.effect`` around
-    ``runner``); when the journal has no entry yet, ``runner`` asks this task to do ``work()``
-    and blocks the workflow's thread until it is done. So the work runs here, in the agent's
-    task with its context, and its value is journaled there before it is returned."""
-    loop = asyncio.get_running_loop()
-    go = asyncio.Event()
-    result: concurrent.futures.Future = concurrent.futures.Future()
-
-    def runner() -> Any:
-        loop.call_soon_threadsafe(go.set)
-        return result.result()
-
-    recorded = asyncio.ensure_future(bridge.call(record, runner))
-    asked = asyncio.ensure_future(go.wait())
+async def _request(handler: Callable[[Any], Awaitable[Any]], request_context: Any) -> Any:
+    """The model request; a failure of the model's side that outlived its attempts (made by
+    ``on_model_request_error``) leaves as ``_ModelDown``, to park the run."""
     try:
-        await asyncio.wait({recorded, asked}, return_when=asyncio.FIRST_COMPLETED)
-        if asked.done() and not recorded.done():
-            try:
-                result.set_result(await work())
-            except Exception as exc:
-                result.set_exception(exc)
-            except BaseException as exc:
-                result.set_exception(exc)
-                raise
-        return await recorded
-    finally:
-        asked.cancel()
+        return await handler(request_context)
+    except Exception as exc:
+        transient, parks = _model_side(exc)
+        if parks:
+            raise _ModelDown(exc, _attempts() if transient else 1) from exc
+        raise
+
+
+def _attempts() -> int:
+    return max(1, int(getattr(settings, "SAGAS_AGENT_MODEL_ATTEMPTS", 4)))
 
 
 # --- cost -----------------------------------------------------------------------------
@@ -256,9 +192,9 @@ def _load_part(data: dict) -> Any:
     return ModelMessagesTypeAdapter.validate_python([{"kind": "request", "parts": [data]}])[0].parts[0]
 
 
-def _durability(ctx: Any, bridge: _Bridge, label: str, turns: dict[str, int]) -> Any:
+def _durability(ctx: Any, bridge: Bridge, label: str, turns: dict[str, int]) -> Any:
     from pydantic_ai.capabilities import AbstractCapability
-    from pydantic_ai.exceptions import ModelRetry, ToolRetryError
+    from pydantic_ai.exceptions import ModelRetry, RetryModelRequest, ToolRetryError
 
     class SagaDurability(AbstractCapability):
         """Model requests and tool calls of one ``run_agent`` as journal entries of ``ctx``."""
@@ -272,7 +208,7 @@ def _durability(ctx: Any, bridge: _Bridge, label: str, turns: dict[str, int]) ->
             new = request_context.messages[turns["sent"]:]
 
             async def work() -> dict:
-                response = await handler(request_context)
+                response = await _request(handler, request_context)
                 usage = response.usage
                 model = response.model_name or request_context.model.model_name
                 cost, priced = model_cost(model, usage.input_tokens, usage.output_tokens)
@@ -284,13 +220,27 @@ def _durability(ctx: Any, bridge: _Bridge, label: str, turns: dict[str, int]) ->
                 }
 
             def charged(runner: Callable[[], dict]) -> dict:
-                value = runner()
+                try:
+                    value = runner()
+                except _ModelDown as exc:  # not the request's fault: park the run, journal nothing
+                    raise ModelUnavailable(
+                        f"model request {turn} of {label!r} failed {exc.attempts} times: {exc.cause}",
+                        agent=label, turn=turn, key=key, error=type(exc.cause).__name__, attempts=exc.attempts,
+                    ) from None
                 ctx.add_cost(value["cost"])  # on the workflow's thread, recorded with this step: charged once
                 return value
 
-            value = await _journaled(bridge, lambda runner: ctx.step(f"{label}.model", charged, runner), work)
+            value = await journaled(bridge, lambda runner: ctx.step(f"{label}.model", charged, runner), work)
             turns["sent"] = len(request_context.messages) + 1
             return _load_response(value["response"])
+
+        async def on_model_request_error(self, run_ctx: Any, *, request_context: Any, error: Exception) -> Any:
+            # Inside the journaled request: another attempt under the same key, after a pause.
+            attempt = getattr(request_context, "attempt", 1) or 1
+            if _model_side(error)[0] and attempt < _attempts():
+                await asyncio.sleep(_retry_delay(attempt))
+                raise RetryModelRequest()
+            raise error
 
         async def wrap_tool_execute(self, run_ctx: Any, *, call: Any, tool_def: Any, args: Any,
                                     handler: Any) -> Any:
@@ -314,7 +264,7 @@ def _durability(ctx: Any, bridge: _Bridge, label: str, turns: dict[str, int]) ->
                 except ModelRetry as exc:
                     return {"retry_message": exc.message}
 
-            value = await _journaled(
+            value = await journaled(
                 bridge, lambda runner: ctx.step(f"{label}.tool.{call.tool_name}", runner), work)
             if "retry" in value:
                 raise ToolRetryError(_load_part(value["retry"]))
@@ -348,9 +298,9 @@ def run_agent(
     """
     from pydantic_ai import DeferredToolRequests, DeferredToolResults, ToolDenied
 
-    if not name or len(name) > 60 or not name.replace("_", "").replace("-", "").isalnum():
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise ValueError("name must be 1-60 letters, digits, '-' or '_'")
-    bridge = _Bridge()
+    bridge = Bridge()
     # Turns are numbered per run and name, across run_agent calls (a follow-up question to the
     # same agent continues the numbering), so no two requests of a run share a key.
     numbering: dict[str, int] = ctx.__dict__.setdefault("_agent_turns", {})

@@ -204,6 +204,14 @@ class EffectUnknown(RunHalted):
     code = reason = "effect_unknown"
 
 
+class ModelUnavailable(RunHalted):
+    """An agent's model request kept failing for a reason that is not the request's fault
+    (rate limit, overload, server error, connection, quota, credentials) after its retries.
+    Nothing is journaled for the turn; ``retry`` sends it again under the same key."""
+
+    code = reason = "model_unavailable"
+
+
 class ApprovalEscalated(RunHalted):
     """An approval passed its deadline with on_timeout="escalate": a person must look;
     the approval can still be decided, which resumes the run."""

@@ -295,7 +295,8 @@ def run_retry(*, run_id: str, user: AbstractBaseUser | None, reason: str) -> Wor
     * ``budget_exceeded``: the exhausted limit is raised by its original size, recorded;
     * ``version_mismatch``: only if a live worker has the run's exact code again;
     * ``compensation_failed``: failed compensation items are retried under a new key
-      (the failed attempt is known not to have executed).
+      (the failed attempt is known not to have executed);
+    * ``model_unavailable``: an agent's model request is sent again (same key).
 
     Other reasons have their own action (resolve the effect, decide the approval) or none
     (non-determinism: deploy the fix as a new version, then cancel or compensate).
@@ -327,6 +328,8 @@ def run_retry(*, run_id: str, user: AbstractBaseUser | None, reason: str) -> Wor
                     "no live worker has this run's code; deploy a worker with it (the run then resumes by "
                     "itself), or cancel or compensate the run"
                 )
+        elif run.status_reason == "model_unavailable":
+            pass  # the turn was not journaled: the run asks the model again, under the same key
         elif run.status_reason == "compensation_failed":
             plan = CompensationPlan.objects.select_for_update().get(run=run)
             failed = list(plan.items.filter(state=CompensationItemState.FAILED))

@@ -39,6 +39,7 @@ RUN_QUEUES = (
     ("failed_compensations", "Failed compensations", ("compensation_failed", "compensation_unknown")),
     ("version_mismatch", "Version mismatches", ("version_mismatch",)),
     ("budget_exceeded", "Exhausted budgets", ("budget_exceeded",)),
+    ("model_unavailable", "Models unavailable", ("model_unavailable",)),  # an agent's model stayed down
     ("non_determinism", "Non-deterministic runs", ("non_determinism",)),
 )
 # Why a FAILED run failed (WorkflowRun.status_reason, set by sagas.engine), as people say it.

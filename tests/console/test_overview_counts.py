@@ -92,7 +92,7 @@ def test_it_counts_on_each_line_what_the_page_it_links_to_lists(people):
         assert {label: n for label, (_, n, _) in lines.items()} == {
             "Unknown effects": 2 * per_tenant, "Pending approvals": per_tenant,
             "Failed compensations": 2 * per_tenant, "Version mismatches": per_tenant,
-            "Exhausted budgets": per_tenant, "Non-deterministic runs": per_tenant,
+            "Exhausted budgets": per_tenant, "Models unavailable": 0, "Non-deterministic runs": per_tenant,
             "Failed runs": 3 * per_tenant, "a step failed": 2 * per_tenant,
             "the workflow raised an error": per_tenant,
         }, who
