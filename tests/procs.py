@@ -115,3 +115,15 @@ def wait_until(predicate: Callable[[], object], timeout: float, interval: float 
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
         time.sleep(interval)
+
+
+def start_providers(procs, **env: str) -> str:
+    """The demo providers as a real ``demo_providers`` process on a port it picks itself (no race
+    with another suite), started by ``procs``; its URL once it listens."""
+    import re
+
+    server = procs.start("providers", ["manage.py", "demo_providers", "--port", "0"], worker_env("", **env))
+    found = wait_until(lambda: re.search(r"listening on (http://\S+)", server.log()) or not server.alive(), 30,
+                       what="the provider server to listen")
+    assert server.alive(), server.log()
+    return found.group(1)

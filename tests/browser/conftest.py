@@ -15,7 +15,7 @@ from django.contrib.auth.models import Group
 from django.db import connections
 
 from console import roles
-from tests.procs import ROOT, wait_until, worker_env
+from tests.procs import ROOT, start_providers, wait_until, worker_env
 
 # Playwright's sync API runs an event loop in this thread; Django's ORM calls from the test
 # body are still synchronous and safe here.
@@ -83,10 +83,7 @@ def users(transactional_db):
 def console(procs, users, settings):
     from playwright.sync_api import sync_playwright
 
-    providers = procs.start("providers", ["manage.py", "demo_providers", "--port", "0"], worker_env(""))
-    found = wait_until(lambda: re.search(r"listening on (http://\S+)", providers.log()) or not providers.alive(),
-                       20, what="providers")
-    providers_url = found.group(1)
+    providers_url = start_providers(procs)
     settings.DEMO_PROVIDERS_URL = providers_url
     port = _free_port()
     env = worker_env(MODULES, DEMO_PROVIDERS_URL=providers_url)

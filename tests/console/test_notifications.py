@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import re
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -28,7 +27,7 @@ from sagas.models import RunStatus, WorkflowRun
 from sagas.signals import send_run_changed_now
 from tests.console.conftest import client_for
 from tests.console.queue_data import make_approval, make_effect, make_run
-from tests.procs import wait_until, worker_env
+from tests.procs import start_providers, wait_until
 
 ALL_KINDS = list(NotificationKind.values)
 SECRET = "whsec_test-receiver-secret"
@@ -226,14 +225,10 @@ MODULES = "tests.console.wf_notify"
 @pytest.fixture
 def receiver(procs, settings):
     """The demo providers (with their webhook receiver) as a real process, and an endpoint on it."""
-    proc = procs.start("providers", ["manage.py", "demo_providers", "--port", "0"],
-                       worker_env("", DEMO_WEBHOOK_SECRET=SECRET))
-    found = wait_until(lambda: re.search(r"listening on (http://\S+)", proc.log()) or not proc.alive(), 30,
-                       what="the providers to listen")
-    assert proc.alive(), proc.log()
-    settings.DEMO_PROVIDERS_URL = found.group(1)
-    endpoint("demo receiver", url=found.group(1) + "/webhook/receive")
-    return found.group(1)
+    url = start_providers(procs, DEMO_WEBHOOK_SECRET=SECRET)
+    settings.DEMO_PROVIDERS_URL = url
+    endpoint("demo receiver", url=url + "/webhook/receive")
+    return url
 
 
 def _worker(procs, name, providers):

@@ -6,7 +6,6 @@ was only replayed.
 
 from __future__ import annotations
 
-import re
 import signal
 import socket
 import time
@@ -22,7 +21,7 @@ from demo.providers import faults
 from demo.providers.selectors import duplicate_keys, executions, replays
 from ledger import Final, NotExecuted, Retryable, Succeeded, Timeout, Unknown
 from ledger.connectors import get_connector
-from tests.procs import wait_until, worker_env
+from tests.procs import start_providers, worker_env
 
 import demo.connectors  # noqa: F401  (registers the connectors in this process)
 
@@ -34,14 +33,9 @@ ORDER = {"order": "order-1842", "amount_cents": 4999, "currency": "EUR"}
 @pytest.fixture
 def providers(procs, settings) -> str:
     """A real ``demo_providers`` process on a free port; the connectors in this process point at it."""
-    proc = procs.start("providers", ["manage.py", "demo_providers", "--port", "0"], worker_env(""))
-    found = wait_until(
-        lambda: re.search(r"listening on (http://\S+)", proc.log()) or not proc.alive(), 30,
-        what="the providers to listen",
-    )
-    assert proc.alive(), proc.log()
-    settings.DEMO_PROVIDERS_URL = found.group(1)
-    return found.group(1)
+    url = start_providers(procs)
+    settings.DEMO_PROVIDERS_URL = url
+    return url
 
 
 def capture():

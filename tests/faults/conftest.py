@@ -30,7 +30,7 @@ import psycopg
 import pytest
 
 from bench.servers import PostgresServer, RedisServer
-from tests.procs import ROOT, Proc, Procs, wait_until, worker_env
+from tests.procs import ROOT, Proc, Procs, start_providers, wait_until, worker_env
 
 MODULES = "tests.faults.wf_faults"
 TEMPLATE = "faults_template"
@@ -65,13 +65,7 @@ def servers(django_db_setup, tmp_path_factory):
             capture_output=True, text=True, timeout=180,
         )
         assert done.returncode == 0, f"migrate on the private server failed:\n{done.stdout}{done.stderr}"
-        server = providers.start("providers", ["manage.py", "demo_providers", "--port", "0"], worker_env(""))
-        found = wait_until(
-            lambda: re.search(r"listening on (http://\S+)", server.log()) or not server.alive(), 30,
-            what="the provider server to listen",
-        )
-        assert server.alive(), server.log()
-        yield Servers(pg, redis_server, found.group(1))
+        yield Servers(pg, redis_server, start_providers(providers))
     finally:
         providers.stop_all()
         pg.cleanup()

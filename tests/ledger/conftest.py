@@ -1,10 +1,8 @@
 from __future__ import annotations
 
-import re
-
 import pytest
 
-from tests.procs import wait_until, worker_env
+from tests.procs import start_providers
 
 MODULES = "tests.ledger.wf_orders"
 
@@ -21,13 +19,6 @@ class Stack:
 
 @pytest.fixture
 def stack(procs, transactional_db, settings):
-    # --port 0: the server picks a free port and prints it (no race with other suites).
-    server = procs.start("providers", ["manage.py", "demo_providers", "--port", "0"], worker_env(""))
-    found = wait_until(
-        lambda: re.search(r"listening on (http://\S+)", server.log()) or not server.alive(), 20,
-        what="the provider server to listen",
-    )
-    assert server.alive(), server.log()
-    url = found.group(1)
+    url = start_providers(procs)
     settings.DEMO_PROVIDERS_URL = url
     return Stack(procs, url)
