@@ -26,7 +26,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import faulthandler
 import importlib.util
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -90,12 +92,16 @@ def main() -> None:
     parser.add_argument("--refs", default="", help="comma-separated run refs, run in this order")
     parser.add_argument("--reset", action="store_true", help="drop and re-create DBOS's system database, then exit")
     args = parser.parse_args()
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # bench/agents.py asks a stalled slot where it is
     config: DBOSConfig = {
-        "name": "saga-bench-agents",
+        # One DBOS application per slot: a slot's queue thread then never claims another slot's
+        # recovered workflow, which that slot's process is waiting for, and cancels it on exit.
+        "name": f"saga-bench-agents-slot-{args.slot}",
         "system_database_url": args.database_url,
         "log_level": "WARNING",
         "executor_id": f"slot-{args.slot}",
-        "application_version": "bench-agents-1",  # fixed: every restart recovers the same version's workflows
+        # Fixed per slot (DBOS wants a version per application): every restart recovers its workflows.
+        "application_version": f"bench-agents-1-slot-{args.slot}",
     }
     DBOS(config=config)
     if args.reset:

@@ -1,8 +1,9 @@
 """bench/agents.py --smoke: one pydantic-ai agent under real SIGKILLs, plain, with DBOS, and ours.
 
-It uses the bench database (saga_bench), Redis db 14 and DBOS's own database
-(saga_bench_dbos_agents). The DBOS virtualenv (.bench/agents-dbos) is made on
-first use: about 10 s with pip's cache warm. The smoke run takes about 30 s.
+It uses its own databases (saga_bench_agents_smoke, and saga_bench_agents_smoke_dbos for
+DBOS) and Redis db 10, never the tests' or a full run's. The DBOS virtualenv
+(.bench/agents-dbos) is made on first use: about 10 s with pip's cache warm. The smoke
+run takes about 30 s.
 """
 
 from __future__ import annotations
