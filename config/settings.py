@@ -77,9 +77,11 @@ INSTALLED_APPS = [
     "django_rq",
     "django_htmx",
     "csp",
+    "ninja",
     "ledger",
     "sagas",
     "console",
+    "api",
     "demo",
 ]
 

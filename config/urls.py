@@ -3,6 +3,7 @@ from __future__ import annotations
 from django.contrib import admin
 from django.urls import include, path
 
+from api.api import api
 from console.views.metrics import metrics
 
 urlpatterns = [
@@ -12,5 +13,7 @@ urlpatterns = [
     path("django-rq/", include("django_rq.urls")),
     # Prometheus (console/metrics.py): 404 unless METRICS_TOKEN is set, then a bearer token.
     path("metrics", metrics, name="metrics"),
+    # The JSON API (api/): API keys, problem JSON; OpenAPI at /api/v1/openapi.json.
+    path("api/v1/", api.urls),
     path("", include("console.urls")),
 ]

@@ -9,6 +9,8 @@ ROLES = (VIEWER, OPERATOR, APPROVER)
 
 # action -> the role allowed to do it (superusers may do everything)
 ACTION_ROLES: dict[str, str] = {
+    "run.start": OPERATOR,  # the HTTP API (api/); code inside the project calls sagas.start directly
+    "run.signal": OPERATOR,
     "effect.query": OPERATOR,
     "effect.resolve": OPERATOR,
     "run.retry": OPERATOR,

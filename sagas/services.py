@@ -148,7 +148,9 @@ def run_start(
                 f"(tenant {tenant!r}) at version {existing.version}, not the version {version} asked for; "
                 f"nothing was started"
             ) from None
+        existing.created_now = False  # for callers that answer "created" and "already there" apart
         return existing
+    run.created_now = True
     return run
 
 

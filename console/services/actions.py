@@ -102,6 +102,14 @@ def _audit(actor: Actor, action: str, object_type: str, object_id: Any, *, outco
     )
 
 
+def audit_done(actor: Actor, action: str, object_type: str, object_id: Any, *, reason: str = "", before: Any = None,
+               after: Any = None, tenant: str | None = None) -> AuditEntry:
+    """Record an action that went through outside ``perform`` (the API's start and signal,
+    which create rather than change a locked object). Call it inside the action's transaction."""
+    return _audit(actor, action, object_type, object_id, outcome=AuditOutcome.OK, reason=reason, before=before,
+                  after=after, tenant=tenant)
+
+
 def audit_denied(actor: Actor, action: str, object_type: str, object_id: Any, *, reason: str = "") -> None:
     """Record that ``actor``'s role does not allow ``action`` (whatever ``reason`` holds: it is
     stored clipped, ``clip_text``). In its own transaction: nothing else is written."""

@@ -1,0 +1,82 @@
+"""The JSON API, ``/api/v1/`` (django-ninja): the same services, role checks and audit as the
+console, for the programs around it. OpenAPI at ``/api/v1/openapi.json``; interactive docs at
+``/api/v1/docs`` for staff. Each group of endpoints is a router in ``api/routes/``."""
+
+from __future__ import annotations
+
+from django.contrib.admin.views.decorators import staff_member_required
+from django.core.exceptions import ObjectDoesNotExist, PermissionDenied
+from django.http import Http404, HttpRequest, HttpResponse
+from ninja import NinjaAPI
+from ninja.errors import AuthenticationError, HttpError, ValidationError
+
+from api.auth import ApiKeyAuth
+from api.errors import Problem, problem_response
+from config.storage import is_storage_error
+
+api = NinjaAPI(
+    title="Saga Console API", version="1", urls_namespace="api", auth=ApiKeyAuth(),
+    docs_decorator=staff_member_required,
+    description="Start, follow, signal and decide runs. Authenticate with `Authorization: Bearer sk_...` "
+                "(manage.py createapikey). Errors are RFC 9457 problem JSON.",
+)
+
+
+@api.exception_handler(Problem)
+def _problem(request: HttpRequest, exc: Problem) -> HttpResponse:
+    return problem_response(request, exc.kind, exc.detail, **exc.extra)
+
+
+@api.exception_handler(ValidationError)
+def _invalid(request: HttpRequest, exc: ValidationError) -> HttpResponse:
+    errors = [{"loc": [str(p) for p in e.get("loc", ())], "msg": str(e.get("msg", ""))[:300]} for e in exc.errors]
+    return problem_response(request, "validation", "the request does not match the schema", errors=errors[:20])
+
+
+@api.exception_handler(AuthenticationError)
+def _unauthenticated(request: HttpRequest, exc: AuthenticationError) -> HttpResponse:
+    return problem_response(request, "unauthenticated",
+                            "send an active API key as 'Authorization: Bearer sk_...' (manage.py createapikey)")
+
+
+@api.exception_handler(Http404)
+@api.exception_handler(ObjectDoesNotExist)
+def _not_found(request: HttpRequest, exc: Exception) -> HttpResponse:
+    return problem_response(request, "not-found", str(exc) or "no such object")
+
+
+@api.exception_handler(PermissionDenied)
+def _forbidden(request: HttpRequest, exc: Exception) -> HttpResponse:
+    return problem_response(request, "forbidden", str(exc) or "not allowed")
+
+
+@api.exception_handler(HttpError)
+def _http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
+    kind = {400: "validation", 401: "unauthenticated", 403: "forbidden", 404: "not-found",
+            413: "payload-too-large", 429: "rate-limited"}.get(exc.status_code, "conflict")
+    return problem_response(request, kind, str(exc))
+
+
+@api.exception_handler(Exception)
+def _unexpected(request: HttpRequest, exc: Exception) -> HttpResponse:
+    """Our storage failing is a 503 to retry, never the caller's fault; anything else is logged
+    with its trace and answered without it."""
+    if is_storage_error(exc):
+        return problem_response(request, "unavailable", "the database or Redis is unavailable; retry later")
+    import logging
+
+    logging.getLogger("api").exception("unexpected error on %s %s", request.method, request.path)
+    return problem_response(request, "internal", "an unexpected error; it was logged (a bug: please report it)")
+
+
+def _routers() -> None:
+    from api.routes import approvals, effects, hooks, run_read, runs
+
+    api.add_router("/runs", runs.router)
+    api.add_router("/runs", run_read.router)  # GET /runs/{id} (?wait=): its own module
+    api.add_router("/approvals", approvals.router)
+    api.add_router("/effects", effects.router)
+    api.add_router("/hooks", hooks.router)
+
+
+_routers()
