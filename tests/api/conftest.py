@@ -15,7 +15,7 @@ import pytest
 from api.keys import apikey_create
 from tests.procs import start_providers, wait_until, worker_env
 
-MODULES = "tests.ledger.wf_sagas,tests.ledger.wf_orders,tests.sagas.wf_engine"
+MODULES = "tests.ledger.wf_sagas,tests.ledger.wf_orders,tests.sagas.wf_engine,tests.api.wf_api"
 
 
 @dataclass
