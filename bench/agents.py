@@ -1,6 +1,6 @@
 """One pydantic-ai agent under real SIGKILLs, three ways: plain, pydantic-ai's DBOS integration, ours.
 
-    .venv/bin/python bench/agents.py              # 400 runs per cell, 3 variants x 3 crash chances (~25 min)
+    .venv/bin/python bench/agents.py              # 400 runs per cell, 3 variants x 3 crash chances (about 15 min)
     .venv/bin/python bench/agents.py --smoke      # 8 runs per variant at chance 0.20 (the test suite runs it)
 
 The agent (bench/agents_shared.py) is a scripted ``FunctionModel`` of four turns,
