@@ -2,22 +2,43 @@
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
 from django.http import HttpRequest
 from django.urls import reverse
-from ninja import Field, Router, Schema, Status
+from ninja import Field, Query, Router, Schema, Status
 
 from api.auth import actor_ip
 from api.errors import Problem
+from config.redaction import redact
 from console import roles
-from console.services.actions import Actor, audit_denied, audit_done
-from sagas.errors import InvalidArgument, NotSerializable, StartConflict, WorkflowNotRegistered
-from sagas.models import WorkflowRun
+from console.models import AuditEntry, AuditOutcome
+from console.selectors.paging import BadCursor, Cursor, decode_cursor
+from console.selectors.runs import HISTORY_PAGE_SIZE, RUNS_PAGE_SIZE, RunFilters, run_get, run_history_page, runs_page
+from console.selectors.tenancy import may_see
+from console.services.actions import MISSING_EXPECTED, Actor, Denied, Incomplete, Refused, audit_denied, audit_done
+from console.services.limits import clip_text
+from console.services.runs import run_cancel_act, run_compensate_act, run_retry_act
+from console.services.tenancy import OUTSIDE_TENANTS, check_tenant
+from ledger.errors import InvalidResolution
+from sagas.errors import (
+    ActionNotAllowed,
+    FourEyesViolation,
+    InvalidArgument,
+    NotSerializable,
+    RunFinished,
+    StartConflict,
+    WorkflowNotRegistered,
+)
+from sagas.models import RunStatus, WorkflowRun
 
 router = Router(tags=["runs"])
+MAX_PAGE = 200  # rows a page may ask for (``limit``)
 
 
 class Budget(Schema):
@@ -75,7 +96,7 @@ def require(request: HttpRequest, action: str, object_type: str, object_id: Any,
     """The caller's actor, if its role allows ``action``; else the attempt is audited and refused."""
     actor = actor_of(request)
     if not roles.can(request.user, action):
-        audit_denied(actor, action, object_type, object_id, reason=reason)
+        audit_denied(actor, action, object_type, clip_text(object_id)[:100], reason=reason)
         raise Problem("forbidden", f"key {request.auth.name} may not {action.replace('.', ' ')}: "
                                    f"it needs the {roles.ACTION_ROLES[action]} role")
     return actor
@@ -91,6 +112,14 @@ def start_run(request: HttpRequest, body: StartIn) -> Status:
     key = request.headers.get("Idempotency-Key", "").strip()
     business_key = key or body.business_key
     actor = require(request, "run.start", "workflow", body.workflow, reason=business_key)
+    if not may_see(request.user, body.tenant):
+        AuditEntry.objects.create(
+            actor=actor.user, actor_label=actor.label, action="run.start", object_type="workflow",
+            object_id=clip_text(body.workflow)[:100], reason=clip_text(business_key), ip=actor.ip,
+            outcome=AuditOutcome.DENIED, message=clip_text(f"tenant {body.tenant}: {OUTSIDE_TENANTS}"),
+            tenant=clip_text(body.tenant)[:100],
+        )
+        raise Problem("forbidden", f"key {request.auth.name} may not start runs in tenant {body.tenant!r}")
     budget = body.budget or Budget()
     try:
         with transaction.atomic():
@@ -110,3 +139,244 @@ def start_run(request: HttpRequest, body: StartIn) -> Status:
     except (InvalidArgument, NotSerializable) as exc:
         raise Problem("validation", str(exc)) from None
     return Status(201 if run.created_now else 200, run_out(request, run))
+
+
+# --- console errors as problems -----------------------------------------------------------------
+
+API_MISSING_EXPECTED = ("send `expected`: the state you saw (for instance WAITING), so it can be checked that "
+                        "nothing changed since; nothing was changed")
+
+
+@contextmanager
+def console_action() -> Iterator[None]:
+    """Run a console action (``console.services``): its exceptions as problems. The action
+    audits itself (denied, refused, done); this only says it to the caller."""
+    try:
+        yield
+    except Denied as exc:
+        raise Problem("forbidden", str(exc)) from None
+    except Incomplete as exc:
+        raise Problem("validation", API_MISSING_EXPECTED if str(exc) == MISSING_EXPECTED else str(exc)) from None
+    except Refused as exc:
+        cause = exc.__cause__
+        if isinstance(cause, FourEyesViolation):
+            raise Problem("four-eyes", str(exc)) from None
+        if isinstance(cause, (InvalidArgument, NotSerializable, InvalidResolution, ValueError)):
+            raise Problem("validation", str(exc)) from None
+        if "budget" in str(exc).lower() and isinstance(cause, ActionNotAllowed):
+            raise Problem("budget", str(exc)) from None
+        raise Problem("stale-state" if exc.states_now else "conflict", str(exc)) from None
+
+
+def next_link(request: HttpRequest, name: str, value: Any) -> str | None:
+    """This request's URL with ``name`` set to ``value`` (the next page), or None for no next page."""
+    if value is None:
+        return None
+    params = request.GET.copy()
+    params[name] = str(value)
+    return request.build_absolute_uri(f"{request.path}?{params.urlencode()}")
+
+
+def parse_cursor(text: str, *, key: type) -> Cursor | None:
+    if not text:
+        return None
+    try:
+        return decode_cursor(text, key=key)
+    except BadCursor as exc:
+        raise Problem("validation", f"{exc}: send back the `cursor` of a `next` link") from None
+
+
+def run_id_of(run_id: str) -> str:
+    """``run_id`` as a canonical UUID string; not-found for anything else (as an unknown run)."""
+    try:
+        return str(uuid.UUID(run_id))
+    except (ValueError, TypeError):
+        raise Problem("not-found", f"no run {run_id[:100]!r}") from None
+
+
+def int_id_of(text: str, what: str) -> int:
+    """``text`` as a row id; not-found for anything else (as an unknown id)."""
+    if text.isascii() and text.isdigit() and 0 < int(text) < 2**63:
+        return int(text)
+    raise Problem("not-found", f"no {what} {text[:100]!r}")
+
+
+# --- the runs list ------------------------------------------------------------------------------
+
+STATUSES = tuple(RunStatus.values)
+
+
+class RunListQuery(Schema):
+    status: str = Field("", max_length=40, description=f"one of {', '.join(STATUSES)}")
+    workflow: str = Field("", max_length=200)
+    version: int | None = Field(None, ge=1, le=2**31 - 1, description="with `workflow`")
+    reason: str = Field("", max_length=500, description="status reasons, comma-separated (any of them)")
+    search: str = Field("", max_length=200, description="a run id, its first hex digits, or part of a business key")
+    tenant: str = Field("", max_length=100, description="within the key's tenants")
+    created_from: datetime | None = Field(None, description="inclusive")
+    created_to: datetime | None = Field(None, description="exclusive")
+    cursor: str = Field("", max_length=100, description="from the previous page's `cursor`")
+    limit: int = Field(RUNS_PAGE_SIZE, ge=1, le=MAX_PAGE)
+
+
+class RunSummary(Schema):
+    id: str
+    workflow: str
+    version: int
+    status: str
+    attention_reason: str
+    business_key: str
+    tenant: str
+    steps_used: int
+    cost_used: float
+    created_at: datetime
+    finished_at: datetime | None
+
+
+class RunList(Schema):
+    items: list[RunSummary]
+    cursor: str | None = Field(None, description="pass as `cursor` for the next page; null on the last page")
+    next: str | None = Field(None, description="the next page's URL; null on the last page")
+
+
+def _summary(run: WorkflowRun) -> dict[str, Any]:
+    return {"id": str(run.id), "workflow": run.workflow_name, "version": run.version, "status": run.status,
+            "attention_reason": run.status_reason, "business_key": run.business_key, "tenant": run.tenant,
+            "steps_used": run.steps_used, "cost_used": float(run.cost_used), "created_at": run.created_at,
+            "finished_at": run.finished_at}
+
+
+@router.get("", response=RunList, summary="Runs of the key's tenants, newest first, a page at a time")
+def list_runs(request: HttpRequest, query: Query[RunListQuery]) -> dict[str, Any]:
+    """The console's runs list: the same filters, keyset pages (follow ``next``; no totals)."""
+    if query.status and query.status not in STATUSES:
+        raise Problem("validation", f"status must be one of {', '.join(STATUSES)}")
+    reasons = tuple(r.strip() for r in query.reason.split(",") if r.strip())
+    filters = RunFilters(status=query.status, workflow=query.workflow.strip(), version=query.version,
+                         tenant=query.tenant.strip(), created_from=query.created_from, created_to=query.created_to,
+                         search=query.search.strip(), reasons=reasons)
+    if "\x00" in "".join((query.workflow, query.tenant, query.search, query.reason)):
+        raise Problem("validation", "a filter holds a NUL character")
+    page = runs_page(filters, user=request.user, cursor=parse_cursor(query.cursor, key=uuid.UUID), size=query.limit)
+    return {"items": [_summary(r) for r in page.items], "cursor": page.next_cursor,
+            "next": next_link(request, "cursor", page.next_cursor)}
+
+
+# --- a run's history ----------------------------------------------------------------------------
+
+
+class HistoryQuery(Schema):
+    before: int | None = Field(None, ge=1, le=2**31 - 1, description="entries with a seq below this one")
+    limit: int = Field(HISTORY_PAGE_SIZE, ge=1, le=MAX_PAGE)
+
+
+class HistoryEntry(Schema):
+    seq: int
+    created_at: datetime
+    kind: str
+    name: str
+    worker_id: str
+    payload: Any = Field(None, description="redacted with the console's policy (config/redaction.py)")
+
+
+class History(Schema):
+    run_id: str
+    entries: list[HistoryEntry] = Field(..., description="newest first")
+    before: int | None = Field(None, description="pass as `before` for the older entries; null: nothing older")
+    next: str | None = None
+
+
+@router.get("/{run_id}/history", response=History, summary="A run's journal, newest first, a page at a time")
+def run_history(request: HttpRequest, run_id: str, query: Query[HistoryQuery]) -> dict[str, Any]:
+    run = run_get(run_id_of(run_id), user=request.user)
+    if run is None:
+        raise Problem("not-found", f"no run {run_id[:100]!r} (or not in this key's tenants)")
+    page = run_history_page(run.id, before=query.before, size=query.limit)
+    entries = [{"seq": e.seq, "created_at": e.created_at, "kind": e.kind, "name": e.name, "worker_id": e.worker_id,
+                "payload": redact(e.payload)} for e in page.entries]
+    return {"run_id": str(run.id), "entries": entries, "before": page.next_before,
+            "next": next_link(request, "before", page.next_before)}
+
+
+# --- signal ------------------------------------------------------------------------------------
+
+
+class SignalIn(Schema):
+    name: str = Field(..., min_length=1, max_length=200)
+    payload: Any = None
+
+
+class Done(Schema):
+    run: RunOut
+    message: str
+
+
+@router.post("/{run_id}/signal", response={202: Done}, summary="Deliver a signal to a run (ctx.wait_for)")
+def signal_run(request: HttpRequest, run_id: str, body: SignalIn) -> Status:
+    """Kept until a ``ctx.wait_for(name)`` takes it. 409 ``conflict`` if the run is finished."""
+    from sagas import signal
+
+    run_id = run_id_of(run_id)
+    actor = actor_of(request)
+    check_tenant(actor, "run.signal", "run", run_id, reason=body.name)
+    actor = require(request, "run.signal", "run", run_id, reason=body.name)
+    try:
+        with transaction.atomic():
+            signal(run_id=run_id, name=body.name, payload=body.payload, actor=actor.label)
+            audit_done(actor, "run.signal", "run", run_id, reason=body.name, after={"signal": body.name})
+    except WorkflowRun.DoesNotExist:
+        raise Problem("not-found", f"no run {run_id!r}") from None
+    except RunFinished as exc:
+        raise Problem("conflict", str(exc)) from None
+    except (InvalidArgument, NotSerializable) as exc:
+        raise Problem("validation", str(exc)) from None
+    return Status(202, {"run": run_out(request, WorkflowRun.objects.get(id=run_id)),
+                        "message": f"signal {body.name!r} delivered"})
+
+
+# --- cancel, compensate, retry -----------------------------------------------------------------
+
+EXPECTED = Field("", max_length=40, description="the run's status you saw (required): a run that moved on "
+                                                  "is a 409 stale-state naming its status now")
+REASON = Field(..., min_length=1, max_length=4000, description="goes into the audit log and the run's history")
+
+
+class CancelIn(Schema):
+    reason: str = REASON
+    compensate: bool = Field(..., description="undo its succeeded effects (COMPENSATING), or leave them (CANCELLED)")
+    expected: str = EXPECTED
+
+
+class ActIn(Schema):
+    reason: str = REASON
+    expected: str = EXPECTED
+
+
+def _acted(request: HttpRequest, run_id: str, message: str) -> dict[str, Any]:
+    return {"run": run_out(request, WorkflowRun.objects.get(id=run_id)), "message": message}
+
+
+@router.post("/{run_id}/cancel", response=Done, summary="Cancel a run (and compensate it, if asked)")
+def cancel_run(request: HttpRequest, run_id: str, body: CancelIn) -> dict[str, Any]:
+    run_id = run_id_of(run_id)
+    with console_action():
+        run_cancel_act(actor_of(request), run_id=run_id, reason=body.reason, compensate=body.compensate,
+                       expected=body.expected.strip() or None)
+    return _acted(request, run_id, "cancelled" + (", compensating" if body.compensate else ""))
+
+
+@router.post("/{run_id}/compensate", response=Done, summary="Undo a run's succeeded effects")
+def compensate_run(request: HttpRequest, run_id: str, body: ActIn) -> dict[str, Any]:
+    run_id = run_id_of(run_id)
+    with console_action():
+        run_compensate_act(actor_of(request), run_id=run_id, reason=body.reason,
+                           expected=body.expected.strip() or None)
+    return _acted(request, run_id, "compensation started")
+
+
+@router.post("/{run_id}/retry", response=Done, summary="Retry a run that needs attention")
+def retry_run(request: HttpRequest, run_id: str, body: ActIn) -> dict[str, Any]:
+    run_id = run_id_of(run_id)
+    with console_action():
+        run_retry_act(actor_of(request), run_id=run_id, reason=body.reason, expected=body.expected.strip() or None)
+    return _acted(request, run_id, "retried")
