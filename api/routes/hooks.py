@@ -1,7 +1,72 @@
-"""Signed webhooks in: ``POST /api/v1/hooks/<name>`` turns a verified body into a signal."""
+"""Signed webhooks in: ``POST /api/v1/hooks/<name>`` turns a verified body into a signal
+(``api.hooks``). Not authenticated by API key: the signature is the authentication."""
 
 from __future__ import annotations
 
-from ninja import Router
+from django.http import HttpRequest
+from ninja import Field, Router, Schema
+
+from api.auth import actor_ip
+from api.errors import Problem
+from api.hooks import MAX_BODY_BYTES, SIGNATURE_HEADER, TIMESTAMP_HEADER, TOLERANCE_S, hook_deliver
 
 router = Router(tags=["hooks"])
+
+DESCRIPTION = f"""A webhook from a provider (a payment's `settled` callback...) becomes the hook's signal
+for the run the body names, waking a `ctx.wait_for(<signal>)`. No API key: the signature is the
+authentication (`manage.py createhook NAME --signal S` prints the hook's secret once).
+
+**Signature** (like Stripe's): send `{TIMESTAMP_HEADER}: <unix seconds>` and
+`{SIGNATURE_HEADER}: v1=<hex HMAC-SHA256(secret, "<timestamp>.<raw body>")>`, the HMAC over the raw
+body bytes exactly as sent. Several comma-separated `v1=` entries are allowed (rotating a secret).
+A timestamp more than {TOLERANCE_S // 60} minutes old or ahead is refused (401 `signature`, saying why);
+a signature accepted once is refused for good (409 `replay`): sign each delivery with its own timestamp.
+
+**Body** (JSON object, at most {MAX_BODY_BYTES // 1024} KiB, else 413): `{{"run_id": "<uuid>"}}` or
+`{{"business_key": "...", "workflow": "..."}}` (`workflow` optional when the hook names one or the key is
+unique), plus `"payload"`: the signal's payload (without it, the whole body is the payload). A hook only
+reaches runs of its tenant (and of its workflow, when it names one).
+
+**Answers**: 200 the signal was sent (journaled, audited as `system: hook <name>`); 401 `signature`;
+404 `not-found` (no enabled hook of that name, or no such run for it); 400 `validation` (not a JSON object
+naming a run); 409 `replay`; 409 `conflict` (the run is finished); 413 `payload-too-large`."""
+
+_BODY_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "run_id": {"type": "string", "format": "uuid"},
+        "business_key": {"type": "string", "maxLength": 200},
+        "workflow": {"type": "string"},
+        "payload": {"description": "the signal's payload (any JSON); without it, the whole body"},
+    },
+}
+
+
+class HookOut(Schema):
+    hook: str
+    run_id: str
+    signal: str = Field(..., description="the signal sent to the run")
+    run_status: str = Field(..., description="the run's status after the signal (PENDING when it was waiting)")
+
+
+@router.post(
+    "/{name}", auth=None, response={200: HookOut}, summary="Receive a signed webhook (a signal for a run)",
+    description=DESCRIPTION,
+    openapi_extra={
+        "parameters": [
+            {"in": "header", "name": TIMESTAMP_HEADER, "required": True, "schema": {"type": "integer"}},
+            {"in": "header", "name": SIGNATURE_HEADER, "required": True, "schema": {"type": "string"}},
+        ],
+        "requestBody": {"required": True, "content": {"application/json": {"schema": _BODY_SCHEMA}}},
+    },
+)
+def receive_hook(request: HttpRequest, name: str) -> dict[str, str]:
+    length = request.META.get("CONTENT_LENGTH") or "0"
+    if length.isdigit() and int(length) > MAX_BODY_BYTES:  # refused before the body is read
+        raise Problem("payload-too-large", f"a hook body may hold at most {MAX_BODY_BYTES} bytes")
+    delivery = hook_deliver(
+        name=name, timestamp=request.headers.get(TIMESTAMP_HEADER, ""),
+        signature=request.headers.get(SIGNATURE_HEADER, ""), body=request.body, ip=actor_ip(request),
+    )
+    return {"hook": delivery.hook.name, "run_id": str(delivery.run.id), "signal": delivery.signal,
+            "run_status": delivery.run.status}

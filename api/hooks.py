@@ -1,0 +1,196 @@
+"""Signed webhooks in: a payment provider's "settled" callback becomes a signal for a run.
+
+Signature scheme (the same as Stripe's, one version ``v1``)::
+
+    X-Saga-Timestamp: <unix seconds>
+    X-Saga-Signature: v1=<hex HMAC-SHA256(secret, "<timestamp>.<raw body>")>
+
+The HMAC is over the raw body bytes as sent (never a re-serialised JSON), compared with
+``hmac.compare_digest``. The header may hold several comma-separated ``v1=`` entries (a sender
+rotating its secret); one that matches is enough. A timestamp more than ``TOLERANCE_S`` (5
+minutes) in the past or the future is refused, and a signature accepted once is refused for
+good (``HookReceipt``), so a captured request cannot be replayed. A sender that re-signs a
+retry (a new timestamp) delivers a second signal: the n-th ``ctx.wait_for`` takes the n-th.
+
+The body is a JSON object naming the run: ``{"run_id": ...}`` or ``{"business_key": ...,
+"workflow": ...}`` (workflow optional when the hook names one, or the key is unique in the
+hook's tenant), and ``"payload"``, the signal's payload (without it, the whole body is).
+A hook only reaches runs of its tenant, and of its workflow when it names one.
+
+Guarantees: an accepted delivery writes its receipt, the signal and its audit entry
+(``system: hook <name>``, ``run.signal``) in one transaction; a refused one writes nothing.
+Refusals are logged (logger ``api.hooks``), not audited: before the signature is checked
+anyone can send them, and an audit row per attempt would let a stranger flood the audit log.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import logging
+import secrets
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import IntegrityError, transaction
+
+from api.errors import Problem
+from api.models import Hook, HookReceipt
+from console.actors import system_label
+from console.services.actions import Actor, audit_done
+from sagas.errors import InvalidArgument, NotSerializable, RunFinished
+from sagas.models import WorkflowRun
+from sagas.validation import SIGNAL_NAME_CHARS, checked_text
+
+log = logging.getLogger("api.hooks")
+
+MAX_BODY_BYTES = 256 * 1024
+TOLERANCE_S = 300
+SCHEME = "v1"
+SECRET_PREFIX = "whsec_"
+TIMESTAMP_HEADER = "X-Saga-Timestamp"
+SIGNATURE_HEADER = "X-Saga-Signature"
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """An accepted delivery: the signal ``signal`` was sent to run ``run``."""
+
+    hook: Hook
+    run: WorkflowRun
+    signal: str
+
+
+def hook_sign(*, secret: str, timestamp: int | str, body: bytes) -> str:
+    """The ``X-Saga-Signature`` value for ``body`` sent at ``timestamp``: ``v1=<hex>``."""
+    mac = hmac.new(secret.encode(), f"{timestamp}.".encode() + body, hashlib.sha256)
+    return f"{SCHEME}={mac.hexdigest()}"
+
+
+def hook_create(*, name: str, signal: str, workflow: str = "", tenant: str = "default") -> tuple[Hook, str]:
+    """A new enabled hook and its secret (show it once to whoever configures the sender).
+    ``ValueError`` for a name in use or a signal name ``ctx.wait_for`` could never take."""
+    try:
+        signal = checked_text(signal, what="the signal name", max_length=SIGNAL_NAME_CHARS, required=True,
+                              one_line=True)
+    except InvalidArgument as exc:
+        raise ValueError(str(exc)) from None
+    if Hook.objects.filter(name=name).exists():
+        raise ValueError(f"a hook named {name!r} exists already")
+    secret = f"{SECRET_PREFIX}{secrets.token_urlsafe(32)}"
+    hook = Hook.objects.create(name=name, secret=secret, signal=signal, workflow=workflow, tenant=tenant)
+    return hook, secret
+
+
+def _refuse(hook_name: str, ip: Any, kind: str, detail: str) -> Problem:
+    log.warning("hook %s refused from %s: %s (%s)", hook_name, ip, detail, kind)
+    return Problem(kind, detail)
+
+
+def _verified(hook: Hook, *, timestamp: str, signature: str, body: bytes, ip: Any, now: float) -> str:
+    """The matching signature's hex digest, or a ``signature`` problem saying why not."""
+    if not timestamp or not signature:
+        raise _refuse(hook.name, ip, "signature", f"send both {TIMESTAMP_HEADER} and {SIGNATURE_HEADER} headers")
+    try:
+        sent_at = int(timestamp.strip())
+    except ValueError:
+        raise _refuse(hook.name, ip, "signature", f"{TIMESTAMP_HEADER} must be unix seconds") from None
+    if sent_at < now - TOLERANCE_S:
+        raise _refuse(hook.name, ip, "signature",
+                      f"the timestamp is {int(now - sent_at)} s old; at most {TOLERANCE_S} s are accepted")
+    if sent_at > now + TOLERANCE_S:
+        raise _refuse(hook.name, ip, "signature", f"the timestamp is {int(sent_at - now)} s in the future; "
+                                                  f"at most {TOLERANCE_S} s are accepted (check the sender's clock)")
+    expected = hook_sign(secret=hook.secret, timestamp=timestamp.strip(), body=body).partition("=")[2]
+    for part in signature.split(",")[:8]:
+        scheme, _, digest = part.strip().partition("=")
+        if scheme == SCHEME and hmac.compare_digest(digest.encode(), expected.encode()):
+            return expected
+    raise _refuse(hook.name, ip, "signature",
+                  f"no {SCHEME} signature matches HMAC-SHA256(secret, '<timestamp>.<raw body>')")
+
+
+def _run_named(hook: Hook, doc: dict[str, Any], ip: Any) -> WorkflowRun:
+    """The run the body names, within the hook's tenant (and workflow, when it names one)."""
+    runs = WorkflowRun.objects.filter(tenant=hook.tenant)
+    workflow = doc.get("workflow") or hook.workflow
+    if not isinstance(workflow, str):
+        raise _refuse(hook.name, ip, "validation", "'workflow' must be a string")
+    if hook.workflow and workflow != hook.workflow:
+        raise _refuse(hook.name, ip, "validation", f"hook {hook.name} only signals runs of {hook.workflow}")
+    if workflow:
+        runs = runs.filter(workflow_name=workflow)
+    if doc.get("run_id") is not None:
+        try:
+            run_id = uuid.UUID(str(doc["run_id"]))
+        except ValueError:
+            raise _refuse(hook.name, ip, "validation", "'run_id' is not a run id (a UUID)") from None
+        found = list(runs.filter(id=run_id)[:1])
+        named = f"run {run_id}"
+    elif isinstance(doc.get("business_key"), str) and doc["business_key"]:
+        found = list(runs.filter(business_key=doc["business_key"])[:2])
+        named = f"a run with business key {doc['business_key'][:200]!r}"
+        if len(found) > 1:
+            raise _refuse(hook.name, ip, "validation",
+                          "several workflows have a run with this business key; name the 'workflow'")
+    else:
+        raise _refuse(hook.name, ip, "validation", "the body must name the run: 'run_id' or 'business_key'")
+    if not found:
+        raise _refuse(hook.name, ip, "not-found", f"hook {hook.name} finds no {named} in tenant {hook.tenant}"
+                                                  f"{' of workflow ' + workflow if workflow else ''}")
+    return found[0]
+
+
+def hook_deliver(
+    *, name: str, timestamp: str, signature: str, body: bytes, ip: Any = None, now: float | None = None,
+) -> Delivery:
+    """Verify a delivery to hook ``name`` and send its signal to the run it names.
+
+    Refusals (``Problem``), in the order checked: ``payload-too-large`` (over
+    ``MAX_BODY_BYTES``), ``not-found`` (no such enabled hook), ``signature`` (missing, stale,
+    future or wrong), ``validation`` (not a JSON object naming a run; a payload that cannot be
+    stored), ``not-found`` (no such run for this hook), ``replay`` (this signature was
+    accepted before), ``conflict`` (the run is finished). Only the signature's check touches
+    the secret; nothing of the body is parsed before it passed.
+    """
+    from sagas.waits import signal_send
+
+    if len(body) > MAX_BODY_BYTES:
+        raise _refuse(name, ip, "payload-too-large", f"a hook body may hold at most {MAX_BODY_BYTES} bytes")
+    hook = Hook.objects.filter(name=name, enabled=True).first()
+    if hook is None:
+        raise _refuse(name, ip, "not-found", f"no enabled hook named {name[:60]!r}")
+    digest = _verified(hook, timestamp=timestamp, signature=signature, body=body, ip=ip,
+                       now=time.time() if now is None else now)
+    try:
+        doc = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        raise _refuse(hook.name, ip, "validation", "the body is not JSON") from None
+    if not isinstance(doc, dict):
+        raise _refuse(hook.name, ip, "validation", "the body must be a JSON object")
+    run = _run_named(hook, doc, ip)
+    payload = doc["payload"] if "payload" in doc else doc
+    actor = Actor(user=None, ip=ip, system=f"hook {hook.name}")  # type: ignore[arg-type]  # no user: the secret
+    try:
+        with transaction.atomic():
+            try:
+                with transaction.atomic():
+                    HookReceipt.objects.create(hook=hook, signature=digest, run_id=run.id)
+            except IntegrityError:
+                raise _refuse(hook.name, ip, "replay", "this signature was accepted before; sign each delivery "
+                                                       "with its own timestamp") from None
+            signal_send(run_id=str(run.id), name=hook.signal, payload=payload, actor=system_label(actor.system))
+            audit_done(actor, "run.signal", "run", run.id, reason=hook.signal, tenant=run.tenant,
+                       after={"signal": hook.signal, "hook": hook.name})
+    except RunFinished as exc:
+        raise _refuse(hook.name, ip, "conflict", str(exc)) from None
+    except WorkflowRun.DoesNotExist:  # deleted between the lookup and the lock
+        raise _refuse(hook.name, ip, "not-found", f"run {run.id} no longer exists") from None
+    except (InvalidArgument, NotSerializable) as exc:
+        raise _refuse(hook.name, ip, "validation", str(exc)) from None
+    run.refresh_from_db(fields=["status"])
+    log.info("hook %s: signal %s sent to run %s", hook.name, hook.signal, run.id)
+    return Delivery(hook=hook, run=run, signal=hook.signal)

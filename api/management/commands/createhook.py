@@ -1,0 +1,46 @@
+"""``manage.py createhook NAME --signal payment_settled [--workflow W] [--tenant T]``: make a
+signed webhook (``POST /api/v1/hooks/NAME``) and print its secret once, for the sender."""
+
+from __future__ import annotations
+
+from django.core.management.base import BaseCommand, CommandError
+from django.utils.text import slugify
+
+from api.hooks import SIGNATURE_HEADER, TIMESTAMP_HEADER, hook_create
+from console.actors import system_label
+from console.models import AuditEntry, AuditOutcome
+
+ACTOR = system_label("createhook")
+
+
+class Command(BaseCommand):
+    help = "Create a signed webhook that sends a signal to the run its body names; prints the secret once."
+
+    def add_arguments(self, parser):  # type: ignore[no-untyped-def]
+        parser.add_argument("name", help="letters, digits, - and _: the URL is /api/v1/hooks/NAME")
+        parser.add_argument("--signal", required=True, help="the signal it sends (what ctx.wait_for waits for)")
+        parser.add_argument("--workflow", default="", help="only runs of this workflow (default: any)")
+        parser.add_argument("--tenant", default="default", help="the tenant whose runs it reaches (default: default)")
+
+    def handle(self, *args, **options):  # type: ignore[no-untyped-def]
+        name = options["name"].strip()
+        if not name or slugify(name) != name or len(name) > 60:
+            raise CommandError("NAME must be 1-60 lowercase letters, digits, '-' or '_'")
+        tenant = options["tenant"].strip()
+        if not tenant or len(tenant) > 100:
+            raise CommandError("--tenant must be 1-100 characters")
+        try:
+            hook, secret = hook_create(name=name, signal=options["signal"], workflow=options["workflow"].strip(),
+                                       tenant=tenant)
+        except ValueError as exc:
+            raise CommandError(str(exc)) from None
+        AuditEntry.objects.create(
+            actor=None, actor_label=ACTOR, action="hook.create", object_type="hook", object_id=hook.name,
+            after={"state": "enabled", "signal": hook.signal, "workflow": hook.workflow, "tenant": hook.tenant},
+            outcome=AuditOutcome.OK, tenant=hook.tenant,
+        )
+        self.stdout.write(f"Hook {hook.name}: POST /api/v1/hooks/{hook.name} sends signal {hook.signal!r} to the "
+                          f"run the body names (tenant {hook.tenant}{', workflow ' + hook.workflow if hook.workflow else ''}).")
+        self.stdout.write(secret)
+        self.stdout.write(f"Shown once. Sign each delivery: {TIMESTAMP_HEADER}: <unix seconds> and "
+                          f"{SIGNATURE_HEADER}: v1=<hex HMAC-SHA256(secret, \"<timestamp>.<raw body>\")>.")
