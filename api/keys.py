@@ -15,9 +15,13 @@ from django.utils import timezone
 
 from api.models import ApiKey
 from console import roles
-from console.models import TenantScope
+from console.models import AuditEntry, AuditOutcome, TenantScope
+from console.services.actions import Actor, Refused
+from console.services.limits import clip_text
 
 KEY_PREFIX = "sk_"
+# The console's actions on a key (staff only), as the audit log names them; object "apikey/<name>".
+EXPIRE, REVOKE = "apikey.expire", "apikey.revoke"
 USER_PREFIX = "api:"  # a key's own user; no person's username holds a colon... (see api_user_name)
 
 
@@ -78,3 +82,61 @@ def apikey_revoke(*, key: ApiKey, by: str) -> ApiKey:
             key.user.is_active = False
             key.user.save(update_fields=["is_active"])
     return key
+
+
+class NotStaff(Exception):
+    """Only staff expire or revoke keys (HTTP 403)."""
+
+
+def is_staff(user: AbstractBaseUser) -> bool:
+    return bool(user.is_authenticated and (user.is_staff or user.is_superuser))
+
+
+def apikey_snapshot(key: ApiKey) -> dict[str, object]:
+    """What the audit log shows of a key before and after an action (never its hash)."""
+    return {"state": key.state, "role": key.role,
+            "expires_at": key.expires_at.isoformat() if key.expires_at else None,
+            "revoked_at": key.revoked_at.isoformat() if key.revoked_at else None, "revoked_by": key.revoked_by}
+
+
+def _audit(actor: Actor, action: str, name: str, *, outcome: str, reason: str, before: object = None,
+           after: object = None, message: str = "") -> None:
+    AuditEntry.objects.create(
+        actor=actor.user, actor_label=actor.label, action=action, object_type="apikey", object_id=name,
+        before=before, after=after, reason=clip_text(reason), ip=actor.ip, outcome=outcome,
+        message=clip_text(message), tenant="",
+    )
+
+
+def apikey_end(*, actor: Actor, key_id: int, action: str, reason: str) -> ApiKey:
+    """Expire a key now (``EXPIRE``) or revoke it (``REVOKE``) as ``actor``, audited in the same
+    transaction as the change. ``NotStaff`` (audited as denied) unless ``actor`` is staff;
+    ``ApiKey.DoesNotExist`` for no such key; ``Refused`` (audited) when the key is no longer active,
+    or, to revoke, already revoked (an expired key may still be revoked: a revocation is final).
+    A key that stops being ACTIVE is refused from its next request on (``apikey_check``)."""
+    if action not in (EXPIRE, REVOKE):
+        raise ValueError(f"unknown key action {action!r}")
+    if not is_staff(actor.user):
+        name = ApiKey.objects.filter(pk=key_id).values_list("name", flat=True).first() or str(key_id)
+        _audit(actor, action, name, outcome=AuditOutcome.DENIED, reason=reason, message="staff required")
+        raise NotStaff(f"{actor.label} may not {action.split('.')[1]} API keys: only staff may")
+    try:
+        with transaction.atomic():
+            key = ApiKey.objects.select_for_update().select_related("user").get(pk=key_id)
+            before = apikey_snapshot(key)
+            if key.state == "REVOKED" or (action == EXPIRE and key.state == "EXPIRED"):
+                raise Refused(f"key {key.name} is {key.state.lower()} already; nothing was changed")
+            if action == EXPIRE:
+                key.expires_at = timezone.now()
+                key.save(update_fields=["expires_at"])
+            else:
+                key.revoked_at, key.revoked_by = timezone.now(), actor.label
+                key.save(update_fields=["revoked_at", "revoked_by"])
+                key.user.is_active = False
+                key.user.save(update_fields=["is_active"])
+            _audit(actor, action, key.name, outcome=AuditOutcome.OK, reason=reason, before=before,
+                   after=apikey_snapshot(key))
+            return key
+    except Refused as exc:
+        _audit(actor, action, key.name, outcome=AuditOutcome.REFUSED, reason=reason, before=before, message=str(exc))
+        raise
