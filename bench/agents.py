@@ -152,7 +152,7 @@ class Popened:
         self.proc.wait()
 
 
-def supervise(spawn: Callable[[int], Proc], slots: int, finished: Callable[[], int], runs: int,
+def supervise(spawn: Callable[[int], Proc], slots: int, finished: Callable[[], int],
               log_path: Path) -> tuple[int, float]:
     """Keep one process per slot until each has exited 0, starting again every one killed
     by SIGKILL; stop when nothing finished and nobody crashed for STALL_S seconds.
@@ -213,7 +213,7 @@ def run_plain(refs: list[str], workers: int, log_path: Path) -> tuple[int, float
     try:
         kills, seconds = supervise(
             lambda slot: Forked(lambda: plain_slot(refs[slot::workers], done_path), log_path), workers,
-            lambda: len(done_path.read_text().split()), len(refs), log_path,
+            lambda: len(done_path.read_text().split()), log_path,
         )
         finished = len(set(done_path.read_text().split()) & set(refs))
     finally:
@@ -271,7 +271,7 @@ def run_dbos(refs: list[str], workers: int, log_path: Path, python: Path, env: d
         kills, seconds = supervise(
             lambda slot: Popened([*base, "--slot", str(slot), "--refs", ",".join(refs[slot::workers])], env,
                                  log_path),
-            workers, succeeded, len(refs), log_path,
+            workers, succeeded, log_path,
         )
         lost = len(refs) - succeeded()
         if lost:  # say where DBOS left them
