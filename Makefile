@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 # The demo and the local worker/sweeper run as development (settings: DEBUG is off unless set).
 DEV    := DEBUG=$${DEBUG:-1}
 
-.PHONY: install test demo demo-quick bench bench-chaos bench-faults worker sweep clean
+.PHONY: install test demo demo-quick bench bench-chaos bench-faults bench-agents worker sweep clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -46,6 +46,9 @@ bench-chaos: $(STAMP)
 
 bench-faults: $(STAMP)
 	$(PY) bench/faults.py
+
+bench-agents: $(STAMP)
+	$(PY) bench/agents.py
 
 worker: $(STAMP)
 	$(DEV) $(PY) manage.py sagas_worker
