@@ -39,8 +39,9 @@ class Command(BaseCommand):
             after={"state": "enabled", "signal": hook.signal, "workflow": hook.workflow, "tenant": hook.tenant},
             outcome=AuditOutcome.OK, tenant=hook.tenant,
         )
+        scope = f"tenant {hook.tenant}" + (f", workflow {hook.workflow}" if hook.workflow else "")
         self.stdout.write(f"Hook {hook.name}: POST /api/v1/hooks/{hook.name} sends signal {hook.signal!r} to the "
-                          f"run the body names (tenant {hook.tenant}{', workflow ' + hook.workflow if hook.workflow else ''}).")
+                          f"run the body names ({scope}).")
         self.stdout.write(secret)
         self.stdout.write(f"Shown once. Sign each delivery: {TIMESTAMP_HEADER}: <unix seconds> and "
                           f"{SIGNATURE_HEADER}: v1=<hex HMAC-SHA256(secret, \"<timestamp>.<raw body>\")>.")
