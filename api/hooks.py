@@ -86,7 +86,7 @@ def hook_create(*, name: str, signal: str, workflow: str = "", tenant: str = "de
 
 
 def _refuse(hook_name: str, ip: Any, kind: str, detail: str) -> Problem:
-    log.warning("hook %s refused from %s: %s (%s)", hook_name, ip, detail, kind)
+    log.warning("hook %r refused from %s: %s (%s)", hook_name[:60], ip, detail, kind)
     return Problem(kind, detail)
 
 
