@@ -55,7 +55,7 @@ def test_it_lists_every_key_with_its_state_and_the_hooks_without_their_secrets()
     csp = page["Content-Security-Policy"]
     assert "script-src 'self'" in csp and "unsafe-inline" not in csp
     # the nav shows the page to staff only
-    assert 'href="/api-keys/"' in html or reverse("console:api_keys") in html
+    assert f'href="{reverse("console:api_keys")}"' in html
     viewer_home = login("vic", roles.VIEWER).get(reverse("console:overview")).content.decode()
     assert reverse("console:api_keys") not in viewer_home
 
