@@ -5,7 +5,8 @@ console, for the programs around it. OpenAPI at ``/api/v1/openapi.json``; intera
 from __future__ import annotations
 
 from django.contrib.admin.views.decorators import staff_member_required
-from django.core.exceptions import ObjectDoesNotExist, PermissionDenied
+from django.conf import settings
+from django.core.exceptions import ObjectDoesNotExist, PermissionDenied, RequestDataTooBig
 from django.http import Http404, HttpRequest, HttpResponse
 from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
@@ -48,6 +49,13 @@ def _not_found(request: HttpRequest, exc: Exception) -> HttpResponse:
 @api.exception_handler(PermissionDenied)
 def _forbidden(request: HttpRequest, exc: Exception) -> HttpResponse:
     return problem_response(request, "forbidden", str(exc) or "not allowed")
+
+
+@api.exception_handler(RequestDataTooBig)
+def _too_large(request: HttpRequest, exc: RequestDataTooBig) -> HttpResponse:
+    """Django refuses to read a body over DATA_UPLOAD_MAX_MEMORY_SIZE: the caller's 413, not our 500."""
+    return problem_response(request, "payload-too-large",
+                            f"a request body may hold at most {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes")
 
 
 @api.exception_handler(HttpError)
