@@ -49,7 +49,7 @@ class Budget(Schema):
 
 class StartIn(Schema):
     workflow: str = Field(..., min_length=1, max_length=200)
-    version: int | None = Field(None, ge=1)
+    version: int | None = Field(None, ge=1, le=2**31 - 1)
     input: Any = None
     business_key: str = Field("", max_length=200)
     tenant: str = Field("default", min_length=1, max_length=100)

@@ -1,0 +1,156 @@
+"""The runs endpoints beyond start: the list (filters, pages, tenants), the history (pages,
+redaction), signal, cancel with the state the caller saw, and hostile input."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from console.models import AuditEntry
+from sagas.models import JournalEntry, RunStatus, WorkflowRun
+from tests.api.actions_data import SECRET, call, problem, waiting_run
+from tests.console.queue_data import make_run
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def aged(run: WorkflowRun, created_at) -> WorkflowRun:
+    WorkflowRun.objects.filter(id=run.id).update(created_at=created_at)
+    return run
+
+
+def walk(path: str, key: str) -> list[dict]:
+    """Every item of a paged list, following ``next`` links."""
+    items, pages = [], 0
+    while path:
+        answer = call("get", path, key)
+        assert answer.status_code == 200, answer.content
+        body = answer.json()
+        items += body["items"] if "items" in body else body["entries"]
+        nxt = body["next"]
+        path = nxt.split("/api/v1", 1)[1] if nxt else None
+        pages += 1
+        assert pages < 100
+    return items
+
+
+def test_it_lists_runs_with_the_consoles_filters_in_pages_without_duplicates(keys):
+    now = timezone.now()
+    same_time = now - timedelta(hours=1)  # ties on created_at: the id breaks them
+    made = [aged(make_run(status=RunStatus.WAITING, reason="", business_key=f"order-{i}"), same_time)
+            for i in range(5)]
+    made += [aged(make_run(status=RunStatus.COMPLETED, reason="", business_key=f"order-{i}"), now - timedelta(
+        minutes=i)) for i in range(5, 9)]
+    made.append(make_run(status=RunStatus.WAITING, reason="", business_key="acme-1", tenant="acme"))
+
+    everything = walk("/runs?limit=3", keys["viewer"])
+    assert sorted(r["id"] for r in everything) == sorted(str(r.id) for r in made)  # all, once each
+    assert [r["created_at"] for r in everything] == sorted((r["created_at"] for r in everything), reverse=True)
+
+    waiting = walk("/runs?status=WAITING&limit=2", keys["viewer"])
+    assert len(waiting) == 6 and {r["status"] for r in waiting} == {"WAITING"}
+    assert [r["business_key"] for r in walk("/runs?search=ORDER-7", keys["viewer"])] == ["order-7"]
+    window = walk(f"/runs?created_to={(now - timedelta(minutes=30)).isoformat().replace('+', '%2B')}", keys["viewer"])
+    assert len(window) == 5
+    # a tenant-limited key sees its tenant only, whatever it asks for
+    assert [r["business_key"] for r in walk("/runs", keys["acme-operator"])] == ["acme-1"]
+    assert walk("/runs?tenant=default", keys["acme-operator"]) == []
+
+    assert problem(call("get", "/runs?status=SLEEPING", keys["viewer"])) == "validation"
+    assert problem(call("get", "/runs?cursor=not-a-cursor", keys["viewer"])) == "validation"
+    assert problem(call("get", f"/runs?limit={10**30}", keys["viewer"])) == "validation"
+    assert problem(call("get", "/runs?search=%00", keys["viewer"])) == "validation"
+
+
+def test_it_pages_a_runs_history_newest_first_with_its_secrets_redacted(keys):
+    run = waiting_run()
+    entries = walk(f"/runs/{run.id}/history?limit=1", keys["viewer"])
+    seqs = [e["seq"] for e in entries]
+    assert seqs == sorted(seqs, reverse=True) and len(seqs) == JournalEntry.objects.filter(run=run).count() >= 3
+    login = next(e for e in entries if e["name"] == "login")
+    assert SECRET in str(JournalEntry.objects.get(run=run, seq=login["seq"]).payload)  # stored...
+    assert SECRET not in str(entries)  # ...never shown
+    assert "<b>markup</b>" in str(login["payload"])  # data, returned as JSON, not rendered
+    # another tenant's run does not exist for a tenant-limited key
+    assert problem(call("get", f"/runs/{run.id}/history", keys["acme-operator"])) == "not-found"
+    assert problem(call("get", "/runs/not-a-uuid/history", keys["viewer"])) == "not-found"
+    assert problem(call("get", f"/runs/{run.id}/history?before={10**30}", keys["viewer"])) == "validation"
+
+
+def test_it_signals_a_waiting_run_and_refuses_a_finished_one(keys):
+    run = waiting_run()
+    sent = call("post", f"/runs/{run.id}/signal", keys["operator"], {"name": "paid", "payload": {"amount": 5}})
+    assert sent.status_code == 202 and sent.json()["run"]["id"] == str(run.id)
+    assert JournalEntry.objects.filter(run=run, kind="signal_received", name="paid").count() == 1
+    entry = AuditEntry.objects.get(action="run.signal", outcome="ok")
+    assert entry.object_id == str(run.id) and entry.reason == "paid" and entry.tenant == "default"
+
+    assert problem(call("post", f"/runs/{run.id}/signal", keys["operator"], {"name": "a\x00b"})) == "validation"
+    assert problem(call("post", f"/runs/{run.id}/signal", keys["operator"], {"name": ""})) == "validation"
+    assert problem(call("post", f"/runs/{run.id}/signal", keys["operator"], {"name": "x" * 5000})) == "validation"
+    done = make_run(status=RunStatus.COMPLETED, reason="")
+    finished = call("post", f"/runs/{done.id}/signal", keys["operator"], {"name": "paid"})
+    assert finished.status_code == 409 and problem(finished) == "conflict" and "COMPLETED" in finished.json()["detail"]
+    assert problem(call("post", f"/runs/{run.id}/signal", keys["acme-operator"], {"name": "paid"})) == "not-found"
+    assert AuditEntry.objects.filter(action="run.signal", outcome="denied", tenant="default").count() == 1
+    assert JournalEntry.objects.filter(kind="signal_received").count() == 1
+
+
+def test_it_cancels_only_with_the_state_the_caller_saw(keys):
+    run = waiting_run()
+    path = f"/runs/{run.id}/cancel"
+    missing = call("post", path, keys["operator"], {"reason": "withdrawn", "compensate": False})
+    assert missing.status_code == 400 and problem(missing) == "validation" and "expected" in missing.json()["detail"]
+    stale = call("post", path, keys["operator"], {"reason": "withdrawn", "compensate": False, "expected": "RUNNING"})
+    assert stale.status_code == 409 and problem(stale) == "stale-state"
+    assert "now WAITING" in stale.json()["detail"] and "you saw RUNNING" in stale.json()["detail"]
+    assert WorkflowRun.objects.get(id=run.id).status == RunStatus.WAITING
+    assert AuditEntry.objects.filter(action="run.cancel", outcome="refused").count() == 2
+
+    done = call("post", path, keys["operator"], {"reason": "withdrawn", "compensate": False, "expected": "WAITING"})
+    assert done.status_code == 200 and done.json()["run"]["status"] == "CANCELLED"
+    again = call("post", path, keys["operator2"], {"reason": "withdrawn", "compensate": False, "expected": "WAITING"})
+    assert problem(again) == "stale-state" and "now CANCELLED" in again.json()["detail"]
+    retry = call("post", f"/runs/{run.id}/retry", keys["operator"], {"reason": "go", "expected": "CANCELLED"})
+    assert retry.status_code == 409 and problem(retry) == "conflict"
+
+
+def test_a_tenant_limited_key_starts_runs_in_its_tenant_only(keys):
+    body = {"workflow": "api_gate", "input": {"id": "t-1"}, "tenant": "globex"}
+    refused = call("post", "/runs", keys["acme-operator"], body)
+    assert refused.status_code == 403 and problem(refused) == "forbidden" and "globex" in refused.json()["detail"]
+    denied = AuditEntry.objects.get(action="run.start", outcome="denied")
+    assert denied.tenant == "globex" and denied.actor_label == "system: api key acme-operator"
+    assert not WorkflowRun.objects.exists()
+    assert call("post", "/runs", keys["acme-operator"], {**body, "tenant": "acme"}).status_code == 201
+
+
+@pytest.mark.parametrize("raw, expected", [
+    (b"{not json", 400),
+    (b'{"workflow": "<script>alert(1)</script>", "input": 1}', 404),
+    (b'{"workflow": "api_gate", "version": ' + str(10**30).encode() + b"}", 400),
+    (b'{"workflow": "api_gate", "input": "\\u0000"}', 400),
+    (b'{"workflow": "' + b"w" * 5000 + b'"}', 400),
+    (b'{"workflow": "api_gate", "business_key": "a\\u0000b"}', 400),
+    (b'{"workflow": "api_gate", "tenant": "' + b"t" * 5000 + b'"}', 400),
+    (b"[1, 2, 3]", 400),
+])
+def test_it_answers_hostile_input_with_problem_json_never_a_500(raw, expected, keys):
+    answer = call("post", "/runs", keys["operator"], raw=raw)
+    assert answer.status_code == expected, answer.content[:500]
+    problem(answer)  # problem JSON, not an HTML page
+    assert "<script>" not in answer.content.decode().replace("\\u003c", "<") or answer.status_code == 404
+    assert not WorkflowRun.objects.exists()
+
+
+def test_it_refuses_a_body_over_djangos_limit_as_payload_too_large(keys, settings):
+    """DATA_UPLOAD_MAX_MEMORY_SIZE (Django's default: 2.5 MiB) bounds every API body: over it,
+    413 problem JSON. A 2 MiB input is under it, and within the engine's 10 MiB: it starts."""
+    big = b'{"workflow": "api_gate", "input": {"id": "' + b"x" * (2 * 1024 * 1024) + b'"}}'
+    assert call("post", "/runs", keys["operator"], raw=big).status_code == 201
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1024 * 1024
+    answer = call("post", "/runs", keys["operator"], raw=big.replace(b'"api_gate"', b'"api_gate", "business_key": "b"'))
+    assert answer.status_code == 413 and problem(answer) == "payload-too-large" and "1048576" in answer.json()["detail"]
+    assert WorkflowRun.objects.count() == 1
