@@ -9,9 +9,19 @@ from django.http import HttpRequest
 from ninja import Field, Query, Router, Schema
 
 from api.errors import Problem
-from api.routes.runs import MAX_PAGE, RunOut, actor_of, console_action, int_id_of, next_link, parse_cursor, run_out
-from console.selectors.queues import approvals_open
+from api.routes.runs import (
+    MAX_PAGE,
+    RunOut,
+    Text,
+    actor_of,
+    console_action,
+    int_id_of,
+    next_link,
+    parse_cursor,
+    run_out,
+)
 from console.selectors.paging import keyset_page
+from console.selectors.queues import approvals_open
 from console.selectors.tenancy import scope
 from console.services.queues import approval_act
 from sagas.models import OPEN_APPROVAL_STATES, ApprovalRequest, ApprovalState, WorkflowRun
@@ -52,7 +62,7 @@ class ApprovalList(Schema):
 
 class DecideIn(Schema):
     approve: bool
-    comment: str = Field("", max_length=4000, description="required to reject (the run is compensated)")
+    comment: Text = Field("", max_length=4000, description="required to reject (the run is compensated)")
     expected: str = Field("", max_length=40, description="the approval's state you saw (required), e.g. PENDING")
 
 

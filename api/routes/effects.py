@@ -9,7 +9,7 @@ from django.http import HttpRequest
 from ninja import Field, Query, Router, Schema
 
 from api.errors import Problem
-from api.routes.runs import MAX_PAGE, actor_of, console_action, int_id_of, next_link, parse_cursor
+from api.routes.runs import MAX_PAGE, Text, actor_of, console_action, int_id_of, next_link, parse_cursor
 from console.selectors.paging import keyset_page
 from console.selectors.queues import effects_ambiguous
 from console.services.queues import effect_manual_resolve
@@ -55,9 +55,9 @@ class EffectList(Schema):
 class ResolveIn(Schema):
     outcome: Literal["succeeded", "not_executed", "failed"] = Field(
         ..., description="succeeded (give `downstream_ref`), not_executed (retried with the same key), failed")
-    downstream_ref: str = Field("", max_length=300, description="the provider's reference (required to say "
+    downstream_ref: Text = Field("", max_length=300, description="the provider's reference (required to say "
                                                                  "succeeded)")
-    note: str = Field(..., max_length=4000, description="the evidence (required): what you checked")
+    note: Text = Field(..., max_length=4000, description="the evidence (required): what you checked")
     expected: str = Field("", max_length=40, description="the effect's status you saw (required), e.g. UNKNOWN")
 
 

@@ -6,12 +6,13 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Annotated, Any
 
 from django.db import transaction
 from django.http import HttpRequest
 from django.urls import reverse
 from ninja import Field, Query, Router, Schema, Status
+from pydantic import AfterValidator
 
 from api.auth import actor_ip
 from api.errors import Problem
@@ -39,6 +40,15 @@ from sagas.models import RunStatus, WorkflowRun
 
 router = Router(tags=["runs"])
 MAX_PAGE = 200  # rows a page may ask for (``limit``)
+
+
+def _no_nul(text: str) -> str:
+    if "\x00" in text:
+        raise ValueError("must not contain a NUL character")
+    return text
+
+
+Text = Annotated[str, AfterValidator(_no_nul)]  # free text the audit log and the journal keep as sent
 
 
 class Budget(Schema):
@@ -302,7 +312,7 @@ def run_history(request: HttpRequest, run_id: str, query: Query[HistoryQuery]) -
 
 
 class SignalIn(Schema):
-    name: str = Field(..., min_length=1, max_length=200)
+    name: Text = Field(..., min_length=1, max_length=200)
     payload: Any = None
 
 
@@ -342,13 +352,13 @@ REASON = Field(..., min_length=1, max_length=4000, description="goes into the au
 
 
 class CancelIn(Schema):
-    reason: str = REASON
+    reason: Text = REASON
     compensate: bool = Field(..., description="undo its succeeded effects (COMPENSATING), or leave them (CANCELLED)")
     expected: str = EXPECTED
 
 
 class ActIn(Schema):
-    reason: str = REASON
+    reason: Text = REASON
     expected: str = EXPECTED
 
 

@@ -60,3 +60,18 @@ def problem(response) -> str:
     """The problem type's last segment, after checking the answer is problem JSON."""
     assert response["Content-Type"] == "application/problem+json", (response.status_code, response.content[:300])
     return response.json()["type"].rsplit("/", 1)[-1]
+
+
+def walk(path: str, key: str) -> list[dict]:
+    """Every item of a paged list, following ``next`` links."""
+    items, pages = [], 0
+    while path:
+        answer = call("get", path, key)
+        assert answer.status_code == 200, answer.content
+        body = answer.json()
+        items += body["items"] if "items" in body else body["entries"]
+        nxt = body["next"]
+        path = nxt.split("/api/v1", 1)[1] if nxt else None
+        pages += 1
+        assert pages < 100
+    return items
