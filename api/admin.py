@@ -28,8 +28,8 @@ class ApiKeyAdmin(_ReadOnly):
     list_display = ("name", "role", "state", "created_at", "expires_at", "revoked_at", "last_used_at",
                     "rate_per_minute")
     search_fields = ("name", "prefix")
-    fields = readonly_fields = ("name", "prefix", "role", "user", "created_by", "created_at", "expires_at", "revoked_at", "revoked_by",
-              "last_used_at", "rate_per_minute")
+    fields = readonly_fields = ("name", "prefix", "role", "user", "created_by", "created_at", "expires_at",
+                                "revoked_at", "revoked_by", "last_used_at", "rate_per_minute")
 
 
 @admin.register(Hook)

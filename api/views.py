@@ -1,6 +1,9 @@
-"""API keys and hooks (staff only): the keys with their state, use and rate, "expire now" and
-"revoke" (confirmed, with a reason, audited as ``apikey.expire`` / ``apikey.revoke``), and the
-signed webhooks in (never their secret). Keys are made with ``manage.py createapikey``."""
+"""The console's page for API keys and hooks (staff only): the keys with their state, use and
+rate, "expire now" and "revoke" (confirmed, with a reason, audited as ``apikey.expire`` /
+``apikey.revoke``), and the signed webhooks in (never their secret). Keys are made with
+``manage.py createapikey``. A console page that lives in ``api`` because dependencies run
+``api -> console`` (tests/test_architecture.py): it uses the console's layout and helpers; the
+console knows only its URL names (``api_pages:api_keys``, in the nav of ``console/base.html``)."""
 
 from __future__ import annotations
 
@@ -34,7 +37,8 @@ def _page(request: HttpRequest, *, status: int = 200, problems: list[str] | None
     rows: list[dict[str, Any]] = []
     for key in keys:
         scope = getattr(key.user, "tenant_scope", None)
-        rows.append({"key": key, "state": key.state, "badge": _BADGE[key.state], "tenants": None if scope is None else scope.tenants})
+        rows.append({"key": key, "state": key.state, "badge": _BADGE[key.state],
+                     "tenants": None if scope is None else scope.tenants})
     hooks = list(Hook.objects.order_by("name").values("name", "signal", "workflow", "tenant", "enabled"))
     return render(request, "console/api_keys.html", {"rows": rows, "hooks": hooks, "problems": problems or []},
                   status=status)
@@ -65,7 +69,7 @@ def _end(request: HttpRequest, key_id: int, action: str) -> HttpResponse:
         return _page(request, status=409, problems=[str(exc)])
     done = "expired now" if action == EXPIRE else "revoked"
     messages.success(request, f"Key “{key.name}” {done}: it is refused from its next request on.")
-    return redirect("console:api_keys")
+    return redirect("api_pages:api_keys")
 
 
 @require_POST
