@@ -104,7 +104,7 @@ def decide(request: HttpRequest, approval_id: str, body: DecideIn) -> dict[str, 
     ``comment``. ``expected``: the state you saw; a decided one is a 409 ``stale-state``
     saying who decided and when."""
     pk = int_id_of(approval_id, "approval")
-    with console_action():
+    with console_action("approval", pk):
         approval_act(actor_of(request), approval_id=pk, approve=body.approve, comment=body.comment,
                      expected=body.expected.strip().upper() or None)
     decided = ApprovalRequest.objects.select_related("run", "run__started_by").get(id=pk)

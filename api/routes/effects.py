@@ -89,7 +89,7 @@ def list_effects(request: HttpRequest, query: Query[EffectQuery]) -> dict[str, A
 @router.post("/{effect_id}/resolve", response=EffectOut, summary="Resolve an ambiguous effect by hand, with evidence")
 def resolve(request: HttpRequest, effect_id: str, body: ResolveIn) -> dict[str, Any]:
     pk = int_id_of(effect_id, "effect")
-    with console_action():
+    with console_action("effect", pk):
         effect_manual_resolve(actor_of(request), effect_id=pk, outcome=body.outcome,
                               downstream_ref=body.downstream_ref.strip(), note=body.note,
                               expected=body.expected.strip().upper() or None)

@@ -6,8 +6,10 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta
+from datetime import timezone as dt_timezone
 from typing import Annotated, Any
 
+from django.core.exceptions import ObjectDoesNotExist
 from django.db import transaction
 from django.http import HttpRequest
 from django.urls import reverse
@@ -158,11 +160,13 @@ API_MISSING_EXPECTED = ("send `expected`: the state you saw (for instance WAITIN
 
 
 @contextmanager
-def console_action() -> Iterator[None]:
-    """Run a console action (``console.services``): its exceptions as problems. The action
-    audits itself (denied, refused, done); this only says it to the caller."""
+def console_action(what: str, object_id: Any) -> Iterator[None]:
+    """Run a console action (``console.services``) on ``what`` ``object_id``: its exceptions as
+    problems. The action audits itself (denied, refused, done); this only says it to the caller."""
     try:
         yield
+    except ObjectDoesNotExist:
+        raise Problem("not-found", f"no {what} {str(object_id)[:100]!r}") from None
     except Denied as exc:
         raise Problem("forbidden", str(exc)) from None
     except Incomplete as exc:
@@ -256,6 +260,11 @@ def _summary(run: WorkflowRun) -> dict[str, Any]:
             "finished_at": run.finished_at}
 
 
+def _aware(when: datetime | None) -> datetime | None:
+    """A time without a zone is UTC (the console shows UTC)."""
+    return when.replace(tzinfo=dt_timezone.utc) if when is not None and when.tzinfo is None else when
+
+
 @router.get("", response=RunList, summary="Runs of the key's tenants, newest first, a page at a time")
 def list_runs(request: HttpRequest, query: Query[RunListQuery]) -> dict[str, Any]:
     """The console's runs list: the same filters, keyset pages (follow ``next``; no totals)."""
@@ -263,7 +272,8 @@ def list_runs(request: HttpRequest, query: Query[RunListQuery]) -> dict[str, Any
         raise Problem("validation", f"status must be one of {', '.join(STATUSES)}")
     reasons = tuple(r.strip() for r in query.reason.split(",") if r.strip())
     filters = RunFilters(status=query.status, workflow=query.workflow.strip(), version=query.version,
-                         tenant=query.tenant.strip(), created_from=query.created_from, created_to=query.created_to,
+                         tenant=query.tenant.strip(), created_from=_aware(query.created_from),
+                         created_to=_aware(query.created_to),
                          search=query.search.strip(), reasons=reasons)
     if "\x00" in "".join((query.workflow, query.tenant, query.search, query.reason)):
         raise Problem("validation", "a filter holds a NUL character")
@@ -363,22 +373,23 @@ class ActIn(Schema):
 
 
 def _acted(request: HttpRequest, run_id: str, message: str) -> dict[str, Any]:
-    return {"run": run_out(request, WorkflowRun.objects.get(id=run_id)), "message": message}
+    run = WorkflowRun.objects.get(id=run_id)
+    return {"run": run_out(request, run), "message": f"{message}; the run is now {run.status}"}
 
 
 @router.post("/{run_id}/cancel", response=Done, summary="Cancel a run (and compensate it, if asked)")
 def cancel_run(request: HttpRequest, run_id: str, body: CancelIn) -> dict[str, Any]:
     run_id = run_id_of(run_id)
-    with console_action():
+    with console_action("run", run_id):
         run_cancel_act(actor_of(request), run_id=run_id, reason=body.reason, compensate=body.compensate,
                        expected=body.expected.strip() or None)
-    return _acted(request, run_id, "cancelled" + (", compensating" if body.compensate else ""))
+    return _acted(request, run_id, "cancelled" + (" (compensating what it did)" if body.compensate else ""))
 
 
 @router.post("/{run_id}/compensate", response=Done, summary="Undo a run's succeeded effects")
 def compensate_run(request: HttpRequest, run_id: str, body: ActIn) -> dict[str, Any]:
     run_id = run_id_of(run_id)
-    with console_action():
+    with console_action("run", run_id):
         run_compensate_act(actor_of(request), run_id=run_id, reason=body.reason,
                            expected=body.expected.strip() or None)
     return _acted(request, run_id, "compensation started")
@@ -387,6 +398,6 @@ def compensate_run(request: HttpRequest, run_id: str, body: ActIn) -> dict[str, 
 @router.post("/{run_id}/retry", response=Done, summary="Retry a run that needs attention")
 def retry_run(request: HttpRequest, run_id: str, body: ActIn) -> dict[str, Any]:
     run_id = run_id_of(run_id)
-    with console_action():
+    with console_action("run", run_id):
         run_retry_act(actor_of(request), run_id=run_id, reason=body.reason, expected=body.expected.strip() or None)
     return _acted(request, run_id, "retried")

@@ -41,6 +41,8 @@ def test_it_lists_runs_with_the_consoles_filters_in_pages_without_duplicates(key
     assert [r["business_key"] for r in walk("/runs?search=ORDER-7", keys["viewer"])] == ["order-7"]
     window = walk(f"/runs?created_to={(now - timedelta(minutes=30)).isoformat().replace('+', '%2B')}", keys["viewer"])
     assert len(window) == 5
+    naive = (now - timedelta(minutes=30)).replace(tzinfo=None).isoformat()  # read as UTC
+    assert len(walk(f"/runs?created_to={naive}", keys["viewer"])) == 5
     # a tenant-limited key sees its tenant only, whatever it asks for
     assert [r["business_key"] for r in walk("/runs", keys["acme-operator"])] == ["acme-1"]
     assert walk("/runs?tenant=default", keys["acme-operator"]) == []
@@ -98,10 +100,14 @@ def test_it_cancels_only_with_the_state_the_caller_saw(keys):
 
     done = call("post", path, keys["operator"], {"reason": "withdrawn", "compensate": False, "expected": "WAITING"})
     assert done.status_code == 200 and done.json()["run"]["status"] == "CANCELLED"
+    assert done.json()["message"] == "cancelled; the run is now CANCELLED"
     again = call("post", path, keys["operator2"], {"reason": "withdrawn", "compensate": False, "expected": "WAITING"})
     assert problem(again) == "stale-state" and "now CANCELLED" in again.json()["detail"]
     retry = call("post", f"/runs/{run.id}/retry", keys["operator"], {"reason": "go", "expected": "CANCELLED"})
     assert retry.status_code == 409 and problem(retry) == "conflict"
+    nobody = call("post", "/runs/00000000-0000-0000-0000-000000000000/cancel", keys["operator"],
+                  {"reason": "withdrawn", "compensate": True, "expected": "WAITING"})
+    assert problem(nobody) == "not-found" and "no run" in nobody.json()["detail"]
 
 
 def test_a_tenant_limited_key_starts_runs_in_its_tenant_only(keys):
