@@ -9,17 +9,8 @@ from django.http import HttpRequest
 from ninja import Field, Query, Router, Schema
 
 from api.errors import Problem
-from api.routes.runs import (
-    MAX_PAGE,
-    RunOut,
-    Text,
-    actor_of,
-    console_action,
-    int_id_of,
-    next_link,
-    parse_cursor,
-    run_out,
-)
+from api.routes.common import MAX_PAGE, Text, console_action, int_id_of, next_link, parse_cursor
+from api.routes.runs import RunOut, actor_of, run_out
 from console.selectors.paging import keyset_page
 from console.selectors.queues import approvals_open
 from console.selectors.tenancy import scope

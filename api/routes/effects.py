@@ -9,7 +9,8 @@ from django.http import HttpRequest
 from ninja import Field, Query, Router, Schema
 
 from api.errors import Problem
-from api.routes.runs import MAX_PAGE, Text, actor_of, console_action, int_id_of, next_link, parse_cursor
+from api.routes.common import MAX_PAGE, Text, console_action, int_id_of, next_link, parse_cursor
+from api.routes.runs import actor_of
 from console.selectors.paging import keyset_page
 from console.selectors.queues import effects_ambiguous
 from console.services.queues import effect_manual_resolve

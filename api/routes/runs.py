@@ -3,35 +3,28 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import datetime, timedelta
 from datetime import timezone as dt_timezone
-from typing import Annotated, Any
+from typing import Any
 
-from django.core.exceptions import ObjectDoesNotExist
 from django.db import transaction
 from django.http import HttpRequest
 from django.urls import reverse
 from ninja import Field, Query, Router, Schema, Status
-from pydantic import AfterValidator
 
 from api.auth import actor_ip
 from api.errors import Problem
+from api.routes.common import MAX_PAGE, Text, console_action, next_link, parse_cursor, run_id_of
 from config.redaction import redact
 from console import roles
 from console.models import AuditEntry, AuditOutcome
-from console.selectors.paging import BadCursor, Cursor, decode_cursor
 from console.selectors.runs import HISTORY_PAGE_SIZE, RUNS_PAGE_SIZE, RunFilters, run_get, run_history_page, runs_page
 from console.selectors.tenancy import may_see
-from console.services.actions import MISSING_EXPECTED, Actor, Denied, Incomplete, Refused, audit_denied, audit_done
+from console.services.actions import Actor, audit_denied, audit_done
 from console.services.limits import clip_text
 from console.services.runs import run_cancel_act, run_compensate_act, run_retry_act
 from console.services.tenancy import OUTSIDE_TENANTS, check_tenant
-from ledger.errors import InvalidResolution
 from sagas.errors import (
-    ActionNotAllowed,
-    FourEyesViolation,
     InvalidArgument,
     NotSerializable,
     RunFinished,
@@ -41,22 +34,13 @@ from sagas.errors import (
 from sagas.models import RunStatus, WorkflowRun
 
 router = Router(tags=["runs"])
-MAX_PAGE = 200  # rows a page may ask for (``limit``)
-
-
-def _no_nul(text: str) -> str:
-    if "\x00" in text:
-        raise ValueError("must not contain a NUL character")
-    return text
-
-
-Text = Annotated[str, AfterValidator(_no_nul)]  # free text the audit log and the journal keep as sent
+MAX_DURATION_S = 10 * 366 * 86400  # ten years: past it, a timedelta overflows long before a budget means anything
 
 
 class Budget(Schema):
-    max_steps: int | None = Field(None, ge=1)
+    max_steps: int | None = Field(None, ge=1, le=2**31 - 1)  # the column is a PostgreSQL integer
     max_cost: float | None = Field(None, ge=0)
-    max_duration_s: float | None = Field(None, gt=0)
+    max_duration_s: float | None = Field(None, gt=0, le=MAX_DURATION_S)
 
 
 class StartIn(Schema):
@@ -152,67 +136,6 @@ def start_run(request: HttpRequest, body: StartIn) -> Status:
         raise Problem("validation", str(exc)) from None
     return Status(201 if run.created_now else 200, run_out(request, run))
 
-
-# --- console errors as problems -----------------------------------------------------------------
-
-API_MISSING_EXPECTED = ("send `expected`: the state you saw (for instance WAITING), so it can be checked that "
-                        "nothing changed since; nothing was changed")
-
-
-@contextmanager
-def console_action(what: str, object_id: Any) -> Iterator[None]:
-    """Run a console action (``console.services``) on ``what`` ``object_id``: its exceptions as
-    problems. The action audits itself (denied, refused, done); this only says it to the caller."""
-    try:
-        yield
-    except ObjectDoesNotExist:
-        raise Problem("not-found", f"no {what} {str(object_id)[:100]!r}") from None
-    except Denied as exc:
-        raise Problem("forbidden", str(exc)) from None
-    except Incomplete as exc:
-        raise Problem("validation", API_MISSING_EXPECTED if str(exc) == MISSING_EXPECTED else str(exc)) from None
-    except Refused as exc:
-        cause = exc.__cause__
-        if isinstance(cause, FourEyesViolation):
-            raise Problem("four-eyes", str(exc)) from None
-        if isinstance(cause, (InvalidArgument, NotSerializable, InvalidResolution, ValueError)):
-            raise Problem("validation", str(exc)) from None
-        if "budget" in str(exc).lower() and isinstance(cause, ActionNotAllowed):
-            raise Problem("budget", str(exc)) from None
-        raise Problem("stale-state" if exc.states_now else "conflict", str(exc)) from None
-
-
-def next_link(request: HttpRequest, name: str, value: Any) -> str | None:
-    """This request's URL with ``name`` set to ``value`` (the next page), or None for no next page."""
-    if value is None:
-        return None
-    params = request.GET.copy()
-    params[name] = str(value)
-    return request.build_absolute_uri(f"{request.path}?{params.urlencode()}")
-
-
-def parse_cursor(text: str, *, key: type) -> Cursor | None:
-    if not text:
-        return None
-    try:
-        return decode_cursor(text, key=key)
-    except BadCursor as exc:
-        raise Problem("validation", f"{exc}: send back the `cursor` of a `next` link") from None
-
-
-def run_id_of(run_id: str) -> str:
-    """``run_id`` as a canonical UUID string; not-found for anything else (as an unknown run)."""
-    try:
-        return str(uuid.UUID(run_id))
-    except (ValueError, TypeError):
-        raise Problem("not-found", f"no run {run_id[:100]!r}") from None
-
-
-def int_id_of(text: str, what: str) -> int:
-    """``text`` as a row id; not-found for anything else (as an unknown id)."""
-    if text.isascii() and text.isdigit() and 0 < int(text) < 2**63:
-        return int(text)
-    raise Problem("not-found", f"no {what} {text[:100]!r}")
 
 
 # --- the runs list ------------------------------------------------------------------------------

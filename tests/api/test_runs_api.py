@@ -130,6 +130,11 @@ def test_a_tenant_limited_key_starts_runs_in_its_tenant_only(keys):
     pytest.param(b'{"workflow": "api_gate", "tenant": "' + b"t" * 5000 + b'"}', 400, id="5000-char-tenant"),
     pytest.param(b'{"workflow": "api_gate", "input": ' + b"[" * 200 + b"]" * 200 + b"}", 400, id="deep"),
     pytest.param(b"[1, 2, 3]", 400, id="not-an-object"),
+    pytest.param(b'{"workflow": "api_gate", "budget": {"max_steps": ' + str(10**30).encode() + b"}}", 400,
+                 id="huge-steps"),
+    pytest.param(b'{"workflow": "api_gate", "budget": {"max_cost": Infinity}}', 400, id="infinite-cost"),
+    pytest.param(b'{"workflow": "api_gate", "input": NaN}', 400, id="nan-input"),
+    pytest.param(b'{"workflow": "api_gate", "budget": {"max_duration_s": 1e308}}', 400, id="huge-duration"),
 ])
 def test_it_answers_hostile_input_with_problem_json_never_a_500(raw, expected, keys):
     answer = call("post", "/runs", keys["operator"], raw=raw)

@@ -1,0 +1,88 @@
+"""What the API's routes share: free text, console actions' refusals as problems, ids from
+the URL, and keyset pages (a ``cursor`` in, a ``next`` link out)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Annotated, Any
+
+from django.core.exceptions import ObjectDoesNotExist
+from django.http import HttpRequest
+from pydantic import AfterValidator
+
+from api.errors import Problem
+from console.selectors.paging import BadCursor, Cursor, decode_cursor
+from console.services.actions import MISSING_EXPECTED, Denied, Incomplete, Refused
+from ledger.errors import InvalidResolution
+from sagas.errors import FourEyesViolation, InvalidArgument, NotSerializable
+
+MAX_PAGE = 200  # rows a page may ask for (``limit``)
+
+
+def _no_nul(text: str) -> str:
+    if "\x00" in text:
+        raise ValueError("must not contain a NUL character")
+    return text
+
+
+Text = Annotated[str, AfterValidator(_no_nul)]  # free text the audit log and the journal keep as sent
+
+API_MISSING_EXPECTED = ("send `expected`: the state you saw (for instance WAITING), so it can be checked that "
+                        "nothing changed since; nothing was changed")
+
+
+@contextmanager
+def console_action(what: str, object_id: Any) -> Iterator[None]:
+    """Run a console action (``console.services``) on ``what`` ``object_id``: its exceptions as
+    problems. The action audits itself (denied, refused, done); this only says it to the caller."""
+    try:
+        yield
+    except ObjectDoesNotExist:
+        raise Problem("not-found", f"no {what} {str(object_id)[:100]!r}") from None
+    except Denied as exc:
+        raise Problem("forbidden", str(exc)) from None
+    except Incomplete as exc:
+        raise Problem("validation", API_MISSING_EXPECTED if str(exc) == MISSING_EXPECTED else str(exc)) from None
+    except Refused as exc:
+        cause = exc.__cause__
+        if isinstance(cause, FourEyesViolation):
+            raise Problem("four-eyes", str(exc)) from None
+        if isinstance(cause, (InvalidArgument, NotSerializable, InvalidResolution, ValueError)):
+            raise Problem("validation", str(exc)) from None
+        raise Problem("stale-state" if exc.states_now else "conflict", str(exc)) from None
+
+
+def next_link(request: HttpRequest, name: str, value: Any) -> str | None:
+    """This request's URL with ``name`` set to ``value`` (the next page), or None for no next page."""
+    if value is None:
+        return None
+    params = request.GET.copy()
+    params[name] = str(value)
+    return request.build_absolute_uri(f"{request.path}?{params.urlencode()}")
+
+
+def parse_cursor(text: str, *, key: type) -> Cursor | None:
+    if not text:
+        return None
+    try:
+        return decode_cursor(text, key=key)
+    except BadCursor as exc:
+        raise Problem("validation", f"{exc}: send back the `cursor` of a `next` link") from None
+
+
+def run_id_of(run_id: str) -> str:
+    """``run_id`` as a canonical UUID string; not-found for anything else (as an unknown run)."""
+    try:
+        return str(uuid.UUID(run_id))
+    except (ValueError, TypeError):
+        raise Problem("not-found", f"no run {run_id[:100]!r}") from None
+
+
+def int_id_of(text: str, what: str) -> int:
+    """``text`` as a row id; not-found for anything else (as an unknown id)."""
+    if text.isascii() and text.isdigit() and 0 < int(text) < 2**63:
+        return int(text)
+    raise Problem("not-found", f"no {what} {text[:100]!r}")
+
