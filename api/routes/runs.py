@@ -77,10 +77,12 @@ def actor_of(request: HttpRequest) -> Actor:
 
 
 def run_out(request: HttpRequest, run: WorkflowRun) -> dict[str, Any]:
+    """The run as the API shows it: its input, result and error redacted as the console shows them."""
     return {
         "id": str(run.id), "workflow": run.workflow_name, "version": run.version, "status": run.status,
         "attention_reason": run.status_reason, "business_key": run.business_key, "tenant": run.tenant,
-        "input": run.input, "result": run.result, "error": run.error, "steps_used": run.steps_used,
+        "input": redact(run.input), "result": redact(run.result), "error": redact(run.error),
+        "steps_used": run.steps_used,
         "cost_used": float(run.cost_used), "max_steps": run.max_steps,
         "max_cost": float(run.max_cost) if run.max_cost is not None else None,
         "created_at": run.created_at, "finished_at": run.finished_at,

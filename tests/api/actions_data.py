@@ -33,8 +33,10 @@ def key_user(name: str):
 
 
 def waiting_run(*, key: str = "operator", order: str = "o-1", tenant: str = "default") -> WorkflowRun:
-    """An ``api_gate`` run started by ``key``'s user, WAITING for its approval "ship"."""
-    run = start("api_gate", {"id": order}, business_key=order, tenant=tenant, started_by=key_user(key))
+    """An ``api_gate`` run started by ``key``'s user (a secret in its input), WAITING for its
+    approval "ship"."""
+    run = start("api_gate", {"id": order, "password": SECRET}, business_key=order, tenant=tenant,
+                started_by=key_user(key))
     advance(str(run.id), owner="t")
     run.refresh_from_db()
     assert run.status == RunStatus.WAITING, run.status

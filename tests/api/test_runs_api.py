@@ -9,6 +9,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from config.redaction import MARK
 from console.models import AuditEntry
 from ledger.models import EffectRecord
 from sagas.models import JournalEntry, RunStatus, WorkflowRun
@@ -72,6 +73,7 @@ def test_it_signals_a_waiting_run_and_refuses_a_finished_one(keys):
     run = waiting_run()
     sent = call("post", f"/runs/{run.id}/signal", keys["operator"], {"name": "paid", "payload": {"amount": 5}})
     assert sent.status_code == 202 and sent.json()["run"]["id"] == str(run.id)
+    assert sent.json()["run"]["input"] == {"id": "o-1", "password": MARK}  # redacted as the console shows it
     assert JournalEntry.objects.filter(run=run, kind="signal_received", name="paid").count() == 1
     entry = AuditEntry.objects.get(action="run.signal", outcome="ok")
     assert entry.object_id == str(run.id) and entry.reason == "paid" and entry.tenant == "default"
