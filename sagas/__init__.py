@@ -139,7 +139,7 @@ def start(
     * ``InvalidArgument`` (a ``ValueError``): ``name``, ``tenant`` (1-100 characters),
       ``business_key`` (0-200) or ``started_via`` (1-20) not a string, too long, or holding
       a control character (NUL included); ``version`` or ``max_steps`` not a whole number
-      of at least 1; ``max_cost`` not a finite number in 0-99,999,999.999999;
+      from 1 to 2,147,483,647; ``max_cost`` not a finite number in 0-99,999,999.999999;
       ``max_duration`` not a positive ``timedelta``; ``started_by`` not a saved user.
     * ``NotSerializable``: ``input`` not JSON, or JSON PostgreSQL cannot store: a NUL
       (``U+0000``) or lone surrogate in a string or key, nesting deeper than 64 levels,

@@ -50,9 +50,14 @@ class StartArguments:
     max_cost: Decimal | None
 
 
+# The largest value of the integer columns (max_steps, version): PostgreSQL's integer.
+MAX_WHOLE = 2**31 - 1
+
+
 def _whole(value: Any, *, what: str, minimum: int) -> None:
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < minimum):
-        raise InvalidArgument(f"{what} must be a whole number of at least {minimum} (or None), not {value!r}")
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= MAX_WHOLE):
+        raise InvalidArgument(f"{what} must be a whole number from {minimum} to {MAX_WHOLE} (or None), "
+                              f"not {str(value)[:40]}")
 
 
 def start_arguments_check(
