@@ -1,8 +1,12 @@
 """The JSON API, ``/api/v1/`` (django-ninja): the same services, role checks and audit as the
-console, for the programs around it. OpenAPI at ``/api/v1/openapi.json``; interactive docs at
-``/api/v1/docs`` for staff. Each group of endpoints is a router in ``api/routes/``."""
+console, for the programs around it. OpenAPI at ``/api/v1/openapi.json`` for staff and for
+any active API key (a client generator needs it); interactive docs at ``/api/v1/docs`` for staff. Each group of endpoints is a router in ``api/routes/``."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from functools import wraps
+from typing import Any
 
 from django.contrib.admin.views.decorators import staff_member_required
 from django.conf import settings
@@ -12,12 +16,29 @@ from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 
 from api.auth import ApiKeyAuth
+from api.keys import apikey_check
 from api.errors import Problem, problem_response
 from config.storage import is_storage_error
 
+def _staff_or_api_key(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """The docs for staff (a person's session); the OpenAPI document also for an active API key."""
+    staff_view = staff_member_required(view)
+
+    @wraps(view)
+    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        header = request.headers.get("Authorization", "")
+        if request.path.endswith("/openapi.json") and header.startswith("Bearer "):
+            if apikey_check(header[len("Bearer "):].strip()) is not None:
+                return view(request, *args, **kwargs)
+            return problem_response(request, "unauthenticated", "the API key is not valid (or no longer active)")
+        return staff_view(request, *args, **kwargs)
+
+    return wrapped
+
+
 api = NinjaAPI(
     title="Saga Console API", version="1", urls_namespace="api", auth=ApiKeyAuth(),
-    docs_decorator=staff_member_required,
+    docs_decorator=_staff_or_api_key,
     description="Start, follow, signal and decide runs. Authenticate with `Authorization: Bearer sk_...` "
                 "(manage.py createapikey). Errors are RFC 9457 problem JSON.",
 )
