@@ -56,7 +56,7 @@ def django_env(db: str, redis: int) -> dict[str, str]:
     common.BENCH_DB = common.BENCH_DB.rsplit("/", 1)[0] + f"/{db}"
     common.BENCH_REDIS = common.BENCH_REDIS.rsplit("/", 1)[0] + f"/{redis}"
     return dict(DEBUG="false", SECRET_KEY="bench-api-not-a-secret-0123456789-abcdefghijklmnopqrstuvwxyz",
-                ALLOWED_HOSTS="127.0.0.1,localhost", DB_CONN_MAX_AGE="300")
+                ALLOWED_HOSTS="127.0.0.1,localhost", DB_CONN_MAX_AGE="0")
 
 
 class Client:
@@ -130,10 +130,43 @@ def concurrent(make_fn, clients: int, per_client: int, prefix: str) -> float:  #
     return clients * per_client / (time.perf_counter() - t0)
 
 
-def long_polls(port: int, key: str, clients: int, total: int) -> list[float]:
-    """Latency (ms) from each run's finished_at to the long-poll's answer."""
+class NotifyClock:
+    """A second ``LISTEN saga_run_status`` in this process: when each run's COMPLETED was heard,
+    which splits a long-poll's latency into commit-to-NOTIFY and NOTIFY-to-answer."""
+
+    def __init__(self) -> None:
+        import psycopg
+        from django.db import connection
+
+        params = {k: v for k, v in connection.get_connection_params().items()
+                  if k in {"host", "port", "user", "password", "dbname"}}
+        self.conn = psycopg.connect(autocommit=True, **params)
+        self.conn.execute("LISTEN saga_run_status")
+        self.heard: dict[str, float] = {}
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            for notify in self.conn.notifies(timeout=0.5):
+                run_id, _, status = notify.payload.partition(":")
+                if status == "COMPLETED":
+                    self.heard[run_id] = time.time()
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(5)
+        self.conn.close()
+
+
+def long_polls(port: int, key: str, clients: int, total: int) -> tuple[list[float], list[float]]:
+    """Latency (ms) from each run's finished_at to the long-poll's answer, and from the
+    NOTIFY (as heard by another listener) to the answer."""
     lags: list[float] = []
+    after_notify: list[float] = []
     lock = threading.Lock()
+    clock = NotifyClock()
 
     def one(c: int) -> None:
         client = Client(port, key)
@@ -150,13 +183,18 @@ def long_polls(port: int, key: str, clients: int, total: int) -> list[float]:
                     raise SystemExit(f"a long-poll answered {status} {run.get('status')}: {run}")
                 with lock:
                     lags.append((answered - datetime.fromisoformat(run["finished_at"]).timestamp()) * 1000)
+                    if run["id"] in clock.heard:
+                        after_notify.append((answered - clock.heard[run["id"]]) * 1000)
         finally:
             client.close()
 
-    with ThreadPoolExecutor(clients) as pool:
-        for f in [pool.submit(one, c) for c in range(clients)]:
-            f.result()
-    return lags
+    try:
+        with ThreadPoolExecutor(clients) as pool:
+            for f in [pool.submit(one, c) for c in range(clients)]:
+                f.result()
+    finally:
+        clock.close()
+    return lags, after_notify
 
 
 def main() -> None:
@@ -200,7 +238,7 @@ def main() -> None:
 
         common.reset_state()  # the starts above are PENDING: the worker must not work through them first
         procs.append(common.spawn_worker("--concurrency", str(size["clients"]), env=env))
-        polls = long_polls(port, key, size["clients"], size["polls"])
+        polls, after_notify = long_polls(port, key, size["clients"], size["polls"])
     finally:
         for proc in procs:
             proc.terminate()
@@ -225,6 +263,8 @@ def main() -> None:
         (f"long-poll, finished_at to answer ({len(polls)} runs, {size['clients']} clients): p50", "", "",
          f"{p50:.1f} ms", "", ""),
         ("long-poll, finished_at to answer: p95", "", "", f"{p95:.1f} ms", "", f"< {TARGET_POLL_P95_MS:g} ms"),
+        ("long-poll, NOTIFY heard to answer: p50", "", "", f"{common.percentile(after_notify, 50):.1f} ms", "", ""),
+        ("long-poll, NOTIFY heard to answer: p95", "", "", f"{common.percentile(after_notify, 95):.1f} ms", "", ""),
     ]
     common.print_table(f"API (one daphne process, keep-alive clients, DEBUG off; workflow {WORKFLOW})", table)
     met = added < TARGET_ADDED_MS and p95 < TARGET_POLL_P95_MS
