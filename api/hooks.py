@@ -10,7 +10,9 @@ The HMAC is over the raw body bytes as sent (never a re-serialised JSON), compar
 rotating its secret); one that matches is enough. A timestamp more than ``TOLERANCE_S`` (5
 minutes) in the past or the future is refused, and a signature accepted once is refused for
 good (``HookReceipt``), so a captured request cannot be replayed. A sender that re-signs a
-retry (a new timestamp) delivers a second signal: the n-th ``ctx.wait_for`` takes the n-th.
+retry (a new timestamp) delivers a second signal, unless the body carries the sender's own
+``"event_id"``: a delivery whose event id this hook accepted before is answered 200 with
+``"duplicate": true`` and sends nothing, so the sender stops retrying (Stripe's ``id``, say).
 
 The body is a JSON object naming the run: ``{"run_id": ...}`` or ``{"business_key": ...,
 "workflow": ...}`` (workflow optional when the hook names one, or the key is unique in the
@@ -62,6 +64,7 @@ class Delivery:
     hook: Hook
     run: WorkflowRun
     signal: str
+    duplicate: bool = False  # an event id accepted before: nothing was sent this time
 
 
 def hook_sign(*, secret: str, timestamp: int | str, body: bytes) -> str:
@@ -144,6 +147,12 @@ def _run_named(hook: Hook, doc: dict[str, Any], ip: Any) -> WorkflowRun:
     return found[0]
 
 
+def _duplicate(hook: Hook, run: WorkflowRun, event_id: str, ip: Any) -> Delivery:
+    log.info("hook %s: event %r delivered again from %s; already accepted, nothing sent", hook.name,
+             event_id[:60], ip)
+    return Delivery(hook=hook, run=run, signal=hook.signal, duplicate=True)
+
+
 def hook_deliver(
     *, name: str, timestamp: str, signature: str, body: bytes, ip: Any = None, now: float | None = None,
 ) -> Delivery:
@@ -171,15 +180,22 @@ def hook_deliver(
         raise _refuse(hook.name, ip, "validation", "the body is not JSON") from None
     if not isinstance(doc, dict):
         raise _refuse(hook.name, ip, "validation", "the body must be a JSON object")
+    event_id = doc.get("event_id", "")
+    if not isinstance(event_id, str) or len(event_id) > 200 or "\x00" in event_id:
+        raise _refuse(hook.name, ip, "validation", "event_id must be a string of at most 200 characters")
     run = _run_named(hook, doc, ip)
     payload = doc["payload"] if "payload" in doc else doc
+    if event_id and HookReceipt.objects.filter(hook=hook, event_id=event_id).exists():
+        return _duplicate(hook, run, event_id, ip)
     actor = Actor(user=None, ip=ip, system=f"hook {hook.name}")  # type: ignore[arg-type]  # no user: the secret
     try:
         with transaction.atomic():
             try:
                 with transaction.atomic():
-                    HookReceipt.objects.create(hook=hook, signature=digest, run_id=run.id)
+                    HookReceipt.objects.create(hook=hook, signature=digest, event_id=event_id, run_id=run.id)
             except IntegrityError:
+                if event_id and HookReceipt.objects.filter(hook=hook, event_id=event_id).exists():
+                    return _duplicate(hook, run, event_id, ip)  # the same event, delivered at the same moment
                 raise _refuse(hook.name, ip, "replay", "this signature was accepted before; sign each delivery "
                                                        "with its own timestamp") from None
             signal_send(run_id=str(run.id), name=hook.signal, payload=payload, actor=system_label(actor.system))

@@ -67,8 +67,15 @@ class HookReceipt(models.Model):
 
     hook = models.ForeignKey(Hook, on_delete=models.CASCADE, related_name="receipts")
     signature = models.CharField(max_length=128)
+    # The sender's own id of the event ("event_id" in the body), when it sends one: a retry it
+    # re-signs with a new timestamp is then answered as delivered, without a second signal.
+    event_id = models.CharField(max_length=200, blank=True, default="")
     run_id = models.UUIDField(null=True, blank=True)
     received_at = models.DateTimeField(auto_now_add=True, db_index=True)
 
     class Meta:
-        constraints = [models.UniqueConstraint(fields=["hook", "signature"], name="hook_receipt_once")]
+        constraints = [
+            models.UniqueConstraint(fields=["hook", "signature"], name="hook_receipt_once"),
+            models.UniqueConstraint(fields=["hook", "event_id"], condition=~models.Q(event_id=""),
+                                    name="hook_receipt_event_once"),
+        ]

@@ -38,6 +38,9 @@ _BODY_SCHEMA = {
         "business_key": {"type": "string", "maxLength": 200},
         "workflow": {"type": "string"},
         "payload": {"description": "the signal's payload (any JSON); without it, the whole body"},
+        "event_id": {"type": "string", "maxLength": 200,
+                     "description": "the sender's id of the event: a retry of an accepted one answers 200 with "
+                                    "duplicate true and sends no second signal"},
     },
 }
 
@@ -47,6 +50,7 @@ class HookOut(Schema):
     run_id: str
     signal: str = Field(..., description="the signal sent to the run")
     run_status: str = Field(..., description="the run's status after the signal (PENDING when it was waiting)")
+    duplicate: bool = Field(False, description="the body's event_id was accepted before: no second signal was sent")
 
 
 @router.post(
@@ -60,7 +64,7 @@ class HookOut(Schema):
         "requestBody": {"required": True, "content": {"application/json": {"schema": _BODY_SCHEMA}}},
     },
 )
-def receive_hook(request: HttpRequest, name: str) -> dict[str, str]:
+def receive_hook(request: HttpRequest, name: str) -> dict[str, object]:
     length = request.META.get("CONTENT_LENGTH") or "0"
     if length.isdigit() and int(length) > MAX_BODY_BYTES:  # refused before the body is read
         raise Problem("payload-too-large", f"a hook body may hold at most {MAX_BODY_BYTES} bytes")
@@ -69,4 +73,4 @@ def receive_hook(request: HttpRequest, name: str) -> dict[str, str]:
         signature=request.headers.get(SIGNATURE_HEADER, ""), body=request.body, ip=actor_ip(request),
     )
     return {"hook": delivery.hook.name, "run_id": str(delivery.run.id), "signal": delivery.signal,
-            "run_status": delivery.run.status}
+            "run_status": delivery.run.status, "duplicate": delivery.duplicate}

@@ -54,7 +54,7 @@ def test_it_signals_the_run_named_by_id_and_audits_it_as_the_hook(hook):
     answer = post("stripe", json.dumps({"run_id": str(run.id), "payload": {"amount": 1250}}).encode(), secret=secret)
     assert answer.status_code == 200, answer.content
     assert answer.json() == {"hook": "stripe", "run_id": str(run.id), "signal": "payment_settled",
-                             "run_status": "PENDING"}
+                             "run_status": "PENDING", "duplicate": False}
     assert [p["payload"] for p in signals(run)] == [{"amount": 1250}]
     entry = AuditEntry.objects.get(action="run.signal")
     assert (entry.actor_label, entry.object_id, entry.reason, entry.outcome) == (
@@ -106,6 +106,23 @@ def test_it_refuses_a_replayed_delivery_and_signals_once(hook):
     # The sender's own retry, signed anew, is a second delivery: the n-th wait takes the n-th signal.
     assert post("stripe", body, secret=secret, timestamp=now + 1).status_code == 200
     assert len(signals(run)) == 2
+
+
+def test_it_answers_a_resigned_retry_of_the_same_event_as_delivered_and_signals_once(hook):
+    """A provider that re-signs its retries (a new timestamp) and names its event is answered
+    200 duplicate, so it stops retrying, and the run gets one signal."""
+    _, secret, run = hook
+    body = json.dumps({"run_id": str(run.id), "event_id": "evt_1NZ", "payload": {"amount": 1250}}).encode()
+    first = post("stripe", body, secret=secret)
+    assert first.status_code == 200 and first.json()["duplicate"] is False
+    retry = post("stripe", body, secret=secret, timestamp=int(time.time()) + 1)
+    assert retry.status_code == 200 and retry.json()["duplicate"] is True
+    assert len(signals(run)) == 1 and AuditEntry.objects.filter(action="run.signal").count() == 1
+    other = json.dumps({"run_id": str(run.id), "event_id": "evt_2QX", "payload": {"amount": 50}}).encode()
+    assert post("stripe", other, secret=secret).json()["duplicate"] is False
+    assert [p["payload"] for p in signals(run)] == [{"amount": 1250}, {"amount": 50}]
+    bad = post("stripe", json.dumps({"run_id": str(run.id), "event_id": 7}).encode(), secret=secret)
+    assert bad.status_code == 400 and problem(bad) == "validation"
 
 
 def test_it_answers_404_for_an_unknown_or_disabled_hook(hook):
