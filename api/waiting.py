@@ -20,6 +20,10 @@ Guarantees:
 
 Not guaranteed: an answer within the timeout when PostgreSQL is down (the final read then
 fails, and the API answers 503 ``unavailable``).
+
+The listener starts on the first wait in a process and lives as long as the process. Tests
+therefore wait through a served API (``api_server``), not the in-process test client: a
+listener in the test process would keep a connection to the test database open.
 """
 
 from __future__ import annotations
@@ -177,8 +181,11 @@ def _read(run_id: str, user: Any, release: bool) -> tuple[WorkflowRun | None, bo
     run = run_get(run_id, user=user)
     settled = run is not None and run_settled(run)
     if release and run is not None and not settled:
-        # The wait may be long: give the connection back rather than hold one per waiting request.
-        connections.close_all()
+        # The wait may be long: give the connection back rather than hold one per waiting request
+        # (never one inside a transaction: a test's, or a caller's).
+        for conn in connections.all(initialized_only=True):
+            if not conn.in_atomic_block:
+                conn.close()
     return run, settled
 
 
