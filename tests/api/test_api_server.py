@@ -20,3 +20,21 @@ def test_it_starts_a_run_over_http_and_a_worker_completes_it(api_server, keys):
                what="the run to complete")
     anonymous = api_server.call("GET", f"/runs/{run_id}")
     assert anonymous.status == 401 and anonymous.problem == "unauthenticated"
+
+
+def test_it_keeps_no_database_connection_open_per_request(api_server, keys):
+    """Under daphne each request's sync code runs in a thread of its own: a persistent connection
+    there was never reused nor closed, and 80 requests left 9 connections open (the server's
+    limit is 100 for everyone)."""
+    from django.db import connection
+
+    def open_connections() -> int:
+        with connection.cursor() as cur:
+            cur.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                        "AND pid <> pg_backend_pid()")
+            return cur.fetchone()[0]
+
+    before = open_connections()
+    for _ in range(80):
+        assert api_server.call("GET", "/runs/00000000-0000-0000-0000-000000000000", keys["viewer"]).status == 404
+    wait_until(lambda: open_connections() <= before + 1, 5, what="the web process to close its connections")
