@@ -13,8 +13,8 @@ HTTP connection. Prints one table. Figures:
   ``POST /runs`` (auth with an operator key, rate limit in Redis, audit row, JSON both ways),
   in-process through ``django.test.Client`` (the API's own cost: one kept database connection,
   no HTTP) and over HTTP to daphne; "added" is the difference of the p50s (target < 5 ms).
-  Over daphne every request also opens a new database connection: Django's connections are
-  per thread and ASGI runs each request's sync code in a thread of its own;
+  Over daphne the request's database connection comes from the web process's pool
+  (config/asgi.py, DB_POOL_SIZE): ASGI runs each request's sync code in a thread of its own;
 * starts per second with 8 concurrent clients, each way (no worker runs: starts only);
 * long-poll: 8 clients each start a run (one step sleeping 0.2 s) and at once
   ``GET /runs/{id}?wait=30``; latency = the answer's arrival (``time.time()``) minus the run's

@@ -9,9 +9,10 @@ from django.core.asgi import get_asgi_application
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 # Under ASGI each request's sync code runs in a thread of its own, and a persistent connection
 # belongs to that thread: kept open (CONN_MAX_AGE > 0) it is never reused nor closed, so the web
-# process leaked a PostgreSQL connection every few requests (Django's docs: disable persistent
-# connections in async mode). A connection per request here; workers keep theirs.
+# process leaked a PostgreSQL connection every few requests. As Django's docs advise for async
+# mode: no persistent connections, a pool instead (config/settings.py DB_POOL_SIZE; 0 turns it off).
 os.environ.setdefault("DB_CONN_MAX_AGE", "0")
+os.environ.setdefault("DB_POOL_SIZE", "10")
 django_asgi_app = get_asgi_application()
 
 # These need the apps loaded.

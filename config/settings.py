@@ -125,9 +125,17 @@ _db = parse_database_url(DATABASE_URL)
 # pytest-django creates this database; worker processes started by tests are
 # pointed at it explicitly, so its name must be known in advance.
 _db["TEST"] = {"NAME": env_str("TEST_DATABASE_NAME", f"test_{_db['NAME']}")}
-# Workers and web processes keep their connection (checked before reuse).
+# Workers keep their connection (checked before reuse). The web process (config/asgi.py) takes
+# connections from a pool instead: under ASGI each request's sync code runs in a thread of its
+# own, where a kept connection would never be reused nor closed (DB_POOL_SIZE=0: no pool, a new
+# connection per request).
 _db["CONN_MAX_AGE"] = env_float("DB_CONN_MAX_AGE", 300.0)
 _db["CONN_HEALTH_CHECKS"] = True
+DB_POOL_SIZE = env_int("DB_POOL_SIZE", 0)
+if DB_POOL_SIZE:
+    _db["CONN_MAX_AGE"] = 0  # a pooled connection goes back to the pool at the end of each request
+    _db["CONN_HEALTH_CHECKS"] = False
+    _db.setdefault("OPTIONS", {})["pool"] = {"min_size": 1, "max_size": DB_POOL_SIZE, "timeout": 10}
 DATABASES = {"default": _db}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

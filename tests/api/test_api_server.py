@@ -25,7 +25,8 @@ def test_it_starts_a_run_over_http_and_a_worker_completes_it(api_server, keys):
 def test_it_keeps_no_database_connection_open_per_request(api_server, keys):
     """Under daphne each request's sync code runs in a thread of its own: a persistent connection
     there was never reused nor closed, and 80 requests left 9 connections open (the server's
-    limit is 100 for everyone)."""
+    limit is 100 for everyone). The web process now draws from a pool: a couple of connections
+    serve one client's requests one after another, however many."""
     from django.db import connection
 
     def open_connections() -> int:
@@ -35,6 +36,6 @@ def test_it_keeps_no_database_connection_open_per_request(api_server, keys):
             return cur.fetchone()[0]
 
     before = open_connections()
-    for _ in range(80):
+    for _ in range(160):
         assert api_server.call("GET", "/runs/00000000-0000-0000-0000-000000000000", keys["viewer"]).status == 404
-    wait_until(lambda: open_connections() <= before + 1, 5, what="the web process to close its connections")
+    assert open_connections() <= before + 3
