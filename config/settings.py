@@ -134,7 +134,8 @@ _db["CONN_HEALTH_CHECKS"] = True
 DB_POOL_SIZE = env_int("DB_POOL_SIZE", 0)
 if DB_POOL_SIZE:
     _db["CONN_MAX_AGE"] = 0  # a pooled connection goes back to the pool at the end of each request
-    _db["CONN_HEALTH_CHECKS"] = False
+    # CONN_HEALTH_CHECKS stays on: Django then has the pool try a connection before handing it out,
+    # so one the server dropped (a restart) is replaced instead of failing the request that drew it.
     _db.setdefault("OPTIONS", {})["pool"] = {"min_size": 1, "max_size": DB_POOL_SIZE, "timeout": 10}
 DATABASES = {"default": _db}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
