@@ -55,6 +55,19 @@ def http(base: str, method: str, path: str, key: str | None = None, body: Any = 
     return Answer(status, lowered, parsed)
 
 
+def login(name: str, *groups: str, **fields: Any):
+    """A test Client logged in as a new user ``name`` in ``groups`` (``is_staff=True``...)."""
+    from django.contrib.auth.models import Group, User
+    from django.test import Client
+
+    user = User.objects.create_user(name, password="pw-for-tests", **fields)
+    for group in groups:
+        user.groups.add(Group.objects.get_or_create(name=group)[0])
+    client = Client()
+    client.force_login(user)
+    return client
+
+
 @pytest.fixture
 def keys(transactional_db) -> dict[str, str]:
     """A key per role (``viewer``, ``operator``, ``approver``), a second operator and an

@@ -8,7 +8,7 @@ import time
 from datetime import timedelta
 
 import pytest
-from django.contrib.auth.models import Group, User
+from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
@@ -17,18 +17,11 @@ from api.keys import apikey_create, apikey_revoke
 from api.models import ApiKey, Hook
 from console import roles
 from console.models import AuditEntry, AuditOutcome
+from tests.api.conftest import login
+
 
 pytestmark = pytest.mark.django_db(transaction=True)
 NO_RUN = "/api/v1/runs/00000000-0000-0000-0000-000000000000"
-
-
-def login(name: str, *groups: str, **fields) -> Client:
-    user = User.objects.create_user(name, password="pw-for-tests", **fields)
-    for group in groups:
-        user.groups.add(Group.objects.get_or_create(name=group)[0])
-    client = Client()
-    client.force_login(user)
-    return client
 
 
 def api_get(key: str, path: str = NO_RUN):

@@ -6,12 +6,13 @@ from __future__ import annotations
 import re
 
 import pytest
-from django.contrib.auth.models import Group, User
 from django.contrib.staticfiles import finders
 from django.test import Client
 
 from api.keys import apikey_create
 from console import roles
+from tests.api.conftest import login
+
 
 pytestmark = pytest.mark.django_db
 
@@ -27,15 +28,6 @@ ENDPOINTS = {
 # The run's own JSON, whatever the workflow makes of it: the only values without a type.
 FREE_JSON = {"StartIn.input", "SignalIn.payload", "RunOut.input", "RunOut.result", "RunOut.error",
              "HistoryEntry.payload"}
-
-
-def client_of(name: str, *groups: str, **fields) -> Client:
-    user = User.objects.create_user(name, password="pw-for-tests", **fields)
-    for group in groups:
-        user.groups.add(Group.objects.get_or_create(name=group)[0])
-    client = Client()
-    client.force_login(user)
-    return client
 
 
 def _untyped(schema: dict, components: dict, where: str) -> list[str]:
@@ -54,7 +46,7 @@ def _untyped(schema: dict, components: dict, where: str) -> list[str]:
 
 
 def test_it_documents_every_endpoint_with_typed_requests_and_answers():
-    answer = client_of("sam", is_staff=True).get("/api/v1/openapi.json")
+    answer = login("sam", is_staff=True).get("/api/v1/openapi.json")
     assert answer.status_code == 200
     doc = answer.json()
     components = doc["components"]["schemas"]
@@ -85,11 +77,11 @@ def test_it_shows_the_docs_to_staff_and_the_document_to_staff_and_api_keys():
         assert with_key == (200 if path.endswith("openapi.json") else 302)  # a client generator needs the schema
         if path.endswith("openapi.json"):
             assert Client().get(path, HTTP_AUTHORIZATION=f"Bearer {key}x").status_code == 401
-        assert client_of(f"op{len(path)}", roles.VIEWER, roles.OPERATOR).get(path).status_code == 302
+        assert login(f"op{len(path)}", roles.VIEWER, roles.OPERATOR).get(path).status_code == 302
 
 
 def test_it_serves_the_docs_page_from_our_static_files_under_the_strict_csp():
-    page = client_of("sam", is_staff=True).get("/api/v1/docs")
+    page = login("sam", is_staff=True).get("/api/v1/docs")
     assert page.status_code == 200
     html = page.content.decode()
     csp = page["Content-Security-Policy"]
