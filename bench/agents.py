@@ -104,6 +104,7 @@ class Forked:
         self.pid = os.fork()
         if self.pid == 0:
             code = 1
+            common.forget_inherited_connections()
             try:
                 log = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
                 os.dup2(log, 1)

@@ -98,6 +98,7 @@ class WorkerPool:
         pid = os.fork()
         if pid == 0:  # the worker
             code = 1
+            common.forget_inherited_connections()
             try:
                 log = os.open(self.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
                 os.dup2(log, 1)

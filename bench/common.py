@@ -133,3 +133,28 @@ def wait_for(predicate, timeout: float, interval: float = 0.05) -> bool:  # type
             return True
         time.sleep(interval)
     return False
+
+
+_inherited: list = []  # the parent's connections a forked child must neither use nor close
+
+
+def forget_inherited_connections() -> None:
+    """In a child just forked from a bench process: let Django open its own connections.
+
+    The parent closes its connections before forking, but a connection it could not close (one
+    inside a transaction, or opened by another of its threads) came along with the fork: the
+    child then ran its first queries on the parent's socket, inside the parent's transaction
+    (seen as "connection in transaction status INTRANS" and a hung smoke run). Here the child
+    drops Django's state for them and keeps the psycopg objects referenced for good, so that
+    garbage collection never sends a Terminate down the socket the parent still uses."""
+    from django.db import connections
+
+    for conn in connections.all(initialized_only=True):
+        if conn.connection is not None:
+            _inherited.append(conn.connection)
+        conn.connection = None
+        conn.in_atomic_block = False
+        conn.savepoint_ids = []
+        conn.needs_rollback = False
+        conn.closed_in_transaction = False
+        conn.run_on_commit = []
