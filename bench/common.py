@@ -141,12 +141,14 @@ _inherited: list = []  # the parent's connections a forked child must neither us
 def forget_inherited_connections() -> None:
     """In a child just forked from a bench process: let Django open its own connections.
 
-    The parent closes its connections before forking, but a connection it could not close (one
-    inside a transaction, or opened by another of its threads) came along with the fork: the
-    child then ran its first queries on the parent's socket, inside the parent's transaction
-    (seen as "connection in transaction status INTRANS" and a hung smoke run). Here the child
-    drops Django's state for them and keeps the psycopg objects referenced for good, so that
-    garbage collection never sends a Terminate down the socket the parent still uses."""
+    The parent closes its connections before forking, but one that ``close_all()`` does not close
+    (inside a transaction; or a pooled one, which goes back to its pool open: a pool leaked into a
+    bench through the environment once, config/asgi.py) would come along with the fork, and the
+    child would run its queries on the parent's socket, inside the parent's transaction (seen as
+    "connection in transaction status INTRANS", a hung smoke run, and a parent reading a child's
+    INSERT). Here the child drops Django's state for them and keeps the psycopg objects
+    referenced for good, so that garbage collection never sends a Terminate down the socket the
+    parent still uses."""
     from django.db import connections
 
     for conn in connections.all(initialized_only=True):

@@ -11,9 +11,17 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 # belongs to that thread: kept open (CONN_MAX_AGE > 0) it is never reused nor closed, so the web
 # process leaked a PostgreSQL connection every few requests. As Django's docs advise for async
 # mode: no persistent connections, a pool instead (config/settings.py DB_POOL_SIZE; 0 turns it off).
-os.environ.setdefault("DB_CONN_MAX_AGE", "0")
-os.environ.setdefault("DB_POOL_SIZE", "10")
-django_asgi_app = get_asgi_application()
+# Set only while the settings are read, never left in the environment: a process that imports this
+# module (a test using the ASGI app) must not hand a pool to the workers and benches it starts,
+# whose forked children would share the pool's open connections.
+_WEB_DEFAULTS = {"DB_CONN_MAX_AGE": "0", "DB_POOL_SIZE": "10"}
+_added = [name for name in _WEB_DEFAULTS if name not in os.environ]
+os.environ.update({name: _WEB_DEFAULTS[name] for name in _added})
+try:
+    django_asgi_app = get_asgi_application()
+finally:
+    for _name in _added:
+        os.environ.pop(_name, None)
 
 # These need the apps loaded.
 from channels.auth import AuthMiddlewareStack  # noqa: E402

@@ -39,3 +39,15 @@ def test_it_keeps_no_database_connection_open_per_request(api_server, keys):
     for _ in range(160):
         assert api_server.call("GET", "/runs/00000000-0000-0000-0000-000000000000", keys["viewer"]).status == 404
     assert open_connections() <= before + 3
+
+
+def test_importing_the_asgi_app_leaves_no_pool_setting_in_the_environment():
+    """config/asgi.py gives the web process a connection pool through the environment while the
+    settings are read. Left there, it reached every worker and bench a test process started
+    after importing the ASGI app (for a websocket test): their forked children shared the pool's
+    open connections (a hung agents smoke run, a chaos run reading a child's INSERT)."""
+    import os
+
+    import config.asgi  # noqa: F401
+
+    assert "DB_POOL_SIZE" not in os.environ and "DB_CONN_MAX_AGE" not in os.environ
