@@ -336,28 +336,9 @@ def run_cell(label: str, variant: str, chance: float, runs: int, workers: int, l
 
         kills, seconds, lost, ids = run_ours(runs, workers, log_path)
         unknown = EffectRecord.objects.filter(run_id__in=ids, status="UNKNOWN").count()
-    cost, model_repeats, duplicates = provider_books()
+    cost, model_repeats, duplicates = common.provider_books()
     return Cell(label, variant, chance, runs, cost / runs, model_repeats, kills / runs, duplicates, unknown, lost,
                 seconds)
-
-
-def provider_books() -> tuple[float, int, int]:
-    """(model cost billed, model turns billed more than once, tool executions beyond one per call)."""
-    from django.db import connection
-
-    with connection.cursor() as cur:
-        cur.execute(
-            """SELECT coalesce(sum((response->>'cost')::float8), 0), count(*) - count(DISTINCT request->>'ref')
-                 FROM demo_providerexecution WHERE provider = 'model'"""
-        )
-        cost, model_repeats = cur.fetchone()
-        cur.execute(
-            """SELECT count(*) - count(DISTINCT request->>'ref') FROM demo_providerexecution
-                WHERE (provider, operation) IN (('payments', 'capture'), ('inventory', 'reserve'),
-                                                ('shipping', 'create'))"""
-        )
-        (duplicates,) = cur.fetchone()
-    return float(cost), int(model_repeats), int(duplicates)
 
 
 # --- output -------------------------------------------------------------------------------

@@ -166,22 +166,9 @@ def run_cell(label: str, workflow: str, chance: float, runs: int, workers: int, 
 
 
 def measure(label: str, workflow: str, chance: float, ids: list, kills: int, seconds: float) -> Cell:
-    from django.db import connection
-
     from sagas.models import WorkflowRun
 
-    with connection.cursor() as cur:
-        cur.execute(
-            """SELECT coalesce(sum((response->>'cost')::float8), 0), count(*) - count(DISTINCT request->>'ref')
-                 FROM demo_providerexecution WHERE provider = 'model'"""
-        )
-        cost, model_repeats = cur.fetchone()
-        cur.execute(
-            """SELECT count(*) - count(DISTINCT request->>'ref') FROM demo_providerexecution
-                WHERE (provider, operation) IN (('payments', 'capture'), ('inventory', 'reserve'),
-                                                ('shipping', 'create'))"""
-        )
-        (duplicates,) = cur.fetchone()
+    cost, model_repeats, duplicates = common.provider_books()
     completed = WorkflowRun.objects.filter(id__in=ids, status="COMPLETED").count()
     return Cell(label, workflow, chance, len(ids), cost / len(ids), model_repeats, kills / len(ids), duplicates,
                 len(ids) - completed, seconds)

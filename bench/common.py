@@ -160,3 +160,22 @@ def forget_inherited_connections() -> None:
         conn.needs_rollback = False
         conn.closed_in_transaction = False
         conn.run_on_commit = []
+
+
+def provider_books() -> tuple[float, int, int]:
+    """(model cost billed, model turns billed more than once, tool executions beyond one per call)."""
+    from django.db import connection
+
+    with connection.cursor() as cur:
+        cur.execute(
+            """SELECT coalesce(sum((response->>'cost')::float8), 0), count(*) - count(DISTINCT request->>'ref')
+                 FROM demo_providerexecution WHERE provider = 'model'"""
+        )
+        cost, model_repeats = cur.fetchone()
+        cur.execute(
+            """SELECT count(*) - count(DISTINCT request->>'ref') FROM demo_providerexecution
+                WHERE (provider, operation) IN (('payments', 'capture'), ('inventory', 'reserve'),
+                                                ('shipping', 'create'))"""
+        )
+        (duplicates,) = cur.fetchone()
+    return float(cost), int(model_repeats), int(duplicates)
