@@ -101,6 +101,11 @@ class WorkflowRun(models.Model):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
     )
     started_via = models.CharField(max_length=20, default="api")
+    # A chain of runs made by ``ctx.continue_as_new(state)``: the run this one continues, and
+    # the run that continues this one (set when this run ends that way). Plain ids, not
+    # foreign keys: retention archives a chain's older runs while the newer ones live on.
+    continued_from = models.UUIDField(null=True, blank=True, help_text="the run this one continues")
+    continued_to = models.UUIDField(null=True, blank=True, help_text="the run that continues this one")
 
     class Meta:
         constraints = [
