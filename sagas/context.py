@@ -23,7 +23,7 @@ import random as _random
 import uuid as _uuid
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 from django.db import InterfaceError, OperationalError
 from django.utils import timezone
@@ -35,9 +35,17 @@ from ledger.protocol import run_effect
 from sagas import waits
 from sagas.crashpoints import crash_point
 from sagas.cursor import JournalCursor, shutdown_requested
-from sagas.errors import EffectUnknown, NonDeterminismError, NotSerializable, StepFailed, StorageUnavailable
+from sagas.errors import (
+    ContinueAsNew,
+    EffectUnknown,
+    NonDeterminismError,
+    NotSerializable,
+    StepFailed,
+    StorageUnavailable,
+)
 from sagas.models import JournalKind
 from sagas.systemdb import ClaimedRun, Entry, dumps
+from sagas.validation import checked_json
 
 K = JournalKind
 
@@ -187,6 +195,43 @@ class Context(JournalCursor):
             raise NonDeterminismError(str(exc), journal=exc.recorded, code_asked=exc.asked) from exc
         except PayloadNotJSON as exc:
             raise NotSerializable(str(exc)) from None
+
+    @_engine_call
+    def continue_as_new(self, state: Any = None) -> NoReturn:
+        """End this run here and go on in a fresh run of the same workflow, with ``state`` as
+        its input: for loops that run for weeks (an agent's turns), whose journal would
+        otherwise grow, and be replayed, without end. Never returns; call it where the
+        workflow would return (``return ctx.continue_as_new(state)`` reads well).
+
+        Contract (``sagas.continuation``), in one transaction under this worker's fence: this
+        run becomes COMPLETED (``status_reason`` ``continued_as_new``, result
+        ``{"continued_as": "<new run id>"}``, journal entry ``continued_as_new``) and the new
+        run is created PENDING, linked both ways (``continued_to`` / ``continued_from``). The
+        new run is then woken (if that wake-up is lost, the sweeper finds the run). So a
+        crash anywhere leaves either no successor (this run replays to this call and
+        continues again) or exactly one (this run is finished and is never replayed).
+
+        * The successor runs the newest version of the workflow registered in the worker
+          that continues (as Temporal's continue-as-new picks up the current code): a long
+          loop moves to new code at its next continuation, never in the middle of a run.
+        * Budgets are the chain's: the successor starts with this run's ``steps_used`` and
+          ``cost_used`` and keeps its limits, and its ``started_at`` is the chain's first
+          start, so ``max_duration`` counts from there. A budget already used up stops this
+          run here (``budget_exceeded``) instead of starting a successor.
+        * Same tenant and starter (four-eyes holds along the chain); ``started_via``
+          ``continue_as_new``; business key ``<first run's key>#<position>`` (the first key
+          stays with the first run, so ``start`` with it still finds the chain's first run;
+          empty if the first run had none, or if that key is taken).
+        * ``state`` must be JSON that PostgreSQL can store, as for ``start``'s input;
+          otherwise ``NotSerializable`` is raised here, and nothing is continued.
+        * Not carried over: the journal (that is the point), the step-name counters, and
+          anything to compensate: a failure in the new run compensates its own effects
+          only; earlier runs of the chain completed.
+        """
+        checked = checked_json(state, what="the state given to ctx.continue_as_new")
+        self.check_finished()
+        self.before_live()
+        raise ContinueAsNew(checked)
 
     def add_cost(self, amount: float, unit: str = "usd") -> None:
         """Charge ``amount`` to the run's budget. Call it inside a step: the cost is

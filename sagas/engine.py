@@ -23,12 +23,13 @@ from django.conf import settings
 from django.db import InterfaceError, OperationalError
 
 from config.storage import is_storage_error, note_failure, note_success, wait_for_database
-from sagas import queue, registry, signals, systemdb
+from sagas import continuation, queue, registry, signals, systemdb
 from sagas.compensation import compensate_claimed, needs_compensation, plan_for_failure
 from sagas.context import Context
 from sagas.crashpoints import crash_point
 from sagas.errors import (
     ApprovalRejected,
+    ContinueAsNew,
     LeaseLost,
     NotSerializable,
     RunHalted,
@@ -135,6 +136,11 @@ def _execute(run: ClaimedRun, owner: str, beat: Heartbeat | None = None) -> Outc
                 if _suspend(run, owner, ctx, wait):
                     return Outcome.WAITING
                 continue  # a decision or signal arrived while we ran: replay with it
+            except ContinueAsNew as cont:
+                crash_point("before_continue_as_new", run.workflow_name)
+                if continuation.continue_claimed(run, owner=owner, expect_last_seq=ctx.last_seq, state=cont.state):
+                    return Outcome.COMPLETED  # this run is done; its successor is woken
+                continue  # a signal or decision arrived while we ran: replay with it
             except RunHalted as halt:
                 outcome = _halt(run, owner, halt, expect_last_seq=ctx.last_seq)
                 if outcome is not None:

@@ -162,6 +162,18 @@ class Yield(EngineSignal):
     code = "yield"
 
 
+class ContinueAsNew(EngineSignal):
+    """``ctx.continue_as_new(state)``: end this run and go on in a fresh run of the same
+    workflow with ``state`` as its input (``sagas.continuation``). ``state`` is already checked
+    storable JSON (as PostgreSQL will return it)."""
+
+    code = "continue_as_new"
+
+    def __init__(self, state: Any) -> None:
+        super().__init__("continue as new")
+        self.state = state
+
+
 class RunHalted(EngineSignal):
     """The run cannot continue without a person: it goes to NEEDS_ATTENTION.
 
