@@ -26,7 +26,8 @@ from tests.procs import ROOT
         ("bench/continue_loop.py", ["first 1,000 turns, median ms per turn", "last 1,000 turns, median ms per turn",
                                     "turn after a continuation", "longest journal of a run"]),
         ("bench/partition.py", ["append statement, 1 client", "load_journal, one run (5",
-                                "history page, long run, first", "retention: one month", "retention: journal entries removed per second"]),
+                                "history page, long run, first", "retention: one month",
+                                "retention: journal entries removed per second"]),
     ],
 )
 def test_it_runs_each_benchmark_at_tiny_size_and_prints_its_table(script, expected_rows):
