@@ -244,6 +244,22 @@ SAGAS_CRASH_AT = env_list("SAGAS_CRASH_AT")
 # Runs one worker process advances at once, one thread each (sagas_worker --concurrency overrides it).
 SAGAS_WORKER_CONCURRENCY = env_int("SAGAS_WORKER_CONCURRENCY", 1, minimum=1)
 
+# Retention (sagas/retention.py, README "Retention and archives"): terminal runs (completed,
+# compensated, cancelled, failed) finished more than SAGAS_RETENTION_DAYS ago (a workflow's own
+# ``retention=`` first) are written to SAGAS_ARCHIVE_URL, one gzip JSON Lines file per UTC day of
+# their finish, then deleted. Other schemes than file:// need SAGAS_ARCHIVE_WRITER, the dotted path
+# of a class taking the URL (sagas.archive.ArchiveStore). Settled effect keys stay SAGAS_EFFECT_KEY_DAYS
+# after archiving in a key index so a repeat is still deduplicated. Workers (not --no-sweep) archive
+# every SAGAS_ARCHIVE_INTERVAL seconds (0: never), SAGAS_ARCHIVE_BATCH runs per transaction,
+# SAGAS_ARCHIVE_PAUSE seconds apart.
+SAGAS_ARCHIVE_URL = env_str("SAGAS_ARCHIVE_URL", f"file://{BASE_DIR / '.run' / 'archive'}")
+SAGAS_ARCHIVE_WRITER = env_str("SAGAS_ARCHIVE_WRITER", "")
+SAGAS_RETENTION_DAYS = env_float("SAGAS_RETENTION_DAYS", 30.0, minimum=0.0)
+SAGAS_EFFECT_KEY_DAYS = env_float("SAGAS_EFFECT_KEY_DAYS", 90.0, minimum=0.0)
+SAGAS_ARCHIVE_INTERVAL = env_float("SAGAS_ARCHIVE_INTERVAL", 3600.0, minimum=0.0)
+SAGAS_ARCHIVE_BATCH = env_int("SAGAS_ARCHIVE_BATCH", 500, minimum=1)
+SAGAS_ARCHIVE_PAUSE = env_float("SAGAS_ARCHIVE_PAUSE", 0.05, minimum=0.0)
+
 # Model prices for durable agents (sagas/agents.py): usd per million input and output tokens, by
 # the model name a response reports; "*" prices any other model. A model without a price costs 0
 # (the conversation view says "unpriced"), so set this before relying on max_cost. JSON in the

@@ -22,6 +22,8 @@ from console.services.actions import in_action
 from console.services.limits import clip_text
 from ledger.models import EffectRecord
 from ledger.services import effect_resolved
+from sagas.models import ArchivedRun
+from sagas.retention import ArchivedBatch, runs_archived
 
 
 def _on_effect_resolved(sender: Any, effect: EffectRecord, outcome: str, actor: str, **kwargs: Any) -> None:
@@ -39,5 +41,22 @@ def _on_effect_resolved(sender: Any, effect: EffectRecord, outcome: str, actor: 
     )
 
 
+def _on_runs_archived(sender: Any, batch: ArchivedBatch, **kwargs: Any) -> None:
+    """One ``runs.archived`` entry per retention batch, in the batch's transaction (sent by
+    ``sagas.retention`` after the delete): a failure here rolls the batch back. The tenant is
+    the batch's when it has one (else "": shown to those who see every tenant)."""
+    count = len(batch.run_ids)
+    AuditEntry.objects.create(
+        actor=None, actor_label=system_label("retention"), action="runs.archived", object_type="archive_batch",
+        object_id=str(batch.id), outcome=AuditOutcome.OK, tenant=batch.tenants[0] if len(batch.tenants) == 1 else "",
+        after={"count": count, "first_run_id": batch.run_ids[0], "last_run_id": batch.run_ids[-1],
+               "journal_entries": batch.journal_entries, "effects": batch.effects, "files": batch.files,
+               "first_finished_at": batch.first_finished_at.isoformat() if batch.first_finished_at else None,
+               "last_finished_at": batch.last_finished_at.isoformat() if batch.last_finished_at else None},
+        message=f"archived {count} finished run(s) to {', '.join(batch.files)} and deleted them",
+    )
+
+
 def connect_signals() -> None:
     effect_resolved.connect(_on_effect_resolved, sender=EffectRecord, dispatch_uid="console.system_audit.effect")
+    runs_archived.connect(_on_runs_archived, sender=ArchivedRun, dispatch_uid="console.system_audit.archived")

@@ -11,7 +11,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from config.redacted_admin import RedactedFieldsAdmin
-from ledger.models import EffectRecord
+from ledger.models import EffectKeyIndex, EffectRecord
 
 
 @admin.register(EffectRecord)
@@ -34,3 +34,14 @@ class EffectRecordAdmin(RedactedFieldsAdmin):
             return queryset.filter(run_id=uuid.UUID(term)), False
         except ValueError:
             return queryset.filter(idempotency_key=term), False
+
+
+@admin.register(EffectKeyIndex)
+class EffectKeyIndexAdmin(RedactedFieldsAdmin):
+    """Keys of archived effects, kept for deduplication until ``expires_at``."""
+
+    list_display = ("tenant", "idempotency_key", "connector", "status", "run_id", "expires_at")
+    list_filter = ("status",)
+    search_fields = ("idempotency_key",)
+    redacted_fields = ("result", "error_message")
+    show_full_result_count = False

@@ -97,3 +97,37 @@ class EffectRecord(models.Model):
     @property
     def is_settled(self) -> bool:
         return self.status in (EffectStatus.SUCCEEDED, EffectStatus.FAILED_FINAL)
+
+
+class EffectKeyIndex(models.Model):
+    """The idempotency key of a settled effect whose record was archived with its run.
+
+    While ``expires_at`` has not passed, the intent path treats the key as taken, as it
+    treats a key in ``EffectRecord``: the same payload gets the recorded outcome (``result``
+    for SUCCEEDED, ``EffectFailed`` for FAILED_FINAL) and the connector is not called; a
+    different payload is refused (``KeyConflict``). After that, the row is purged
+    (``ledger.keyindex.keys_purge``) and the key is free again.
+    """
+
+    tenant = models.CharField(max_length=100)
+    idempotency_key = models.CharField(max_length=300)
+    kind = models.CharField(max_length=20, choices=EffectKind.choices, default=EffectKind.EFFECT)
+    payload_hash = models.CharField(max_length=64)
+    connector = models.CharField(max_length=200)
+    status = models.CharField(max_length=20, choices=EffectStatus.choices)
+    result = models.JSONField(null=True, blank=True)
+    downstream_ref = models.CharField(max_length=300, blank=True, default="")
+    error_class = models.CharField(max_length=200, blank=True, default="")
+    error_message = models.TextField(blank=True, default="")
+    run_id = models.UUIDField(help_text="the archived run that recorded the effect")
+    step_name = models.CharField(max_length=200)
+    expires_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "idempotency_key"], name="effect_key_index_unique"),
+        ]
+        indexes = [models.Index(fields=["expires_at"], name="effect_key_index_expiry")]
+
+    def __str__(self) -> str:
+        return f"{self.connector} {self.idempotency_key} [{self.status}, archived]"

@@ -46,6 +46,7 @@ from django.utils import timezone
 from ledger.connectors import Operation, get_connector
 from ledger.errors import EffectFailed, Final, KeyConflict, OutcomeUnknown, PayloadNotJSON, ReplayDiverged, Retryable
 from ledger.journal import EFFECT_KINDS, KINDS, FenceLost, Journal
+from ledger.keyindex import archived_effect
 from ledger.models import EffectRecord, EffectStatus
 from ledger.outcomes import NotExecuted, Succeeded, Unknown
 from ledger.reconcile import BASE_SECONDS, lookup
@@ -91,8 +92,7 @@ def run_effect(journal: Journal, *, name: str, connector_name: str, payload: dic
         recorded = journal.recorded_event(EFFECT_KINDS.result, name)
         if recorded is not None:
             return _recorded_outcome(recorded.payload, key)
-        effect = EffectRecord.objects.get(tenant=journal.tenant, idempotency_key=key)
-        return _recover(journal, op, name, effect, payload)
+        return _recover(journal, op, name, _existing(journal.tenant, key), payload)
 
     journal.before_live()
     journal.crash_point("before_intent", name)
@@ -117,6 +117,8 @@ def run_operation(
     digest = payload_hash(payload)
     effect = EffectRecord.objects.filter(tenant=journal.tenant, idempotency_key=key).first()
     if effect is None:
+        effect = archived_effect(tenant=journal.tenant, key=key)
+    if effect is None:
         try:
             effect, created, refusal = _record_intent(journal, op, name, connector_name, key, payload, digest)
         except IntegrityError:
@@ -131,7 +133,18 @@ def run_operation(
         raise KeyConflict(f"key {key!r} is already used with a different payload; nothing was executed")
     elif effect.status != EffectStatus.SUCCEEDED:
         _recover(journal, op, name, effect, payload)
-    return EffectRecord.objects.get(id=effect.id)
+    return EffectRecord.objects.get(id=effect.id) if effect.pk is not None else effect
+
+
+def _existing(tenant: str, key: str) -> EffectRecord:
+    """The record of a key whose intent is journaled: live, or (its run archived since) from
+    the key index as an unsaved settled record."""
+    effect = EffectRecord.objects.filter(tenant=tenant, idempotency_key=key).first()
+    if effect is None:
+        effect = archived_effect(tenant=tenant, key=key)
+    if effect is None:
+        raise EffectRecord.DoesNotExist(f"no effect record and no archived key for {key!r}")
+    return effect
 
 
 def _record_intent(
@@ -141,10 +154,16 @@ def _record_intent(
 
     For connectors that do not need a separate dispatch mark the record is
     created IN_PROGRESS right away: recovery treats both alike for them.
+
+    A key not in the ledger is looked up in the key index of archived effects
+    (``ledger.keyindex``): found, it counts as an existing settled record (returned unsaved,
+    not created), so an archived key is never executed again.
     """
     kinds = KINDS[op.kind]
     with transaction.atomic():
         effect = EffectRecord.objects.select_for_update().filter(tenant=journal.tenant, idempotency_key=key).first()
+        if effect is None:
+            effect = archived_effect(tenant=journal.tenant, key=key)
         if effect is not None and effect.payload_hash != digest:
             message = (
                 f"idempotency key {key!r} was already used by run {effect.run_id} (step {effect.step_name!r}) "
@@ -265,7 +284,7 @@ def _settle(journal: Journal, name: str, effect: EffectRecord, write: Callable[[
     state: dict[str, Any] = {"record": effect, "tries": 0}
 
     def attempt() -> EffectRecord:
-        if state["tries"]:  # a failed attempt may have changed the copy in memory
+        if state["tries"] and effect.pk is not None:  # a failed attempt may have changed the copy in memory
             state["record"] = EffectRecord.objects.get(id=effect.id)
         state["tries"] += 1
         record = state["record"]
@@ -274,7 +293,8 @@ def _settle(journal: Journal, name: str, effect: EffectRecord, write: Callable[[
         return record
 
     return journal.durably(
-        attempt, kind=KINDS[effect.kind].result, name=name, recorded=lambda _seq: EffectRecord.objects.get(id=effect.id)
+        attempt, kind=KINDS[effect.kind].result, name=name,
+        recorded=lambda _seq: EffectRecord.objects.get(id=effect.id) if effect.pk is not None else effect,
     )
 
 

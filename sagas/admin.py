@@ -23,6 +23,7 @@ from django.http import HttpRequest
 from config.redacted_admin import RedactedFieldsAdmin
 from sagas.models import (
     ApprovalRequest,
+    ArchivedRun,
     CompensationItem,
     CompensationPlan,
     JournalEntry,
@@ -130,3 +131,16 @@ class CompensationItemAdmin(admin.ModelAdmin):
     list_filter = ("state",)
     search_fields = ("=compensation_key",)
     raw_id_fields = ("plan",)
+
+
+@admin.register(ArchivedRun)
+class ArchivedRunAdmin(ExactRunSearch):
+    """Where retention put each archived run (the console opens it from there)."""
+
+    list_display = ("run_id", "workflow_name", "version", "status", "tenant", "business_key", "finished_at",
+                    "archived_at", "location")
+    list_filter = ("status",)
+    search_fields = ("run_id", "business_key")  # see ExactRunSearch
+    search_help_text = "A run id, or a business key (exact)."
+    text_field = "business_key"
+    show_full_result_count = False

@@ -368,3 +368,28 @@ class CompensationItem(models.Model):
 
     def __str__(self) -> str:
         return f"{self.position}: undo {self.step_name} [{self.state}]"
+
+
+class ArchivedRun(models.Model):
+    """A run retention archived and deleted (``sagas.retention``): its lines are in the gzip
+    member at ``offset`` (``length`` bytes) of ``location``; this row, never deleted, says which."""
+
+    run_id = models.UUIDField(primary_key=True)
+    workflow_name = models.CharField(max_length=200)
+    version = models.PositiveIntegerField()
+    tenant = models.CharField(max_length=100)
+    business_key = models.CharField(max_length=200, blank=True, default="")
+    status = models.CharField(max_length=20, choices=RunStatus.choices)
+    created_at = models.DateTimeField()
+    finished_at = models.DateTimeField(null=True, blank=True)
+    archived_at = models.DateTimeField()
+    location = models.CharField(max_length=1000, help_text="the archive file's URL")
+    offset = models.BigIntegerField(help_text="where the run's gzip member starts in the file")
+    length = models.BigIntegerField(help_text="the member's length in bytes")
+    batch = models.UUIDField(help_text="the archive batch (one audit entry each)")
+
+    class Meta:
+        indexes = [models.Index(fields=["-archived_at"], name="archived_run_recent")]
+
+    def __str__(self) -> str:
+        return f"{self.workflow_name} v{self.version} {self.run_id} [archived {self.archived_at:%Y-%m-%d}]"

@@ -53,6 +53,9 @@ class WorkflowDefinition:
     # What a person needs to know about a run (sagas.summaries): a function of the input, or
     # a tuple of input field names; None: no summary.
     summary: Callable[[Any], Any] | tuple[str, ...] | None = None
+    # How long its finished runs are kept before retention archives them (sagas.retention);
+    # None: the SAGAS_RETENTION_DAYS setting.
+    retention: timedelta | None = None
 
     @property
     def accepted_hashes(self) -> frozenset[str]:
@@ -73,6 +76,7 @@ def workflow(
     on_failure: str = "compensate",
     approve_irreversible: bool = True,
     summary: Spec | None = None,
+    retention: timedelta | None = None,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Register ``fn(ctx, input)`` as version ``version`` of workflow ``name``.
 
@@ -91,6 +95,9 @@ def workflow(
     not fail the start: the run stores ``{"_summary_error": "..."}`` and the failure is logged
     once (``sagas.summaries``). Being in the decorator, it is part of the definition's source
     and hash. A malformed ``summary`` (neither) raises ``ValueError`` here.
+
+    ``retention``: how long after it finishes a run of this definition is kept before
+    retention archives and deletes it (``sagas.retention``); default: ``SAGAS_RETENTION_DAYS``.
     """
     if not name or not isinstance(name, str):
         raise ValueError("workflow name must be a non-empty string")
@@ -99,6 +106,8 @@ def workflow(
     if on_failure not in ON_FAILURE_CHOICES:
         raise ValueError(f"on_failure must be one of {ON_FAILURE_CHOICES}, not {on_failure!r}")
     summary_spec = summary_spec_check(summary)
+    if retention is not None and (not isinstance(retention, timedelta) or retention < timedelta(0)):
+        raise ValueError("retention must be a timedelta of zero or more")
 
     def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
         source = definition_source(fn)
@@ -116,6 +125,7 @@ def workflow(
             approve_irreversible=approve_irreversible,
             legacy_hash=hashlib.sha256(function_source(fn).encode("utf-8")).hexdigest(),
             summary=summary_spec,
+            retention=retention,
         )
         existing = _registry.get((name, version))
         if existing is not None and existing.definition_hash != definition.definition_hash:
