@@ -12,12 +12,14 @@ from datetime import datetime
 from typing import Any
 
 from django.core.exceptions import ValidationError
+from django.db import connection
 from django.db.models import QuerySet
 
 from console.selectors.paging import Cursor, Page, keyset_page
 from console.selectors.search import runs_matching
 from console.selectors.tenancy import User, scope_runs
 from ledger.models import EffectRecord
+from sagas.continuation import chain_place
 from sagas.models import (
     ApprovalRequest,
     CompensationPlan,
@@ -102,11 +104,63 @@ def workflow_names() -> list[str]:
 
 def run_get(run_id: Any, *, user: User) -> WorkflowRun | None:
     """The run (with who started it), or None for an unknown or malformed id or a run outside
-    ``user``'s tenants."""
+    ``user``'s tenants. ``run.chain`` is its ``RunChain`` (None if it is in none)."""
     try:
-        return scope_runs(WorkflowRun.objects.select_related("started_by"), user).filter(id=run_id).first()
+        run = scope_runs(WorkflowRun.objects.select_related("started_by"), user).filter(id=run_id).first()
     except (ValidationError, ValueError, TypeError):
         return None
+    if run is not None:
+        run.chain = run_chain(run)
+    return run
+
+
+# Links followed to find a chain's newest run: past this many the page says "at least".
+CHAIN_WALK_LIMIT = 10_000
+
+
+@dataclass(frozen=True)
+class RunChain:
+    """A run's place in a chain of runs linked by ``ctx.continue_as_new``."""
+
+    position: int  # 1 for the chain's first run
+    length: int  # runs up to the newest (at least, when ``length_capped``)
+    length_capped: bool
+    first_id: str
+    business_key: str  # the chain's: its first run's (later runs have "<key>#<position>")
+    previous_id: str | None
+    next_id: str | None
+    newest_id: str
+
+
+def run_chain(run: WorkflowRun) -> RunChain | None:
+    """Where ``run`` stands in its chain, or None for a run that neither continues nor was
+    continued (no query then). The position and first run come from the run's ``started``
+    entry (so they survive retention archiving older runs); the newest run is found by
+    following ``continued_to`` by primary key, in one recursive query."""
+    if run.continued_from is None and run.continued_to is None:
+        return None
+    place = chain_place(str(run.id), business_key=run.business_key)
+    newest, after = str(run.id), 0
+    if run.continued_to is not None:
+        with connection.cursor() as cur:
+            cur.execute(
+                """WITH RECURSIVE later(id, next, n) AS (
+                       SELECT id, continued_to, 1 FROM sagas_workflowrun WHERE id = %s
+                       UNION ALL
+                       SELECT r.id, r.continued_to, later.n + 1
+                         FROM sagas_workflowrun r JOIN later ON r.id = later.next
+                        WHERE later.n < %s)
+                   SELECT id, n FROM later ORDER BY n DESC LIMIT 1""",
+                [run.continued_to, CHAIN_WALK_LIMIT],
+            )
+            row = cur.fetchone()
+        if row is not None:
+            newest, after = str(row[0]), row[1]
+    return RunChain(
+        position=place.position, length=place.position + after, length_capped=after >= CHAIN_WALK_LIMIT,
+        first_id=place.first, business_key=place.business_key, previous_id=str(run.continued_from) if run.continued_from else None,
+        next_id=str(run.continued_to) if run.continued_to else None, newest_id=newest,
+    )
 
 
 @dataclass(frozen=True)
