@@ -1,6 +1,7 @@
-"""Dispatch latency, recovery after SIGKILL, and scaling from one worker process to two.
+"""Dispatch latency (idle, and beside a busy worker), recovery after SIGKILL, and scaling
+from one worker process to two; and the /proc sampler that bench/engine.py uses for CPU per step.
 
-    .venv/bin/python bench/engine_extra.py            # full sizes: about 7 minutes on a quiet machine
+    .venv/bin/python bench/engine_extra.py            # full sizes: about 9 minutes on a quiet machine
     .venv/bin/python bench/engine_extra.py --smoke    # tiny sizes: checks the script
 
 ``bench/engine.py`` adds ``measure()``'s rows to its table; run alone, this prints them
@@ -46,8 +47,15 @@ class Workers:
         self.env = env
         self.procs: dict[int, subprocess.Popen] = {}
 
-    def spawn(self, *args: str) -> subprocess.Popen:
-        proc = common.spawn_worker(*args, env=self.env)
+    def spawn(self, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
+        proc = common.spawn_worker(*args, env=env or self.env)
+        self.procs[proc.pid] = proc
+        return proc
+
+    def spawn_command(self, command: list[str], env: dict[str, str]) -> subprocess.Popen:
+        """Any other process of the measurement (the busy worker's feeder), in its own session."""
+        proc = subprocess.Popen(command, cwd=common.ROOT, env=env, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, start_new_session=True)
         self.procs[proc.pid] = proc
         return proc
 
@@ -108,17 +116,49 @@ class Dispatch:
         return self.start_call + self.to_claim + self.to_step
 
 
-def dispatch_samples(samples: int) -> list[Dispatch]:
-    """One idle, warmed-up worker at concurrency 1, sweeping every 2 s as in production.
+BUSY_QUEUE = "sagas_busy"  # SAGAS_QUEUE of the busy worker and its feeder: their runs never reach the idle worker
+BUSY_BACKLOG = 10  # bench_pure20 runs the feeder keeps waiting for the busy worker (about 0.3 s of work)
+
+
+@dataclass(frozen=True)
+class DispatchRun:
+    """One measurement of ``samples`` dispatches, and the load beside it (0 when idle)."""
+
+    samples: list[Dispatch]
+    busy_steps_per_s: float  # pure steps/s the busy worker journaled meanwhile
+
+    @property
+    def p95_ms(self) -> float:
+        return 1000 * common.percentile([d.total for d in self.samples], 95)
+
+
+def dispatch_samples(samples: int, *, busy: bool = False) -> DispatchRun:
+    """One warmed-up worker at concurrency 1, sweeping every 2 s as in production.
     Runs go one at a time, each after a random pause of 50 to 250 ms, so the worker is
-    blocked in its dequeue when the wake-up arrives, not working off a backlog."""
+    blocked in its dequeue when the wake-up arrives, not working off a backlog.
+
+    ``busy``: meanwhile another worker process (concurrency 1, no sweep) drains
+    ``bench_pure20`` runs that a feeder process keeps ``BUSY_BACKLOG`` deep. Both use their
+    own queue prefix (``SAGAS_QUEUE``), so the measured worker stays idle between its
+    samples: the load is the machine's (CPU, PostgreSQL, Redis), not a queue to wait in.
+    The journal is checked afterwards: each worker claimed only its own kind of run."""
     from sagas import start
     from sagas.models import JournalEntry, WorkflowRun
 
     common.reset_state()
     results: list[Dispatch] = []
     with Workers(common.bench_env()) as workers:
-        _wait_listening(workers.spawn())
+        measured = workers.spawn("--name", "bench-dispatch")
+        if busy:
+            busy_env = common.bench_env(SAGAS_QUEUE=BUSY_QUEUE)
+            loader = workers.spawn("--no-sweep", "--name", "bench-busy", env=busy_env)
+            workers.spawn_command([sys.executable, str(Path(__file__).resolve()), "--feed", str(BUSY_BACKLOG)],
+                                  busy_env)
+            _wait_listening(loader)
+            _wait(lambda: WorkflowRun.objects.filter(workflow_name="bench_pure20", status="COMPLETED").exists(),
+                  60, "the busy worker to complete a run")
+        _wait_listening(measured)
+        t_begin = time.time()
         for i in range(WARMUP + samples):
             time.sleep(random.uniform(0.05, 0.25))
             t0 = time.time()
@@ -129,12 +169,50 @@ def dispatch_samples(samples: int) -> list[Dispatch]:
             claimed = JournalEntry.objects.get(run_id=run.id, kind="claimed").created_at.timestamp()
             if i >= WARMUP:
                 results.append(Dispatch(t1 - t0, claimed - t1, stepped - claimed))
-    return results
+        t_end = time.time()
+    return DispatchRun(results, _busy_check(t_begin, t_end) if busy else 0.0)
+
+
+def _busy_check(t_begin: float, t_end: float) -> float:
+    """Pure steps/s journaled by the busy worker between ``t_begin`` and ``t_end``; raises if
+    a worker claimed the other's kind of run (the measured worker would not have been idle)."""
+    from django.db import connection
+
+    with connection.cursor() as cur:
+        cur.execute("""SELECT r.workflow_name, split_part(j.worker_id, '/', 1), count(*)
+                         FROM sagas_journalentry j JOIN sagas_workflowrun r ON r.id = j.run_id
+                        WHERE j.kind = 'claimed' GROUP BY 1, 2""")
+        claims = {(name, who): n for name, who, n in cur.fetchall()}
+        cur.execute("""SELECT count(*) FROM sagas_journalentry j JOIN sagas_workflowrun r ON r.id = j.run_id
+                        WHERE r.workflow_name = 'bench_pure20' AND j.kind = 'step'
+                          AND j.created_at BETWEEN to_timestamp(%s) AND to_timestamp(%s)""", [t_begin, t_end])
+        (steps,) = cur.fetchone()
+    if set(claims) - {("bench_dispatch", "bench-dispatch"), ("bench_pure20", "bench-busy")}:
+        raise RuntimeError(f"a worker claimed a run of the other's kind: {claims}")
+    return steps / (t_end - t_begin)
+
+
+def feed(backlog: int) -> None:
+    """The busy worker's feeder (``--feed``): keeps ``backlog`` bench_pure20 runs not yet
+    completed, started five at a time in one transaction, until it is killed."""
+    from django.db import transaction
+
+    from sagas import start
+    from sagas.models import WorkflowRun
+
+    while True:
+        waiting = WorkflowRun.objects.filter(workflow_name="bench_pure20").exclude(status="COMPLETED").count()
+        if waiting < backlog:
+            with transaction.atomic():
+                for _ in range(5):
+                    start("bench_pure20", {})
+        else:
+            time.sleep(0.02)
 
 
 def dispatch_latency(samples: int) -> list[float]:
     """Seconds from just before ``start()`` to the first step executing, one per sample."""
-    return [d.total for d in dispatch_samples(samples)]
+    return [d.total for d in dispatch_samples(samples).samples]
 
 
 def _stamps(run_id: object) -> list[tuple[float, int]]:
@@ -227,14 +305,74 @@ def _machine() -> tuple[int, int]:
 
 
 @dataclass(frozen=True)
-class ScalingRound:
-    """A round's throughput and, over the same window, CPU per step by process group."""
+class Cpu:
+    """CPU per step over a window, by process group, in ms; and the machine's busy share."""
 
-    steps_per_s: float
     worker_ms: float  # the worker processes
     backend_ms: float  # their PostgreSQL backends (fdatasync included)
     redis_ms: float  # the whole Redis server, shared with whatever else uses it
     busy: float  # share of the machine's CPUs busy, other people's work included
+
+
+NO_CPU = Cpu(*(float("nan"),) * 4)
+
+
+class CpuSampler:
+    """Reads ``/proc`` (call ``sample()`` every 0.1 s): CPU ticks of the worker processes,
+    of every client backend of the bench database but the bench's own, and of Redis.
+
+    Backends are listed from ``pg_stat_activity`` over a connection of its own to the
+    ``postgres`` database, so the sampling adds no commit to the bench database's
+    ``xact_commit`` (bench/engine.py counts commits per step over the same window)."""
+
+    def __init__(self, worker_pids: list[int]) -> None:
+        import psycopg
+        from django.db import connection
+
+        from sagas.queue import redis_connection
+
+        connection.ensure_connection()  # its backend is excluded; connecting commits nothing
+        self.worker_pids = worker_pids
+        self.redis_pid = int(redis_connection().info("server")["process_id"])
+        params = connection.get_connection_params()
+        self.database = connection.settings_dict["NAME"]
+        self.own = connection.connection.info.backend_pid if connection.connection else 0
+        self.conn = psycopg.connect(dbname="postgres", autocommit=True,
+                                    **{k: v for k, v in params.items() if k in {"host", "port", "user", "password"}})
+        self.last: dict[tuple[str, int], int] = {}  # (group, pid) -> latest ticks seen
+        self.samples: list[tuple[float, dict[str, int], tuple[int, int]]] = []
+
+    def sample(self) -> None:
+        backends = [pid for (pid,) in self.conn.execute(
+            """SELECT pid FROM pg_stat_activity WHERE datname = %s AND backend_type = 'client backend'
+                  AND pid <> %s""", [self.database, self.own]).fetchall()]
+        groups = {"worker": self.worker_pids, "backend": backends, "redis": [self.redis_pid]}
+        self.samples.append((time.time(), _cpu(groups, self.last), _machine()))
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def per_step(self, first: float, last: float, steps_per_s: float) -> Cpu:
+        """CPU per step between the first and last samples inside ``[first, last]`` (epoch
+        seconds, e.g. first claim and last completion), at ``steps_per_s``."""
+        inside = [s for s in self.samples if first <= s[0] <= last]
+        if len(inside) < 2:  # a round too short to sample (smoke sizes)
+            return NO_CPU
+        (t_a, cpu_a, (busy_a, all_a)), (t_b, cpu_b, (busy_b, all_b)) = inside[0], inside[-1]
+        steps = steps_per_s * (t_b - t_a)
+
+        def ms(group: str) -> float:
+            return 1000 * (cpu_b[group] - cpu_a[group]) / CLK_TCK / steps
+
+        return Cpu(ms("worker"), ms("backend"), ms("redis"), (busy_b - busy_a) / (all_b - all_a))
+
+
+@dataclass(frozen=True)
+class ScalingRound:
+    """A round's throughput and, over the same window, CPU per step by process group."""
+
+    steps_per_s: float
+    cpu: Cpu
 
 
 def _scaling_round(runs: int, processes: int, concurrency: int) -> ScalingRound:
@@ -247,30 +385,25 @@ def _scaling_round(runs: int, processes: int, concurrency: int) -> ScalingRound:
 
     from sagas import start
     from sagas.models import WorkflowRun
-    from sagas.queue import redis_connection
 
     common.reset_state()
-    redis_pid = int(redis_connection().info("server")["process_id"])
-    last: dict[tuple[str, int], int] = {}  # (group, pid) -> latest ticks seen
-    samples: list[tuple[float, dict[str, int], tuple[int, int]]] = []
     deadline = time.monotonic() + 600
     with Workers(common.bench_env()) as workers:
         procs = [workers.spawn("--no-sweep", "--concurrency", str(concurrency)) for _ in range(processes)]
         for proc in procs:
             _wait_listening(proc)
-        with transaction.atomic():
-            for _ in range(runs):
-                start("bench_pure20", {})
-        while WorkflowRun.objects.filter(status="COMPLETED").count() < runs:
-            if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
-                raise RuntimeError(f"{processes} worker(s) did not complete {runs} runs")
-            with connection.cursor() as cur:
-                cur.execute("""SELECT pid FROM pg_stat_activity WHERE datname = current_database()
-                                  AND backend_type = 'client backend' AND pid <> pg_backend_pid()""")
-                backends = [pid for (pid,) in cur.fetchall()]
-            groups = {"worker": [p.pid for p in procs], "backend": backends, "redis": [redis_pid]}
-            samples.append((time.time(), _cpu(groups, last), _machine()))
-            time.sleep(0.1)
+        sampler = CpuSampler([p.pid for p in procs])
+        try:
+            with transaction.atomic():
+                for _ in range(runs):
+                    start("bench_pure20", {})
+            while WorkflowRun.objects.filter(status="COMPLETED").count() < runs:
+                if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
+                    raise RuntimeError(f"{processes} worker(s) did not complete {runs} runs")
+                sampler.sample()
+                time.sleep(0.1)
+        finally:
+            sampler.close()
     with connection.cursor() as cur:
         cur.execute("""SELECT count(DISTINCT split_part(worker_id, '/', 1)) FILTER (WHERE kind = 'claimed'),
                               min(created_at) FILTER (WHERE kind = 'claimed'),
@@ -280,17 +413,7 @@ def _scaling_round(runs: int, processes: int, concurrency: int) -> ScalingRound:
     if claimers != processes:
         raise RuntimeError(f"runs were claimed by {claimers} worker processes, not {processes}")
     steps_per_s = runs * PURE_STEPS / (last_done - first).total_seconds()
-    inside = [s for s in samples if first.timestamp() <= s[0] <= last_done.timestamp()]
-    if len(inside) < 2:  # a round too short to sample (smoke sizes)
-        return ScalingRound(steps_per_s, *(float("nan"),) * 4)
-    (t_a, cpu_a, (busy_a, all_a)), (t_b, cpu_b, (busy_b, all_b)) = inside[0], inside[-1]
-    steps = steps_per_s * (t_b - t_a)
-
-    def ms(group: str) -> float:
-        return 1000 * (cpu_b[group] - cpu_a[group]) / CLK_TCK / steps
-
-    busy = (busy_b - busy_a) / (all_b - all_a)
-    return ScalingRound(steps_per_s, ms("worker"), ms("backend"), ms("redis"), busy)
+    return ScalingRound(steps_per_s, sampler.per_step(first.timestamp(), last_done.timestamp(), steps_per_s))
 
 
 def scaling_rounds(runs: int, rounds: int, *, concurrency: int = 1) -> tuple[list[ScalingRound], list[ScalingRound]]:
@@ -309,21 +432,49 @@ def _p(values: list[float], scale: float, fmt: str) -> str:
     return f"{common.percentile(values, 50) * scale:{fmt}} / {common.percentile(values, 95) * scale:{fmt}}"
 
 
-def measure(*, smoke: bool, concurrencies: tuple[int, ...] = (1, 4)) -> tuple[list[tuple[str, ...]], list[str]]:
-    """Table rows (figure, one cell per concurrency, target) and the lines to print under it."""
-    samples, kills, runs, rounds = (5, 2, 10, 1) if smoke else (100, 20, 250, 5)
-    dispatch = dispatch_samples(samples)
+def _breakdown(runs: list[DispatchRun]) -> str:
+    dispatch = [d for r in runs for d in r.samples]
+    return ("start() " + _p([d.start_call for d in dispatch], 1000, ".1f")
+            + "; to claim (RQ wake-up, job preamble) " + _p([d.to_claim for d in dispatch], 1000, ".1f")
+            + "; claim to first step " + _p([d.to_step for d in dispatch], 1000, ".1f"))
+
+
+@dataclass(frozen=True)
+class Extra:
+    rows: list[tuple[str, ...]]  # (figure, one cell per concurrency, target)
+    notes: list[str]  # lines to print under the table
+    idle: list[DispatchRun]  # dispatch runs with an idle worker
+    loaded: list[DispatchRun]  # the same beside one busy worker, alternating with them
+    scaled: dict[int, tuple[list[ScalingRound], list[ScalingRound]]]  # concurrency -> (1 process, 2)
+
+
+def measure(*, smoke: bool, concurrencies: tuple[int, ...] = (1, 4)) -> Extra:
+    """Dispatch (idle and beside a busy worker, alternating), recovery, scaling with CPU per step."""
+    samples, dispatch_runs, kills, runs, rounds = (5, 1, 1, 10, 1) if smoke else (100, 5, 20, 250, 5)
+    idle: list[DispatchRun] = []
+    loaded: list[DispatchRun] = []
+    for _ in range(dispatch_runs):  # alternating, so both see the same minutes of a noisy machine
+        idle.append(dispatch_samples(samples))
+        loaded.append(dispatch_samples(samples, busy=True))
     recovery = recovery_samples(kills, LEASE_TTL)
-    scaled = {c: scaling_rounds(runs, rounds, concurrency=c) for c in concurrencies}
+    # At smoke sizes only the first concurrency: a round there is mostly worker start-up.
+    scaled = {c: scaling_rounds(runs, rounds, concurrency=c) for c in (concurrencies[:1] if smoke else concurrencies)}
     none = ("-",) * (len(concurrencies) - 1)
 
     def ratio(c: int) -> str:
+        if c not in scaled:
+            return "-"
         one, two = (common.median([r.steps_per_s for r in rs]) for rs in scaled[c])
         return f"{one:.0f} -> {two:.0f} ({two / one:.2f}x)"
 
+    def pooled(dispatch: list[DispatchRun]) -> str:
+        return f"{_p([d.total for r in dispatch for d in r.samples], 1000, '.1f')} ms"
+
     rows = [
-        (f"dispatch latency, start() to first step, p50 / p95 ({samples} runs)",
-         f"{_p([d.total for d in dispatch], 1000, '.1f')} ms", *none, "p95 < 25 ms"),
+        (f"dispatch latency, start() to first step, p50 / p95, idle worker ({dispatch_runs}x{samples} runs)",
+         pooled(idle), *none, "p95 < 10 ms in each run"),
+        (f"dispatch beside one busy worker, start() to first step, p50 / p95 ({dispatch_runs}x{samples} runs)",
+         pooled(loaded), *none, "-"),
         (f"recovery after SIGKILL, p50 / p95 ({kills} kills, lease TTL {LEASE_TTL:g} s, sweep {SWEEP_INTERVAL:g} s)",
          f"{_p([r.total for r in recovery], 1, '.2f')} s", *none,
          f"<= {LEASE_TTL + 2:g} s (TTL + 2 s)"),
@@ -331,13 +482,15 @@ def measure(*, smoke: bool, concurrencies: tuple[int, ...] = (1, 4)) -> tuple[li
          *(ratio(c) for c in concurrencies), ">= 1.7x"),
     ]
     notes = [
-        "dispatch p50 / p95, ms: start() " + _p([d.start_call for d in dispatch], 1000, ".1f")
-        + "; to claim (RQ wake-up, job preamble) " + _p([d.to_claim for d in dispatch], 1000, ".1f")
-        + "; claim to first step " + _p([d.to_step for d in dispatch], 1000, ".1f"),
+        "dispatch p95 per run, ms: idle " + ", ".join(f"{r.p95_ms:.1f}" for r in idle)
+        + "; beside a busy worker " + ", ".join(f"{r.p95_ms:.1f}" for r in loaded)
+        + " (the busy worker meanwhile: " + ", ".join(f"{r.busy_steps_per_s:.0f}" for r in loaded) + " steps/s)",
+        "dispatch p50 / p95, ms, idle: " + _breakdown(idle),
+        "dispatch p50 / p95, ms, beside a busy worker: " + _breakdown(loaded),
         "recovery per kill, SIGKILL to the next step on another worker, s (lease left + sweep and dispatch): "
         + ", ".join(f"{r.total:.2f} ({r.lease_left:.2f}+{r.total - r.lease_left:.2f})" for r in recovery),
     ]
-    for c in concurrencies:
+    for c in scaled:
         one, two = scaled[c]
         notes.append(f"concurrency {c}, 2 workers / 1 per round: "
                      + ", ".join(f"{b.steps_per_s / a.steps_per_s:.2f}" for a, b in zip(one, two)))
@@ -345,21 +498,25 @@ def measure(*, smoke: bool, concurrencies: tuple[int, ...] = (1, 4)) -> tuple[li
             notes.append(
                 f"concurrency {c}, {label}: steps/s " + ", ".join(f"{r.steps_per_s:.0f}" for r in rs)
                 + "; CPU ms per step (worker, its PG backends, redis-server) "
-                + ", ".join(f"{r.worker_ms:.2f}+{r.backend_ms:.2f}+{r.redis_ms:.2f}" for r in rs)
-                + "; machine busy " + ", ".join(f"{r.busy:.0%}" for r in rs)
+                + ", ".join(f"{r.cpu.worker_ms:.2f}+{r.cpu.backend_ms:.2f}+{r.cpu.redis_ms:.2f}" for r in rs)
+                + "; machine busy " + ", ".join(f"{r.cpu.busy:.0%}" for r in rs)
             )
-    return rows, notes
+    return Extra(rows, notes, idle, loaded, scaled)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, for the test suite")
+    parser.add_argument("--feed", type=int, metavar="BACKLOG", help=argparse.SUPPRESS)  # the busy worker's feeder
     args = parser.parse_args()
     common.setup_django()
-    rows, notes = measure(smoke=args.smoke)
+    if args.feed:
+        feed(args.feed)
+        return
+    extra = measure(smoke=args.smoke)
     common.print_table("Engine, more figures (worker processes at the given concurrency)",
-                       [("figure", "concurrency 1", "concurrency 4", "target"), *rows])
-    for line in notes:
+                       [("figure", "concurrency 1", "concurrency 4", "target"), *extra.rows])
+    for line in extra.notes:
         print(line)
 
 
