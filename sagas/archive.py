@@ -20,7 +20,8 @@ offset, length)``. ``file://`` is built in (``FileStore``); another scheme needs
 Guarantees of ``FileStore``: ``append`` returns only after the bytes and the file's new
 length are on disk (fsync of file, length mark and directory). A write that fails (disk
 full) is cut back off the file. A crash in the middle of a write leaves a torn member at
-the end, which the next append cuts off (it trusts only the length in the ``.end`` mark).
+the end, which the next append cuts off: it trusts only the length in the file's ``.end``
+mark (written before the first byte of a new file, and after each member).
 A member written whose batch then failed to commit stays in the file: its lines are
 duplicates of the ones a later batch writes again, and readers go by ``ArchivedRun``.
 """
@@ -97,8 +98,10 @@ class FileStore:
             size = os.fstat(fd).st_size
             try:
                 good = int(mark.read_text())
-            except (FileNotFoundError, ValueError):
-                good = size  # no mark yet: a new file, or one written before marks existed
+            except FileNotFoundError:
+                good = 0 if size == 0 else size  # a file without its mark: trust it, never cut it
+                if size == 0:  # a new file: mark it empty first, so a crash mid-write is cut off
+                    self._mark(mark, 0)
             if size > good:
                 os.ftruncate(fd, good)  # a torn or unmarked member left by a crash mid-write
             try:
@@ -109,16 +112,20 @@ class FileStore:
             except BaseException:
                 os.ftruncate(fd, good)  # disk full, an I/O error: leave the file as it was
                 raise
-            end = good + len(member)
-            temporary = mark.with_name(mark.name + ".tmp")
-            temporary.write_text(str(end))
-            with open(temporary, "rb+") as handle:
-                os.fsync(handle.fileno())
-            os.replace(temporary, mark)
-            _fsync_dir(self.root)
+            self._mark(mark, good + len(member))
         finally:
             os.close(fd)  # releases the lock
         return path.as_uri(), good
+
+    def _mark(self, mark: Path, end: int) -> None:
+        """Durably record ``end`` as the length of the file's complete members."""
+        temporary = mark.with_name(mark.name + ".tmp")
+        with open(temporary, "w") as handle:
+            handle.write(str(end))
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, mark)
+        _fsync_dir(self.root)
 
     def read(self, location: str, offset: int, length: int) -> bytes:
         with open(self.path_of(location), "rb") as handle:
