@@ -23,6 +23,7 @@ up on its own database.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import os
 import signal
@@ -39,6 +40,7 @@ from bench import common  # noqa: E402
 LOOP_DB = os.environ.get("BENCH_LOOP_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/saga_bench_loop")
 LOOP_REDIS = os.environ.get("BENCH_LOOP_REDIS_URL", "redis://127.0.0.1:6379/12")
 WINDOW = 1_000
+LOCK_PATH = "/tmp/saga-bench-loop.lock"
 
 
 def _env() -> dict[str, str]:
@@ -65,7 +67,10 @@ def _turn_times() -> tuple[list[float], list[int]]:
 
 
 def _run(turns: int, every: int) -> dict[str, Any]:
-    """In the child: the loop on a real worker, then the figures from its journal."""
+    """In the child: the loop on a real worker, then the figures from its journal. One at a time
+    (an flock): a second bench emptying the database under a first one lost the first's runs."""
+    lock = open(LOCK_PATH, "a")
+    fcntl.flock(lock, fcntl.LOCK_EX)
     common.setup_django(**_env())
     from django.db import connection
 
