@@ -9,7 +9,10 @@ TRUNCATE it (all of which need ownership or a TRUNCATE grant it never gets). Its
   database itself, so a new append-only table is covered once its migration ran;
 * SELECT only on ``django_migrations``;
 * SELECT, INSERT, UPDATE, DELETE on every other table of the schema, and USAGE on its
-  sequences.
+  sequences;
+* EXECUTE on ``sagas_archive_delete(uuid[])`` (migration 0012), retention's one way to delete
+  archived runs with their journal: it runs as the owner and deletes only terminal runs that
+  have an archive row, so the role gets no DELETE on the journal for it.
 
 Nothing is granted by default privileges: a table created by a later migration is out of
 the runtime role's reach (an error, not a silent UPDATE on a new append-only table) until
@@ -23,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 READ_ONLY_TABLES = ("django_migrations",)
+ARCHIVE_DELETE_FUNCTION = "sagas_archive_delete"
 
 _APPEND_ONLY_SQL = """
 SELECT DISTINCT c.relname
@@ -95,4 +99,5 @@ def runtime_grants(*, role: str, schema: Schema) -> list[str]:
         f"REVOKE UPDATE, DELETE ON {qualified} FROM {r}",
         f"REVOKE ALL ON ALL SEQUENCES IN SCHEMA {s} FROM {r}",
         f"GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA {s} TO {r}",
+        f"GRANT EXECUTE ON FUNCTION {s}.{quote(ARCHIVE_DELETE_FUNCTION)}(uuid[]) TO {r}",
     ]

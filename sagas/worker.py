@@ -27,7 +27,7 @@ from django.db import connection
 from redis import Redis
 
 from config.storage import is_storage_error, note_failure, note_success
-from sagas import recovery, services
+from sagas import recovery, retention, services
 from sagas.context import shutdown_requested
 from sagas.identity import set_thread_worker_id
 from sagas.rqworker import ThreadWorker
@@ -54,6 +54,8 @@ class BackgroundThread(threading.Thread):
                              started_at=self.started_at)
 
     def run(self) -> None:
+        if self.sweep:  # the scheduled retention pass, in a thread of its own (a pass may be long)
+            retention.ArchiveThread(stop=self.stop_event).start()
         try:
             while not self.stop_event.wait(self.interval):
                 try:

@@ -287,3 +287,25 @@ def test_a_repeated_effect_key_after_archiving_is_deduplicated_and_another_paylo
     EffectKeyIndex.objects.update(expires_at=timezone.now() - timedelta(seconds=1))
     late = finish("ret_order", {"id": "o-9", "cents": 900})  # the key expired: it is free again
     assert late.status == RunStatus.COMPLETED and charges("charge-o-9") == 2
+
+
+def test_the_command_counts_on_a_dry_run_and_archives_on_demand(archive_dir):
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    runs = [finish("ret_order", {"id": f"c-{i}"}) for i in range(2)]
+    age(runs[0], 3)
+    age(runs[1], 40)
+    out = StringIO()
+    call_command("sagas_archive", "--dry-run", stdout=out)
+    assert out.getvalue().startswith("1 run(s) due for archiving")
+    call_command("sagas_archive", "--dry-run", "--older-than", "2", stdout=out)
+    assert "2 run(s) due" in out.getvalue()
+    assert WorkflowRun.objects.count() == 2  # a dry run changes nothing
+
+    out = StringIO()
+    call_command("sagas_archive", "--older-than", "2", stdout=out)
+    assert out.getvalue().startswith("archived 2 run(s)")
+    assert "purged 0 expired effect key(s)" in out.getvalue()
+    assert not WorkflowRun.objects.exists() and ArchivedRun.objects.count() == 2

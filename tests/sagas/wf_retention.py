@@ -51,3 +51,8 @@ def ret_order(ctx: Context, order: dict) -> dict:
 def ret_short(ctx: Context, spec: dict) -> dict:
     ctx.step("note", _note, "short")
     return spec
+
+
+@workflow("ret_quick", version=1)
+def ret_quick(ctx: Context, spec: dict) -> dict:
+    return {"noted": ctx.step("note", _note, spec.get("note", "quick"))}
