@@ -25,7 +25,7 @@ from typing import Any
 from uuid import UUID
 
 from django.contrib.auth.models import AbstractBaseUser
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.template.loader import render_to_string
 from django.urls import reverse
@@ -46,6 +46,7 @@ from console.selectors.runs import (
     run_history_since,
 )
 from console.views.base import get_run_for_user, live_context, viewer_required
+from console.views.run_archive import archived_get, run_archived_page
 from console.views.notices import page_messages
 from sagas.models import (
     OPEN_APPROVAL_STATES,
@@ -279,4 +280,11 @@ def run_page(request: HttpRequest, run: WorkflowRun, *, status: int = 200, error
 @require_GET
 @viewer_required
 def run_detail(request: HttpRequest, run_id: UUID) -> HttpResponse:
-    return run_page(request, get_run_for_user(request, run_id))
+    try:
+        run = get_run_for_user(request, run_id)
+    except Http404:  # retention may have archived it: then the page shows it from its file
+        archived = archived_get(run_id, user=request.user)
+        if archived is None:
+            raise
+        return run_archived_page(request, archived)
+    return run_page(request, run)
