@@ -125,15 +125,15 @@ def continue_claimed(run: ClaimedRun, *, owner: str, expect_last_seq: int, state
             started_by_id=old["started_by_id"], started_via=STARTED_VIA, continued_from=run.id,
         )
         business_key = _chain_key(successor.business_key, successor.position)
-        try:
-            with transaction.atomic():  # a savepoint: the key may be taken by a run started by hand
-                WorkflowRun.objects.create(business_key=business_key, **fields)
-        except IntegrityError:
-            if not business_key:
-                raise
-            log.warning("run %s: business key %r is taken; its successor has none", run.id, business_key)
-            business_key = ""
-            WorkflowRun.objects.create(business_key=business_key, **fields)
+        if business_key:
+            try:
+                with transaction.atomic():  # a savepoint: the key may be taken by a run started by hand
+                    WorkflowRun.objects.create(business_key=business_key, **fields)
+            except IntegrityError:
+                log.warning("run %s: business key %r is taken; its successor has none", run.id, business_key)
+                business_key = ""
+        if not business_key:
+            WorkflowRun.objects.create(business_key="", **fields)
         JournalEntry.objects.create(
             run_id=new_id, seq=1, kind=JournalKind.STARTED, worker_id=owner, created_at=timezone.now(),
             payload={

@@ -86,7 +86,7 @@ def test_it_carries_the_chains_budgets_into_each_new_run(procs, step_calls):
     assert len(step_calls.counts("B")) == 25
 
 
-def test_it_refuses_a_state_that_is_not_json_with_a_clear_error():
+def test_it_refuses_a_state_that_is_not_json_with_a_clear_error(step_calls):
     run = start("cont_bad_state", {})
     assert advance(str(run.id), owner="t") == Outcome.FAILED
     run.refresh_from_db()
@@ -132,3 +132,33 @@ def test_a_crash_after_the_continuation_commits_never_continues_twice(procs, ste
     assert runs[0].attempts == 1  # finished for good: never claimed or replayed again
     assert step_calls.counts("D") == {f"turn{i}": 1 for i in range(6)}
     assert WorkflowRun.objects.count() == 2
+
+
+def test_sigkills_during_a_fast_chain_leave_one_linear_chain_and_repeat_at_most_the_turn_in_flight(procs, step_calls):
+    """Real SIGKILLs wherever the worker happens to be (a turn, a continuation, a claim): the chain
+    stays one line, each run has at most one successor, and no turn runs more than twice."""
+    first = start("cont_loop", {"label": "K", "end": 40, "every": 2, "pause": 0.02})
+    for n in range(3):
+        worker = procs.worker(f"k{n}", MODULES)
+        wait_until(lambda n=n: len(step_calls.counts("K")) >= 8 * (n + 1), 60, what=f"turns before kill {n}")
+        worker.kill()
+    procs.worker("last", MODULES)
+    wait_until(lambda: chain_done(first.id), 90, what="the chain to finish after the kills")
+
+    runs = chain_of(first.id)
+    assert len(runs) == 20  # 40 turns, 2 per run
+    assert_linked(runs)
+    assert WorkflowRun.objects.count() == 20  # no orphan successor anywhere
+    counts = step_calls.counts("K")
+    assert set(counts) == {f"turn{i}" for i in range(40)} and max(counts.values()) <= 2, counts
+
+
+def test_a_successor_whose_chain_key_is_taken_continues_without_a_key(step_calls):
+    squatter = start("cont_loop", {"label": "S", "end": 1, "every": 1}, business_key="dup#2")
+    first = start("cont_loop", {"label": "F", "end": 2, "every": 1}, business_key="dup")
+    assert advance(str(first.id), owner="t") == Outcome.COMPLETED
+    first.refresh_from_db()
+    successor = WorkflowRun.objects.get(id=first.continued_to)
+    assert successor.business_key == "" and successor.continued_from == first.id
+    assert WorkflowRun.objects.get(business_key="dup#2").id == squatter.id  # untouched
+    assert advance(str(successor.id), owner="t") == Outcome.COMPLETED
