@@ -38,6 +38,7 @@ import argparse
 import gzip
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -612,6 +613,8 @@ def verify(kept_before: tuple) -> list[tuple[str, str]]:
                        f"SELECT count(*) FROM bench_expect e WHERE e.category = 'old' AND NOT EXISTS "
                        f"(SELECT 1 FROM {table} a WHERE a.{column} = e.id)"))
     out = [(label, str(sql(q, fetch=True)[0][0])) for label, q in checks]
+    if model is not None:
+        out.append(read_back(model))
     if model is None:
         out.append(("archived runs without an ArchivedRun row", "no ArchivedRun model"))
     after = kept_fingerprint()
@@ -619,6 +622,24 @@ def verify(kept_before: tuple) -> list[tuple[str, str]]:
     out.append(("young and live runs changed (runs, journal, effects, approvals)",
                 str(len(changed)) + (f" ({', '.join(changed)})" if changed else "")))
     return out
+
+
+def read_back(model, sample: int = 200) -> tuple[str, str]:  # type: ignore[no-untyped-def]
+    """Open ``sample`` archived runs from their files (sagas.archive.run_lines): each must give
+    its run line and its 10 journal entries, in order."""
+    from sagas.archive import run_lines, store_for_location
+
+    rows = sql(f"""SELECT a.run_id::text, a.location, a."offset", a.length FROM {model._meta.db_table} a
+                    JOIN bench_expect e ON e.id = a.run_id AND e.category = 'old'
+                   ORDER BY md5(a.run_id::text) LIMIT %s""", [sample], fetch=True)
+    wrong = 0
+    for run_id, location, offset, length in rows:
+        lines = run_lines(store_for_location(location), location, offset, length, run_id)
+        runs = [line for line in lines if line.get("type") == "run"]
+        seqs = [line.get("seq") for line in lines if line.get("type") == "journal"]
+        wrong += not (len(runs) == 1 and seqs == list(range(1, 11)))
+    return (f"archived runs read back from their file without their run line and 10 entries ({len(rows)} sampled)",
+            str(wrong))
 
 
 # --- main ----------------------------------------------------------------------------------------
@@ -635,8 +656,11 @@ def main() -> None:  # noqa: PLR0915  (one straight story, printed in order)
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--smoke", action="store_true", help="2,000 runs and short windows, for the test suite")
     parser.add_argument("--runs", type=int, default=None, help="runs to archive (default 1,000,000)")
-    parser.add_argument("--batch-size", type=int, default=500, help="archive_due's batch_size")
-    parser.add_argument("--pause", type=float, default=0.0, help="archive_due's pause between batches, seconds")
+    parser.add_argument("--batch-size", type=int, default=None,
+                        help="archive_due's batch_size (default: SAGAS_ARCHIVE_BATCH, as the scheduled pass)")
+    parser.add_argument("--pause", type=float, default=None,
+                        help="archive_due's pause between batches in seconds (default: SAGAS_ARCHIVE_PAUSE)")
+    parser.add_argument("--keep-archive", action="store_true", help="keep the archive files (default: deleted)")
     parser.add_argument("--baseline", type=float, default=None, help="seconds of the baseline phase")
     parser.add_argument("--dir", type=Path, default=None, help="where the private server lives (default: TMPDIR)")
     args = parser.parse_args()
@@ -656,6 +680,10 @@ def main() -> None:  # noqa: PLR0915  (one straight story, printed in order)
     common.setup_django(**extra)
     env = common.bench_env(**extra)
     archive_due, stub = archiver()
+    from django.conf import settings
+
+    batch_size = args.batch_size or getattr(settings, "SAGAS_ARCHIVE_BATCH", 500)
+    pause = args.pause if args.pause is not None else getattr(settings, "SAGAS_ARCHIVE_PAUSE", 0.0)
     if stub:
         print("\n*** sagas.retention.archive_due does not exist yet: a LOCAL STUB that DELETES NOTHING stands in. "
               "These figures are not the product's. ***\n", flush=True)
@@ -675,7 +703,7 @@ def main() -> None:  # noqa: PLR0915  (one straight story, printed in order)
     sizes_before = table_sizes()
 
     t0 = time.perf_counter()
-    partition_rows = partition_figures(args.batch_size)
+    partition_rows = partition_figures(batch_size)
     print(f"partitioning figures in {time.perf_counter() - t0:.0f} s", flush=True)
     autocommit("CHECKPOINT")
 
@@ -694,7 +722,7 @@ def main() -> None:  # noqa: PLR0915  (one straight story, printed in order)
         time.sleep(baseline)
         phases.append(Phase("baseline", p0, time.time()))
         p0, cpu0 = time.time(), time.process_time()
-        report = archive_due(batch_size=args.batch_size, pause=args.pause)
+        report = archive_due(batch_size=batch_size, pause=pause)
         phases.append(Phase("archiving", p0, time.time()))
         archive_cpu = time.process_time() - cpu0
         p0 = time.time()
@@ -721,6 +749,8 @@ def main() -> None:  # noqa: PLR0915  (one straight story, printed in order)
 
     files = [Path(unquote(urlparse(f).path) if f.startswith("file:") else f) for f in report.files]
     archived_bytes = sum(f.stat().st_size for f in files if f.exists())
+    if not args.keep_archive:
+        shutil.rmtree(archive_dir, ignore_errors=True)
     mb = 1024 * 1024
     drop = 100 * (1 - rates["archiving"] / rates["baseline"]) if rates["baseline"] else float("nan")
     p95s = {name: common.percentile(values, 95) for name, values in latency.items() if values}
@@ -729,8 +759,8 @@ def main() -> None:  # noqa: PLR0915  (one straight story, printed in order)
         ("figure", "value", "target"),
         ("seeding", f"{made['total']:.0f} s ({have['runs due']:,} runs due, {have['journal entries due']:,} of "
                     f"{have['journal entries']:,} entries; fsync off)", "-"),
-        ("runs archived", f"{report.runs:,} in {report.batches:,} batches of {args.batch_size}"
-                          f"{f', pause {args.pause:g} s' if args.pause else ''}", f"{have['runs due']:,}"),
+        ("runs archived", f"{report.runs:,} in {report.batches:,} batches of {batch_size}, pause {pause:g} s",
+         f"{have['runs due']:,}"),
         ("journal entries / effect records archived", f"{report.journal_entries:,} / {report.effects:,}", "-"),
         ("archive time", f"{report.seconds:.1f} s", "-"),
         ("runs archived per second", f"{report.runs / report.seconds:,.0f}" if report.seconds else "-", "-"),
