@@ -12,7 +12,8 @@ Per-turn latency comes from the journal: the time between a turn's entry and the
 turn's (PostgreSQL's ``now()`` of each autocommit statement), across run boundaries, so a
 turn that follows a continuation carries its cost (finish, new run, enqueue, dequeue, claim,
 journal load). Printed: the medians (and p95) of the first and last 1,000 turns, their ratio,
-the gap at a continuation, and the longest journal of a run.
+the gap at a continuation, the longest journal of a run, and what one claim (load, replay, a
+turn, finish; in this process) costs a run of ``every`` turns against one run of all of them.
 
 Own database ``saga_bench_loop`` and Redis db 12 (``BENCH_LOOP_DATABASE_URL``,
 ``BENCH_LOOP_REDIS_URL``). ``measure()`` runs the bench in a child process with that
@@ -107,6 +108,7 @@ def _run(turns: int, every: int) -> dict[str, Any]:
     runs = WorkflowRun.objects.filter(workflow_name="bench_loop").count()
     longest = max(WorkflowRun.objects.filter(workflow_name="bench_loop").values_list("last_seq", flat=True))
     first_median, last_median = common.median(head), common.median(tail)
+    replay_chain, replay_single = _claim_with_history(every), _claim_with_history(turns)
     return {
         "turns": turns, "every": every, "runs": runs, "first_run": str(first.id),
         "wall_s": round(wall, 2), "turns_per_s": round(turns / (times[-1] - times[0]), 1),
@@ -115,7 +117,38 @@ def _run(turns: int, every: int) -> dict[str, Any]:
         "ratio": round(last_median / first_median, 3) if first_median else None,
         "continuation_median_ms": round(common.median(at_continuation), 3) if at_continuation else None,
         "continuations": len(at_continuation), "longest_journal": longest,
+        "claim_every_ms": round(replay_chain, 1), "claim_all_ms": round(replay_single, 1),
     }
+
+
+def _claim_with_history(recorded: int) -> float:
+    """Milliseconds for this process to claim a ``bench_loop`` run whose journal already holds
+    ``recorded`` turns, load and replay them, take one live turn and finish: what every claim of
+    a loop (after a wait, a crash, a deploy) pays for its history. The journal is written by SQL,
+    as a worker would have written it."""
+    from django.db import connection
+
+    from sagas import start
+    from sagas.engine import Outcome, advance
+
+    run = start("bench_loop", {"i": 0, "end": recorded + 1, "every": recorded + 1})
+    with connection.cursor() as cur:
+        cur.execute(
+            """INSERT INTO sagas_journalentry (run_id, seq, kind, name, payload, worker_id, created_at)
+               SELECT %s, 1 + g, 'step', CASE WHEN g = 1 THEN 'turn' ELSE 'turn#' || g END,
+                      jsonb_build_object('value', jsonb_build_object(
+                          'turn', g - 1, 'reply', 'scripted reply ' || (g - 1))), 'bench', now()
+                 FROM generate_series(1, %s) AS g""",
+            [run.id, recorded],
+        )
+        cur.execute("UPDATE sagas_workflowrun SET last_seq = %s, steps_used = %s WHERE id = %s",
+                    [recorded + 1, recorded, run.id])
+    began = time.perf_counter()
+    outcome = advance(str(run.id), owner="bench-replay")
+    elapsed = (time.perf_counter() - began) * 1000
+    if outcome != Outcome.COMPLETED:
+        raise SystemExit(f"the replay run ended {outcome}")
+    return elapsed
 
 
 def measure(turns: int = 100_000, every: int = 200) -> dict[str, Any]:
@@ -125,7 +158,9 @@ def measure(turns: int = 100_000, every: int = 200) -> dict[str, Any]:
     ``first_median_ms`` / ``last_median_ms`` (and ``_p95_ms``): per-turn latency over the first
     and the last 1,000 turns (fewer if ``turns`` is smaller); ``ratio`` (last / first, flat is
     1.0); ``continuation_median_ms``: a turn that follows a continuation; ``runs``,
-    ``continuations``, ``longest_journal`` (entries of the longest run), ``turns_per_s``, ``wall_s``.
+    ``continuations``, ``longest_journal`` (entries of the longest run), ``turns_per_s``, ``wall_s``;
+    ``claim_every_ms`` / ``claim_all_ms``: one claim of a run holding ``every`` / all ``turns`` turns
+    (load, replay, one live turn, finish): what continuing as new saves each claim of a long loop.
     """
     done = subprocess.run(
         [sys.executable, str(Path(__file__).resolve()), "--child", "--turns", str(turns), "--every", str(every)],
@@ -150,6 +185,9 @@ def table_rows(figures: dict[str, Any]) -> list[tuple[str, str]]:
         (f"last {n:,} turns, p95 ms", f"{figures['last_p95_ms']:.3f}"),
         ("turn after a continuation, median ms", f"{figures['continuation_median_ms'] or 0:.3f}"),
         ("longest journal of a run (entries)", f"{figures['longest_journal']:,}"),
+        (f"a claim replaying {figures['every']:,} turns (a chain's run), ms", f"{figures['claim_every_ms']:.1f}"),
+        (f"a claim replaying {figures['turns']:,} turns (one run, no continue_as_new), ms",
+         f"{figures['claim_all_ms']:.1f}"),
         ("turns per second", f"{figures['turns_per_s']:.1f}"),
     ]
 
