@@ -185,6 +185,15 @@ _LINES_SQL = [
 ]
 
 
+# The ArchivedRun rows of one member's runs, from the runs themselves (one statement).
+_INDEX_SQL = """
+INSERT INTO sagas_archivedrun (run_id, workflow_name, version, tenant, business_key, status, created_at, finished_at,
+                               archived_at, location, "offset", length, batch)
+SELECT id, workflow_name, version, tenant, business_key, status, created_at, finished_at, %s, %s, %s, %s, %s
+  FROM sagas_workflowrun WHERE id = ANY(%s::uuid[])
+"""
+
+
 def _lines(run_ids: list[str]) -> dict[str, list[str]]:
     """Every archived line of ``run_ids``, by run, in file order."""
     lines: dict[str, list[str]] = defaultdict(list)
@@ -216,18 +225,14 @@ def archive_batch(*, store: ArchiveStore, now: datetime, batch_size: int, groups
         by_day: dict[date, list[tuple[Any, ...]]] = defaultdict(list)
         for row in rows:
             by_day[_day(row[7])].append(row)
-        archived, files = [], []
+        files = []
         for day, day_rows in sorted(by_day.items()):
             member = member_bytes(line for row in day_rows for line in lines[str(row[0])])
             location, offset = store.append(day, member)
             files.append(location)
-            archived += [
-                ArchivedRun(run_id=row[0], workflow_name=row[1], version=row[2], tenant=row[3], business_key=row[4],
-                            status=row[5], created_at=row[6], finished_at=row[7], archived_at=archived_at,
-                            location=location, offset=offset, length=len(member), batch=batch_id)
-                for row in day_rows
-            ]
-        ArchivedRun.objects.bulk_create(archived)
+            with connection.cursor() as cur:
+                cur.execute(_INDEX_SQL, [archived_at, location, offset, len(member), batch_id,
+                                         [str(row[0]) for row in day_rows]])
         keys_keep(run_ids=run_ids, expires_at=archived_at + timedelta(days=settings.SAGAS_EFFECT_KEY_DAYS))
         with connection.cursor() as cur:
             cur.execute("SELECT runs, journal_entries, effects FROM sagas_archive_delete(%s::uuid[])", [run_ids])
