@@ -406,6 +406,23 @@ def read_figures(conn, size: dict) -> dict[str, dict[str, tuple[float, float]]]:
                 history_timeline(long_run, **kwargs)
                 ms = timed(lambda i, kw=kwargs: history_timeline(long_run, **kw), size["pages"])
             record(label, schema, ms)
+    # Every read without the key probes every partition: 12 more (empty) months, as a year's
+    # retention would keep.
+    extra = [f"{2027 + k // 12}-{k % 12 + 1:02d}-01" for k in range(1, 14)]
+    for low, high in zip(extra, extra[1:]):
+        conn.execute(f"""CREATE TABLE part.{partition_name(low)} PARTITION OF part.sagas_journalentry
+                         FOR VALUES FROM ('{low}') TO ('{high}') WITH (autovacuum_enabled = false)""")
+    parts = journal_size(conn, "part")[2]
+    use("part")
+    for warm in sample[:20]:
+        systemdb.load_journal(warm)
+    record(f"load_journal, one run, {parts} partitions (12 more, empty)", "part",
+           timed(lambda i: systemdb.load_journal(sample[i]), len(sample)))
+    history_timeline(sample[0])
+    record(f"history page, one short run, {parts} partitions", "part",
+           timed(lambda i: history_timeline(sample[i % len(sample)]), size["pages"]))
+    for low in extra[:-1]:  # retention then runs with the 6 partitions again
+        conn.execute(f"DROP TABLE part.{partition_name(low)}")
     return figures
 
 
@@ -453,12 +470,14 @@ class Appender(threading.Thread):
         return len(ms) / (t1 - t0), common.percentile(ms, 95), max(ms, default=float("nan"))
 
 
-def delete_runs_in_batches(conn, schema: str, *, journal: bool) -> tuple[int, int, int]:  # type: ignore[no-untyped-def]
+def delete_runs_in_batches(conn, schema: str, *,  # type: ignore[no-untyped-def]
+                           journal: bool) -> tuple[int, int, int, float]:
     """Delete the dropped month's runs (and their entries, with ``journal``) 500 runs a transaction,
-    in creation order; (runs, entries, batches)."""
+    in creation order; (runs, entries, batches, seconds in the journal DELETEs)."""
     low, high = DROPPED
     last = (datetime(1970, 1, 1, tzinfo=timezone.utc), "00000000-0000-0000-0000-000000000000")
     runs = entries = batches = 0
+    journal_s = 0.0
     while True:
         with conn.transaction():
             conn.execute(f"SET LOCAL {GUC} = on")
@@ -470,12 +489,14 @@ def delete_runs_in_batches(conn, schema: str, *, journal: bool) -> tuple[int, in
                 break
             ids = [r[0] for r in rows]
             if journal:
+                j0 = time.perf_counter()
                 entries += conn.execute(f"DELETE FROM {schema}.sagas_journalentry WHERE run_id = ANY(%s)",
                                         [ids]).rowcount
+                journal_s += time.perf_counter() - j0
             runs += conn.execute(f"DELETE FROM {schema}.sagas_workflowrun WHERE id = ANY(%s)", [ids]).rowcount
             batches += 1
             last = (rows[-1][1], str(rows[-1][0]))
-    return runs, entries, batches
+    return runs, entries, batches, journal_s
 
 
 def retention(db: str, size: dict) -> dict[str, dict]:  # type: ignore[no-untyped-def]
@@ -495,14 +516,15 @@ def retention(db: str, size: dict) -> dict[str, dict]:  # type: ignore[no-untype
             t0 = time.perf_counter()
             detach = drop = 0.0
             if schema == "flat":
-                runs, entries, batches = delete_runs_in_batches(conn, schema, journal=True)
+                runs, entries, batches, journal_s = delete_runs_in_batches(conn, schema, journal=True)
             else:
                 part = partition_name(DROPPED[0])
                 conn.execute(f"ALTER TABLE part.sagas_journalentry DETACH PARTITION part.{part} CONCURRENTLY")
                 detach = time.perf_counter() - t0
                 conn.execute(f"DROP TABLE part.{part}")
                 drop = time.perf_counter() - t0 - detach
-                runs, entries, batches = delete_runs_in_batches(conn, schema, journal=False)
+                runs, entries, batches, _ = delete_runs_in_batches(conn, schema, journal=False)
+                journal_s = detach + drop
                 entries = month_entries
             t1 = time.perf_counter()
             worker.stop.set()
@@ -522,7 +544,8 @@ def retention(db: str, size: dict) -> dict[str, dict]:  # type: ignore[no-untype
             conn.execute(f"VACUUM {schema}.sagas_workflowrun")
             v2 = time.perf_counter()
             out[schema] = dict(seconds=t1 - t0, runs=runs, entries=entries, month_entries=month_entries,
-                               batches=batches, detach=detach, drop=drop, base=base, during=during,
+                               batches=batches, journal_s=journal_s, detach=detach, drop=drop, base=base,
+                               during=during,
                                dead_journal=dead_journal, dead_runs=dead_runs, vacuum_journal=v1 - v0,
                                vacuum_runs=v2 - v1, before=before, after=journal_size(conn, schema))
     return out
@@ -590,6 +613,9 @@ def main() -> None:
                  f"{kf['batches']} batches of {BATCH} runs: entries + runs",
                  f"detach {kp['detach'] * 1000:.0f} ms + drop {kp['drop'] * 1000:.0f} ms, "
                  f"then {kp['batches']} batches: runs", "-"))
+    rows.append(("retention: of which journal rows / run rows (s)",
+                 f"{kf['journal_s']:.1f} / {kf['seconds'] - kf['journal_s']:.1f}",
+                 f"{kp['journal_s']:.1f} / {kp['seconds'] - kp['journal_s']:.1f}", "-"))
     rows.append(("retention: journal entries removed per second", f"{kf['entries'] / kf['seconds']:,.0f}",
                  f"{kp['entries'] / kp['seconds']:,.0f}", ratio(kf["entries"] / kf["seconds"],
                                                                kp["entries"] / kp["seconds"])))
