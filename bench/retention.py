@@ -660,6 +660,7 @@ def main() -> None:  # noqa: PLR0915  (one straight story, printed in order)
                         help="archive_due's batch_size (default: SAGAS_ARCHIVE_BATCH, as the scheduled pass)")
     parser.add_argument("--pause", type=float, default=None,
                         help="archive_due's pause between batches in seconds (default: SAGAS_ARCHIVE_PAUSE)")
+    parser.add_argument("--no-partition", action="store_true", help="skip the partitioning figures (step 5)")
     parser.add_argument("--keep-archive", action="store_true", help="keep the archive files (default: deleted)")
     parser.add_argument("--baseline", type=float, default=None, help="seconds of the baseline phase")
     parser.add_argument("--dir", type=Path, default=None, help="where the private server lives (default: TMPDIR)")
@@ -702,9 +703,11 @@ def main() -> None:  # noqa: PLR0915  (one straight story, printed in order)
     kept_before = kept_fingerprint()
     sizes_before = table_sizes()
 
-    t0 = time.perf_counter()
-    partition_rows = partition_figures(batch_size)
-    print(f"partitioning figures in {time.perf_counter() - t0:.0f} s", flush=True)
+    partition_rows: list[tuple[str, ...]] = []
+    if not args.no_partition:
+        t0 = time.perf_counter()
+        partition_rows = partition_figures(batch_size)
+        print(f"partitioning figures in {time.perf_counter() - t0:.0f} s", flush=True)
     autocommit("CHECKPOINT")
 
     viewer_user()
@@ -787,7 +790,8 @@ def main() -> None:  # noqa: PLR0915  (one straight story, printed in order)
         f"run list every {SAMPLE_EVERY:g} s){' -- LOCAL STUB ARCHIVER' if stub else ''}", rows)
     for p in phases:
         print(f"steps/s per {window:g} s window, {p.name}: " + ", ".join(f"{v:.0f}" for v in windows[p.name]))
-    common.print_table("Journal removal of one month: plain table against monthly partitions", partition_rows)
+    if partition_rows:
+        common.print_table("Journal removal of one month: plain table against monthly partitions", partition_rows)
     print(f"load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     met = drop < TARGET_DROP and worst_p95 < TARGET_LIST_P95
     print(f"Targets: {'met' if met else 'missed'} (throughput drop {drop:.1f} %, worst phase run list p95 "
