@@ -8,8 +8,9 @@
   DELETE on the journal (``sagas.dbroles``), needs only EXECUTE on it. It sets the
   transaction-local setting ``saga_console.archive_delete`` around its journal DELETE, and
   resets it before returning.
-* The journal's row trigger (``sagas_journal_append_only``, migration 0002) lets a DELETE
-  through only while that setting is on; UPDATE and every other DELETE are refused as before.
+* The journal's row trigger (``sagas_journal_append_only``, migration 0002) does not fire
+  while that setting is on (a WHEN clause), so the function's DELETE goes through; every other
+  UPDATE and DELETE is refused as before.
   (The trigger guards against mistakes, as config/append_only.py says: the owner could set the
   setting by hand, as it could drop the trigger. The runtime role cannot delete at all.)
 
@@ -22,26 +23,24 @@ from django.db import migrations, models
 ARCHIVE_GUC = "saga_console.archive_delete"
 TERMINAL = "'COMPLETED', 'FAILED', 'CANCELLED', 'COMPENSATED'"
 
+# The row trigger of migration 0002 (same name, same function: config/append_only.py), now with
+# a WHEN clause: it is not fired while the archive setting is on. A WHEN clause is evaluated
+# without calling the plpgsql function, so the archive path's DELETE pays no trigger call per
+# row (it more than doubled the cost of deleting a journal row: 5.0 against 2.2 us).
 TRIGGER_WITH_ARCHIVE_PATH = f"""
-CREATE OR REPLACE FUNCTION sagas_journal_append_only() RETURNS trigger AS $$
-BEGIN
-    IF TG_OP = 'DELETE' AND current_setting('{ARCHIVE_GUC}', true) = 'on' THEN
-        RETURN OLD;
-    END IF;
-    RAISE EXCEPTION 'sagas_journalentry is append-only: % refused', TG_OP
-        USING ERRCODE = 'insufficient_privilege';
-END;
-$$ LANGUAGE plpgsql;
+DROP TRIGGER sagas_journal_append_only ON sagas_journalentry;
+CREATE TRIGGER sagas_journal_append_only
+    BEFORE UPDATE OR DELETE ON sagas_journalentry
+    FOR EACH ROW
+    WHEN (current_setting('{ARCHIVE_GUC}', true) IS DISTINCT FROM 'on')
+    EXECUTE FUNCTION sagas_journal_append_only();
 """
 
-# What migration 0002 created (config/append_only.py), to go back to.
 TRIGGER_ORIGINAL = """
-CREATE OR REPLACE FUNCTION sagas_journal_append_only() RETURNS trigger AS $$
-BEGIN
-    RAISE EXCEPTION 'sagas_journalentry is append-only: % refused', TG_OP
-        USING ERRCODE = 'insufficient_privilege';
-END;
-$$ LANGUAGE plpgsql;
+DROP TRIGGER sagas_journal_append_only ON sagas_journalentry;
+CREATE TRIGGER sagas_journal_append_only
+    BEFORE UPDATE OR DELETE ON sagas_journalentry
+    FOR EACH ROW EXECUTE FUNCTION sagas_journal_append_only();
 """
 
 ARCHIVE_DELETE = f"""
