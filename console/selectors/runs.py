@@ -158,7 +158,8 @@ def run_chain(run: WorkflowRun) -> RunChain | None:
             newest, after = str(row[0]), row[1]
     return RunChain(
         position=place.position, length=place.position + after, length_capped=after >= CHAIN_WALK_LIMIT,
-        first_id=place.first, business_key=place.business_key, previous_id=str(run.continued_from) if run.continued_from else None,
+        first_id=place.first, business_key=place.business_key,
+        previous_id=str(run.continued_from) if run.continued_from else None,
         next_id=str(run.continued_to) if run.continued_to else None, newest_id=newest,
     )
 
