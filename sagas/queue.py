@@ -9,8 +9,8 @@ queue every worker reads (``<SAGAS_QUEUE>:compensation``): undoing a run's
 effects never waits for its old code to be deployed again.
 
 ``enqueue_advance(run_id, definition_hash)`` puts an ``advance`` job on that queue and
-sets a short-lived marker ``sagas:queued:<run_id>``. The job deletes the marker
-when it starts. The sweeper treats "runnable in PostgreSQL, no marker in Redis"
+sets a short-lived marker ``sagas:queued:<run_id>``, in one Redis round trip. The job
+deletes the marker when it starts. The sweeper treats "runnable in PostgreSQL, no marker in Redis"
 as a lost wake-up and enqueues again, so a ``FLUSHALL`` loses nothing.
 Duplicate jobs are harmless: claiming a run is atomic and a job that cannot
 claim returns quietly.
@@ -83,15 +83,23 @@ def enqueue_advance(run_id: str, definition_hash: str, *, compensating: bool = F
     run_id = str(run_id)
     name = compensation_queue_name() if compensating else queue_name_for(definition_hash)
     try:
-        redis_connection().set(marker_key(run_id), "1", ex=MARKER_TTL_SECONDS)
-        get_queue(name).enqueue(
+        rq_queue = get_queue(name)
+        # One round trip: RQ's enqueue and the marker in one MULTI/EXEC pipeline (they land
+        # together or not at all). ``Queue.enqueue`` would make two round trips of its own,
+        # and RQ opens its transaction with MULTI, which redis-py refuses once other commands
+        # are queued: so RQ's commands go in first, the marker after them.
+        job = rq_queue.create_job(
             ADVANCE_JOB,
-            run_id,
-            job_timeout=-1,
+            args=(run_id,),
+            timeout=-1,
             result_ttl=0,
             failure_ttl=24 * 3600,
             description=f"advance {run_id}",
         )
+        with redis_connection().pipeline() as pipe:
+            rq_queue.enqueue_job(job, pipeline=pipe)
+            pipe.set(marker_key(run_id), "1", ex=MARKER_TTL_SECONDS)
+            pipe.execute()
     except redis.RedisError as exc:
         # One line per outage (not per run); the run is safe in PostgreSQL and the
         # sweeper enqueues it once Redis answers again.
