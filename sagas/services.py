@@ -5,15 +5,16 @@ workers; cancelling and retrying. How a ledger resolution reaches its run is
 from __future__ import annotations
 
 import logging
+import uuid
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
-from django.db import IntegrityError, connection, transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
-from sagas import queue, registry, selectors, systemdb
+from sagas import queue, registry, selectors, startdb, systemdb
 from sagas.compensation import approvals_expire_open, needs_compensation, plan_create, run_move_to_compensating
 from sagas.errors import ActionNotAllowed, RunFinished, StartConflict
 from sagas.locks import run_lock
@@ -78,7 +79,8 @@ def run_start(
     max_cost: float | None = None,
     max_duration: timedelta | None = None,
 ) -> WorkflowRun:
-    """Create a PENDING run and wake a worker for it after commit.
+    """Create a PENDING run and its ``started`` journal entry (one statement,
+    ``sagas.startdb.insert_run``) and wake a worker for it after commit.
 
     Every argument is checked before the database is touched (``sagas.validation``:
     ``InvalidArgument``, ``NotSerializable``). Idempotent per ``(tenant, name,
@@ -98,58 +100,46 @@ def run_start(
     budget_steps = max_steps if max_steps is not None else definition.max_steps
     budget_cost = checked.max_cost if max_cost is not None else definition.max_cost
     budget_duration = max_duration if max_duration is not None else definition.max_duration
-    try:
-        with transaction.atomic():
-            run = WorkflowRun.objects.create(
-                workflow_name=definition.name,
-                version=definition.version,
-                definition_hash=definition.definition_hash,
-                input=input,
-                summary=summary,
-                business_key=business_key,
-                tenant=tenant,
-                status=RunStatus.PENDING,
-                last_seq=1,
-                max_steps=budget_steps,
-                max_cost=Decimal(str(budget_cost)) if budget_cost is not None else None,
-                max_duration=budget_duration,
-                started_by=started_by,
-                started_via=started_via,
-            )
-            JournalEntry.objects.create(
-                run=run,
-                seq=1,
-                kind=JournalKind.STARTED,
-                payload={
-                    "input": input,
-                    "version": definition.version,
-                    "definition_hash": definition.definition_hash,
-                    "business_key": business_key,
-                    "tenant": tenant,
-                    "started_by": started_by.get_username() if started_by else None,
-                    "started_via": started_via,
-                },
-                created_at=timezone.now(),
-            )
-            queue.enqueue_after_commit(run.id, run.definition_hash)
-            send_run_changed(run.id, RunStatus.PENDING, cause=JournalKind.STARTED)
-    except IntegrityError:
-        if not business_key:
-            raise
+    run_id = uuid.uuid4()
+    max_cost_value = Decimal(str(budget_cost)) if budget_cost is not None else None
+    created_at = startdb.insert_run(
+        str(run_id), workflow_name=definition.name, version=definition.version,
+        definition_hash=definition.definition_hash, input=dumps(input) if input is not None else None,
+        summary=dumps(summary) if summary is not None else None, business_key=business_key, tenant=tenant,
+        max_steps=budget_steps, max_cost=max_cost_value, max_duration=budget_duration,
+        started_by_id=started_by.pk if started_by is not None else None,
+        started_by_name=started_by.get_username() if started_by is not None else None, started_via=started_via,
+    )
+    if created_at is None:  # the business key is taken: that run, if it is the same start
         existing = WorkflowRun.objects.get(tenant=tenant, workflow_name=definition.name, business_key=business_key)
         if existing.input != input:
             raise StartConflict(
                 f"{definition.name} run {existing.id} already exists for business key {business_key!r} "
                 f"(tenant {tenant!r}) with a different input; nothing was started"
-            ) from None
+            )
         if version is not None and existing.version != version:
             raise StartConflict(
                 f"{definition.name} run {existing.id} already exists for business key {business_key!r} "
                 f"(tenant {tenant!r}) at version {existing.version}, not the version {version} asked for; "
                 f"nothing was started"
-            ) from None
+            )
         existing.created_now = False  # for callers that answer "created" and "already there" apart
         return existing
+    # The row as inserted, without reading it back (as if loaded: saving it updates it).
+    inserted = WorkflowRun(
+        id=run_id, workflow_name=definition.name, version=definition.version,
+        definition_hash=definition.definition_hash, input=input, summary=summary, business_key=business_key,
+        tenant=tenant, status=RunStatus.PENDING, last_seq=1, max_steps=budget_steps, max_cost=max_cost_value,
+        max_duration=budget_duration, started_by=started_by, started_via=started_via, created_at=created_at,
+        updated_at=created_at,
+    )
+    names = [f.attname for f in WorkflowRun._meta.concrete_fields]
+    run = WorkflowRun.from_db(connection.alias, names, [getattr(inserted, name) for name in names])
+    if started_by is not None:
+        run.started_by = started_by
+    # After commit (at once in autocommit, where the statement committed itself).
+    queue.enqueue_after_commit(run.id, run.definition_hash)
+    send_run_changed(run.id, RunStatus.PENDING, cause=JournalKind.STARTED)
     run.created_now = True
     return run
 

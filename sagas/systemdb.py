@@ -60,7 +60,7 @@ class ClaimedRun:
 
 
 @contextmanager
-def _cursor() -> Iterator[psycopg.Cursor]:
+def cursor() -> Iterator[psycopg.Cursor]:
     """A server-side-binding cursor on Django's connection (same transaction state).
 
     Django's default psycopg cursor binds parameters client-side and never
@@ -76,6 +76,9 @@ def _cursor() -> Iterator[psycopg.Cursor]:
     connection.ensure_connection()
     with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cur:
         yield cur
+
+
+_cursor = cursor  # its earlier name (bench/partition.py)
 
 
 def dumps(value: Any) -> str:
