@@ -118,8 +118,10 @@ def _execute(run: ClaimedRun, owner: str, beat: Heartbeat | None = None) -> Outc
             ctx = Context(run=run, journal=[], worker_id=owner)
             return _compensate(run, owner, beat.watch(ctx) if beat else ctx)
         definition = _definition_for(run)
+        known = systemdb.initial_journal(run)  # a first claim knows its journal: no query
         while True:
-            journal = systemdb.load_journal(run.id)
+            journal = known if known is not None else systemdb.load_journal(run.id)
+            known = None  # a replay after this one reads what arrived meanwhile
             ctx = Context(
                 run=run, journal=journal, worker_id=owner, approve_irreversible=definition.approve_irreversible
             )

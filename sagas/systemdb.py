@@ -57,6 +57,10 @@ class ClaimedRun:
     max_duration_seconds: float | None
     started_at: datetime
     status: str = RunStatus.RUNNING
+    last_seq: int = 0  # of the claim's own entry: 2 on a first claim with nothing else journaled
+
+
+FIRST_CLAIM_SEQ = 2  # a claim numbered 2: the journal is ``started`` and it (``initial_journal``)
 
 
 @contextmanager
@@ -69,9 +73,8 @@ def cursor() -> Iterator[psycopg.Cursor]:
 
     Errors go through Django's error wrapper: a psycopg error comes out as
     ``django.db.OperationalError`` (etc.), and the connection is flagged so that
-    ``close_old_connections()`` drops it if it is dead. A raw cursor without the
-    wrapper left a dead connection in place until ``CONN_MAX_AGE``: after a
-    PostgreSQL restart, workers failed every job for minutes.
+    ``close_old_connections()`` drops it if it is dead (without it, workers failed
+    every job for minutes after a PostgreSQL restart, until ``CONN_MAX_AGE``).
     """
     connection.ensure_connection()
     with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cur:
@@ -143,8 +146,17 @@ def claim(run_id: str, *, owner: str, ttl: float) -> ClaimedRun | None:
         max_cost=row[12],
         max_duration_seconds=row[13],
         started_at=row[14],
+        last_seq=row[15],
         status=row[16],
     )
+
+
+def initial_journal(run: ClaimedRun) -> list[Entry] | None:
+    """The journal of a claim numbered ``FIRST_CLAIM_SEQ`` (``started`` and that claim, payloads
+    left out: replay reads neither), known without a query; None: the caller loads it."""
+    if run.last_seq != FIRST_CLAIM_SEQ:
+        return None
+    return [Entry(1, "started", "", None), Entry(FIRST_CLAIM_SEQ, "claimed", "", None)]
 
 
 def load_journal(run_id: str) -> list[Entry]:
@@ -209,16 +221,8 @@ def append(
     with _cursor() as cur:
         cur.execute(
             _APPEND_SQL,
-            {
-                "run": run_id,
-                "fence": fence,
-                "kind": kind,
-                "name": name,
-                "payload": payload,
-                "worker": worker,
-                "steps": steps,
-                "cost": repr(float(cost)),
-            },
+            {"run": run_id, "fence": fence, "kind": kind, "name": name, "payload": payload, "worker": worker,
+             "steps": steps, "cost": repr(float(cost))},
         )
         row = cur.fetchone()
     if row is None:
