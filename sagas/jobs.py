@@ -11,11 +11,17 @@ from sagas.errors import StorageUnavailable
 
 
 def advance(run_id: str) -> str:
-    """Advance one run. While PostgreSQL is unreachable the job waits (backing off, one
-    log line per outage) instead of failing: a worker that failed every job at once
-    would burn its queue and its CPU for nothing. On shutdown it gives up; the run is
-    still PENDING in PostgreSQL and the sweeper wakes it."""
+    """Advance one run (the ``advance`` job): its wake-up marker is cleared first, then
+    ``advance_now``."""
     queue.clear_marker(run_id)
+    return advance_now(run_id)
+
+
+def advance_now(run_id: str) -> str:
+    """Advance one run whose wake-up marker the caller has cleared. While PostgreSQL is
+    unreachable the job waits (backing off, one log line per outage) instead of failing: a
+    worker that failed every job at once would burn its queue and its CPU for nothing. On
+    shutdown it gives up; the run is still PENDING in PostgreSQL and the sweeper wakes it."""
     # Drop a connection that broke since the last job (Django checks it lazily).
     close_old_connections()
     while True:

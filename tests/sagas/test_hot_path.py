@@ -1,0 +1,160 @@
+"""The dispatch path: start() in one statement, one Redis round trip to wake a worker, a
+first claim without a journal load, and an ``advance`` job without RQ's per-job
+bookkeeping; each keeping what a user or operator sees."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+from decimal import Decimal
+
+import pytest
+from django.db import connection, transaction
+from rq.job import Job
+
+from sagas import signal, start, systemdb
+from sagas.engine import Outcome, advance
+from sagas.errors import StartConflict
+from sagas.models import JournalEntry, RunStatus, WorkflowRun
+from sagas.queue import compensation_queue_name, enqueue_advance, get_queue, marker_key, queue_name_for, redis_connection
+from sagas.registry import workflow
+from sagas.rqworker import SagaWorker
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _one() -> int:
+    return 1
+
+
+@workflow("hot_two_steps", version=1, max_steps=50, max_cost=2.5, max_duration=timedelta(hours=1))
+def hot_two_steps(ctx, spec):
+    return ctx.step("a", _one) + ctx.step("b", _one)
+
+
+@workflow("hot_waits_for_go", version=1)
+def hot_waits_for_go(ctx, spec):
+    go = ctx.wait_for("go", timedelta(hours=1))
+    return {"go": go, "then": ctx.step("after", _one)}
+
+
+def _journal(run_id) -> list[tuple[int, str, str]]:
+    return list(JournalEntry.objects.filter(run_id=run_id).order_by("seq").values_list("seq", "kind", "name"))
+
+
+def test_it_starts_a_run_with_its_started_entry_budgets_and_starter(django_user_model):
+    ann = django_user_model.objects.create_user("ann", password="pw-ann-long-enough")
+    run = start("hot_two_steps", {"order": 7, "note": "é"}, business_key="order-7", tenant="acme",
+                started_by=ann, started_via="console", max_steps=9)
+
+    stored = WorkflowRun.objects.get(id=run.id)
+    for field in ("workflow_name", "version", "definition_hash", "input", "business_key", "tenant", "status",
+                  "last_seq", "max_steps", "max_cost", "max_duration", "started_by_id", "started_via", "created_at",
+                  "steps_used", "fence", "attempts", "status_reason", "lease_owner"):
+        assert getattr(run, field) == getattr(stored, field), field  # what start() returned is what was stored
+    assert (stored.status, stored.last_seq, stored.max_steps) == (RunStatus.PENDING, 1, 9)
+    assert (stored.max_cost, stored.max_duration) == (Decimal("2.5"), timedelta(hours=1))  # the workflow's
+    assert run.created_now is True
+    started = JournalEntry.objects.get(run_id=run.id)
+    assert (started.seq, started.kind) == (1, "started")
+    assert started.payload == {
+        "input": {"order": 7, "note": "é"}, "version": 1, "definition_hash": stored.definition_hash,
+        "business_key": "order-7", "tenant": "acme", "started_by": "ann", "started_via": "console",
+    }
+    assert started.created_at == stored.created_at
+    # The wake-up went out in the same call: the job on the version's queue and its marker.
+    assert get_queue(queue_name_for(stored.definition_hash)).count == 1
+    assert redis_connection().exists(marker_key(str(run.id)))
+
+
+def test_it_answers_a_repeated_business_key_with_the_first_run_and_refuses_another_input():
+    first = start("hot_two_steps", {"order": 1}, business_key="k-1")
+    again = start("hot_two_steps", {"order": 1}, business_key="k-1")
+    assert again.id == first.id and again.created_now is False
+
+    with pytest.raises(StartConflict, match="different input"):
+        start("hot_two_steps", {"order": 2}, business_key="k-1")
+    assert WorkflowRun.objects.filter(business_key="k-1").count() == 1
+    assert _journal(first.id) == [(1, "started", "")]
+    # Another tenant, or no key at all, is another run.
+    assert start("hot_two_steps", {"order": 1}, business_key="k-1", tenant="other").id != first.id
+    assert start("hot_two_steps", {"order": 1}).id != start("hot_two_steps", {"order": 1}).id
+
+
+def test_it_writes_and_wakes_nothing_when_the_callers_transaction_rolls_back():
+    with pytest.raises(RuntimeError), transaction.atomic():
+        run = start("hot_two_steps", {"order": 3}, business_key="rolled-back")
+        assert WorkflowRun.objects.filter(id=run.id).exists()  # visible inside the transaction
+        raise RuntimeError("the caller changed its mind")
+    assert not WorkflowRun.objects.filter(business_key="rolled-back").exists()
+    assert not JournalEntry.objects.filter(run_id=run.id).exists()
+    assert not redis_connection().exists(marker_key(str(run.id)))
+    assert get_queue(queue_name_for(run.definition_hash)).count == 0
+    # The key is free again.
+    assert start("hot_two_steps", {"order": 3}, business_key="rolled-back").created_now is True
+
+
+@pytest.fixture
+def journal_loads(monkeypatch):
+    """The run ids whose journal the engine read, in order."""
+    loads: list[str] = []
+    real = systemdb.load_journal
+
+    def counting(run_id: str):  # type: ignore[no-untyped-def]
+        loads.append(str(run_id))
+        return real(run_id)
+
+    monkeypatch.setattr(systemdb, "load_journal", counting)
+    return loads
+
+
+def test_a_first_claim_runs_without_reading_the_journal(journal_loads):
+    run = start("hot_two_steps", {})
+    assert advance(str(run.id), owner="t") == Outcome.COMPLETED
+    assert journal_loads == []
+    assert WorkflowRun.objects.get(id=run.id).result == 2
+    assert _journal(run.id) == [(1, "started", ""), (2, "claimed", ""), (3, "step", "a"), (4, "step", "b"),
+                                (5, "completed", "")]
+
+
+def test_a_signal_sent_before_the_first_claim_is_seen_by_it(journal_loads):
+    run = start("hot_waits_for_go", {})
+    signal(run_id=run.id, name="go", payload={"now": True})  # seq 2: the claim is seq 3
+    assert advance(str(run.id), owner="t") == Outcome.COMPLETED
+    assert journal_loads == [str(run.id)]
+    assert WorkflowRun.objects.get(id=run.id).result == {"go": {"now": True}, "then": 1}
+
+
+def test_a_later_claim_replays_what_the_first_one_journaled(journal_loads):
+    run = start("hot_waits_for_go", {})
+    assert advance(str(run.id), owner="t") == Outcome.WAITING  # first claim: no read
+    signal(run_id=run.id, name="go", payload=1)
+    assert advance(str(run.id), owner="t") == Outcome.COMPLETED
+    assert journal_loads == [str(run.id)]
+    assert WorkflowRun.objects.get(id=run.id).result == {"go": 1, "then": 1}
+
+
+def test_a_worker_runs_advance_jobs_without_leaving_rq_records_and_fails_a_broken_one_visibly():
+    done = start("hot_two_steps", {})
+    # A wake-up for a run id PostgreSQL refuses: the job raises (not a storage error).
+    assert enqueue_advance("not-a-run-id", "0" * 64, compensating=True)
+    queues = [get_queue(compensation_queue_name()), get_queue(queue_name_for(done.definition_hash))]
+    worker = SagaWorker(queues, connection=redis_connection(), name=f"hot-{uuid.uuid4().hex[:8]}")
+
+    worker.work(burst=True, with_scheduler=False, logging_level="WARNING")
+    connection.close()  # the worker's job left its connection in a failed state on purpose
+
+    assert WorkflowRun.objects.get(id=done.id).status == RunStatus.COMPLETED
+    assert not redis_connection().exists(marker_key(str(done.id)))  # cleared when its job began
+    conn = redis_connection()
+    assert int(conn.hget(worker.key, "successful_job_count") or 0) == 1  # `rq info` still counts it
+    assert int(conn.hget(worker.key, "failed_job_count") or 0) == 1
+    failed = queues[0].failed_job_registry.get_job_ids()
+    assert len(failed) == 1
+    broken = Job.fetch(failed[0], connection=conn)
+    assert broken.args == ("not-a-run-id",) and "not-a-run-id" in (broken.latest_result().exc_string or "")
+    # The successful job left nothing behind in Redis: no job hash, nothing queued or started.
+    job_keys = [k for k in conn.scan_iter("rq:job:*") if not k.decode().endswith(failed[0])]
+    assert job_keys == []
+    assert all(q.count == 0 and q.started_job_registry.count == 0 for q in queues)
+
