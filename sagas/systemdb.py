@@ -61,6 +61,7 @@ class ClaimedRun:
 
 
 FIRST_CLAIM_SEQ = 2  # a claim numbered 2: the journal is ``started`` and it (``initial_journal``)
+PREPARE_AFTER = 5  # psycopg's default
 
 
 @contextmanager
@@ -69,7 +70,9 @@ def cursor() -> Iterator[psycopg.Cursor]:
 
     Django's default psycopg cursor binds parameters client-side and never
     prepares; the hot-path statements here run thousands of times per second,
-    so they use server-side binding, which psycopg prepares after a few uses.
+    so they use server-side binding and are prepared on their ``PREPARE_AFTER``-th use
+    on a connection. Django opens connections with psycopg's ``prepare_threshold`` off
+    (None: nothing prepared); it is set here, for these cursors (Django's never prepare).
 
     Errors go through Django's error wrapper: a psycopg error comes out as
     ``django.db.OperationalError`` (etc.), and the connection is flagged so that
@@ -77,7 +80,10 @@ def cursor() -> Iterator[psycopg.Cursor]:
     every job for minutes after a PostgreSQL restart, until ``CONN_MAX_AGE``).
     """
     connection.ensure_connection()
-    with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cur:
+    conn = connection.connection
+    if conn.prepare_threshold != PREPARE_AFTER:
+        conn.prepare_threshold = PREPARE_AFTER
+    with connection.wrap_database_errors, psycopg.Cursor(conn) as cur:
         yield cur
 
 
