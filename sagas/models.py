@@ -121,7 +121,7 @@ class WorkflowRun(models.Model):
             models.Index(fields=["status", "updated_at"], name="run_status_updated"),
             # Console list filters use (status|workflow|workflow+version|tenant, created_at, id) and a
             # pattern index on business_key, created in migration 0006 (CONCURRENTLY, outside Meta).
-            models.Index(fields=["updated_at"], name="run_updated"),
+            # No index on updated_at alone: every query on it filters by status (migration 0013).
             models.Index(fields=["-created_at", "-id"], name="run_created_keyset"),
             models.Index(
                 fields=["lease_expires_at"],
