@@ -227,8 +227,8 @@ def append(
     with _cursor() as cur:
         cur.execute(
             _APPEND_SQL,
-            {"run": run_id, "fence": fence, "kind": kind, "name": name, "payload": payload, "worker": worker,
-             "steps": steps, "cost": repr(float(cost))},
+            {"run": run_id, "fence": fence, "kind": kind, "name": name, "payload": payload,
+             "worker": worker, "steps": steps, "cost": repr(float(cost))},
         )
         row = cur.fetchone()
     if row is None:

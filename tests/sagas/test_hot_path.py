@@ -16,7 +16,9 @@ from sagas import signal, start, systemdb
 from sagas.engine import Outcome, advance
 from sagas.errors import StartConflict
 from sagas.models import JournalEntry, RunStatus, WorkflowRun
-from sagas.queue import compensation_queue_name, enqueue_advance, get_queue, marker_key, queue_name_for, redis_connection
+from sagas.queue import (
+    compensation_queue_name, enqueue_advance, get_queue, marker_key, queue_name_for, redis_connection,
+)
 from sagas.registry import workflow
 from sagas.rqworker import SagaWorker
 
