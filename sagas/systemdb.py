@@ -255,7 +255,8 @@ def append_event(run_id: str, *, kind: str, name: str, payload: str, worker: str
     lock, so it serializes with claims and fenced appends; ``seq`` stays gap-free.
     """
     with _cursor() as cur:
-        cur.execute(_APPEND_EVENT_SQL, {"run": run_id, "kind": kind, "name": name, "payload": payload, "worker": worker})
+        cur.execute(_APPEND_EVENT_SQL,
+                    {"run": run_id, "kind": kind, "name": name, "payload": payload, "worker": worker})
         row = cur.fetchone()
     if row is None:
         raise LookupError(f"run {run_id} does not exist")
