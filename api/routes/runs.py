@@ -69,6 +69,8 @@ class RunOut(Schema):
     max_cost: float | None
     created_at: datetime
     finished_at: datetime | None
+    continued_from: str | None = Field(None, description="the run this one continues (ctx.continue_as_new)")
+    continued_to: str | None = Field(None, description="the run that continues this one; follow it for the outcome")
     console_url: str
 
 
@@ -86,6 +88,8 @@ def run_out(request: HttpRequest, run: WorkflowRun) -> dict[str, Any]:
         "cost_used": float(run.cost_used), "max_steps": run.max_steps,
         "max_cost": float(run.max_cost) if run.max_cost is not None else None,
         "created_at": run.created_at, "finished_at": run.finished_at,
+        "continued_from": str(run.continued_from) if run.continued_from else None,
+        "continued_to": str(run.continued_to) if run.continued_to else None,
         "console_url": request.build_absolute_uri(reverse("console:run", args=[run.id])),
     }
 

@@ -179,3 +179,15 @@ def test_it_refuses_a_body_over_djangos_limit_as_payload_too_large(keys, setting
     answer = call("post", "/runs", keys["operator"], raw=big.replace(b'"api_gate"', b'"api_gate", "business_key": "b"'))
     assert answer.status_code == 413 and problem(answer) == "payload-too-large" and "1048576" in answer.json()["detail"]
     assert WorkflowRun.objects.count() == 1
+
+
+def test_a_run_continued_as_new_links_to_its_successor_both_ways(keys):
+    first = make_run(status=RunStatus.COMPLETED, reason="continued_as_new", business_key="loop-1")
+    second = make_run(status=RunStatus.RUNNING, reason="", business_key="loop-1#2")
+    WorkflowRun.objects.filter(id=first.id).update(continued_to=second.id)
+    WorkflowRun.objects.filter(id=second.id).update(continued_from=first.id)
+
+    old = call("get", f"/runs/{first.id}", keys["viewer"]).json()
+    new = call("get", f"/runs/{second.id}", keys["viewer"]).json()
+    assert old["continued_to"] == str(second.id) and old["continued_from"] is None
+    assert new["continued_from"] == str(first.id) and new["continued_to"] is None
