@@ -22,6 +22,7 @@ from django.utils import timezone
 
 from console.selectors.runs import HISTORY_PAGE_SIZE
 from ledger.models import EffectRecord
+from sagas.continuation import CONTINUED_AS_NEW
 from sagas.models import ApprovalRequest, JournalEntry, JournalKind
 
 K = JournalKind
@@ -37,8 +38,9 @@ KIND_GROUPS: dict[str, tuple[str, frozenset[str]]] = {
     "waits": ("timers and signals", frozenset({
         K.TIMER_SET, K.TIMER_FIRED, K.SIGNAL_WAIT, K.SIGNAL_RECEIVED, K.SIGNAL_TIMEOUT, K.SUSPENDED,
         K.YIELDED, K.RESUMED})),
-    "run": ("the run's life (start, claims, end, operator actions)", frozenset({
-        K.STARTED, K.CLAIMED, K.COMPLETED, K.FAILED, K.HALTED, K.CANCELLED, K.OPERATOR_ACTION})),
+    "run": ("the run's life (start, claims, end, continued as new, operator actions)", frozenset({
+        K.STARTED, K.CLAIMED, K.COMPLETED, K.FAILED, K.HALTED, K.CANCELLED, K.OPERATOR_ACTION,
+        CONTINUED_AS_NEW})),
 }
 
 # An opening kind and the kinds that close it, entry for entry by name (a refusal takes an

@@ -85,3 +85,11 @@ def test_the_live_header_and_the_runs_list_show_the_chain(people):
     listing = text(client_for(people["viewer"]).get(reverse("console:runs") + "?workflow=rc_loop"))
     row = next(r for r in listing.split("<tr") if str(first.id) in r)
     assert "continued_as_new" in row  # the list says the first run continued rather than finished
+
+
+def test_the_history_filter_for_the_runs_life_includes_where_it_continued_as_new(people):
+    first, _last = chain(2)
+    url = reverse("console:run_history", args=[first.id])
+    page = text(client_for(people["viewer"]).get(url, {"kind": "run"}))
+    assert "continued_as_new" in page  # the entry that ended this run and pointed at the next
+    assert "claimed" in page
