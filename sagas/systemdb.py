@@ -25,7 +25,7 @@ from decimal import Decimal
 from typing import Any
 
 import psycopg
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connections
 
 from sagas.errors import LeaseLost
 from sagas.models import LEASED_STATUSES, RunStatus, sources
@@ -79,11 +79,12 @@ def cursor() -> Iterator[psycopg.Cursor]:
     ``close_old_connections()`` drops it if it is dead (without it, workers failed
     every job for minutes after a PostgreSQL restart, until ``CONN_MAX_AGE``).
     """
-    connection.ensure_connection()
-    conn = connection.connection
+    db = connections[DEFAULT_DB_ALIAS]  # one thread-local lookup (``connection`` makes one per attribute)
+    db.ensure_connection()
+    conn = db.connection
     if conn.prepare_threshold != PREPARE_AFTER:
         conn.prepare_threshold = PREPARE_AFTER
-    with connection.wrap_database_errors, psycopg.Cursor(conn) as cur:
+    with db.wrap_database_errors, psycopg.Cursor(conn) as cur:
         yield cur
 
 
