@@ -249,14 +249,15 @@ def reject(
                            comment=comment)
 
 
-def signal(*, run_id: Any, name: str, payload: Any = None, actor: str = "api") -> None:
+def signal(*, run_id: Any, name: str, payload: Any = None, actor: str = "api") -> str:
     """Deliver signal ``name`` (with a JSON ``payload``) to a run. It is kept until a
     ``ctx.wait_for(name)`` takes it: signals sent before the wait are not lost, and the
     n-th wait for a name receives the n-th signal. ``RunFinished`` if the run is finished;
-    ``InvalidArgument`` or ``NotSerializable`` for a name or payload ``start`` would refuse."""
+    ``InvalidArgument`` or ``NotSerializable`` for a name or payload ``start`` would refuse.
+    A run that continued as new passes it on to the run continuing it (the id returned)."""
     from sagas.waits import signal_send
 
-    signal_send(run_id=str(run_id), name=name, payload=payload, actor=actor)
+    return signal_send(run_id=str(run_id), name=name, payload=payload, actor=actor)
 
 
 def cancel(*, run_id: Any, reason: str, compensate: bool, user: AbstractBaseUser | None = None) -> WorkflowRun:

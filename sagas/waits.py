@@ -208,16 +208,29 @@ def approval_decide(
     return request
 
 
-def signal_send(*, run_id: str, name: str, payload: Any = None, actor: str = "api") -> None:
+# How far a signal follows a chain of ``ctx.continue_as_new`` runs before giving up.
+CHAIN_HOPS = 10_000
+
+
+def signal_send(*, run_id: str, name: str, payload: Any = None, actor: str = "api") -> str:
     """Deliver signal ``name`` to a run; it is kept until a ``ctx.wait_for(name)`` takes it.
-    ``InvalidArgument`` or ``NotSerializable`` (``sagas.validation``) before anything is written."""
+    ``InvalidArgument`` or ``NotSerializable`` (``sagas.validation``) before anything is written.
+
+    A run that continued as new (``ctx.continue_as_new``) passes the signal on to the run that
+    continues it, down the chain to the one still going: a sender that knows a loop by its first
+    run (or its business key) keeps reaching it. Returns the id of the run that got it."""
     checked_text(name, what="the signal name", max_length=SIGNAL_NAME_CHARS, required=True, one_line=True)
     payload = checked_json(payload, what="the signal's payload")
     with transaction.atomic():
         run = run_lock(run_id=run_id)
+        for _hop in range(CHAIN_HOPS):
+            if run.status not in TERMINAL_STATUSES or run.continued_to is None:
+                break
+            run = run_lock(run_id=str(run.continued_to))  # locked oldest first, as continuation does
         if run.status in TERMINAL_STATUSES:
             raise RunFinished(f"run {run.id} is {run.status}; it takes no more signals")
         _wake(run, kind=K.SIGNAL_RECEIVED, name=name, payload={"payload": payload, "by": actor}, actor=actor)
+    return str(run.id)
 
 
 def runs_wake_due(*, limit: int = 1000) -> int:

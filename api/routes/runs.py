@@ -262,7 +262,8 @@ class Done(Schema):
 
 @router.post("/{run_id}/signal", response={202: Done}, summary="Deliver a signal to a run (ctx.wait_for)")
 def signal_run(request: HttpRequest, run_id: str, body: SignalIn) -> Status:
-    """Kept until a ``ctx.wait_for(name)`` takes it. 409 ``conflict`` if the run is finished."""
+    """Kept until a ``ctx.wait_for(name)`` takes it. 409 ``conflict`` if the run is finished. A run
+    that continued as new passes it on down its chain: ``run`` in the answer is the one that got it."""
     from sagas import signal
 
     run_id = run_id_of(run_id)
@@ -271,16 +272,18 @@ def signal_run(request: HttpRequest, run_id: str, body: SignalIn) -> Status:
     actor = require(request, "run.signal", "run", run_id, reason=body.name)
     try:
         with transaction.atomic():
-            signal(run_id=run_id, name=body.name, payload=body.payload, actor=actor.label)
-            audit_done(actor, "run.signal", "run", run_id, reason=body.name, after={"signal": body.name})
+            got_it = signal(run_id=run_id, name=body.name, payload=body.payload, actor=actor.label)
+            audit_done(actor, "run.signal", "run", run_id, reason=body.name,
+                       after={"signal": body.name, "delivered_to": got_it})
     except WorkflowRun.DoesNotExist:
         raise Problem("not-found", f"no run {run_id!r}") from None
     except RunFinished as exc:
         raise Problem("conflict", str(exc)) from None
     except (InvalidArgument, NotSerializable) as exc:
         raise Problem("validation", str(exc)) from None
-    return Status(202, {"run": run_out(request, WorkflowRun.objects.get(id=run_id)),
-                        "message": f"signal {body.name!r} delivered"})
+    return Status(202, {"run": run_out(request, WorkflowRun.objects.get(id=got_it)),
+                        "message": f"signal {body.name!r} delivered" + (
+                            f" to run {got_it}, which continues this one" if got_it != run_id else "")})
 
 
 # --- cancel, compensate, retry -----------------------------------------------------------------

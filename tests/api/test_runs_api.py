@@ -191,3 +191,16 @@ def test_a_run_continued_as_new_links_to_its_successor_both_ways(keys):
     new = call("get", f"/runs/{second.id}", keys["viewer"]).json()
     assert old["continued_to"] == str(second.id) and old["continued_from"] is None
     assert new["continued_from"] == str(first.id) and new["continued_to"] is None
+
+
+def test_a_signal_to_a_run_that_continued_as_new_goes_to_the_run_continuing_it(keys):
+    first = make_run(status=RunStatus.COMPLETED, reason="continued_as_new", business_key="loop-2")
+    second = make_run(status=RunStatus.WAITING, reason="", business_key="loop-2#2")
+    WorkflowRun.objects.filter(id=first.id).update(continued_to=second.id)
+    WorkflowRun.objects.filter(id=second.id).update(continued_from=first.id)
+
+    sent = call("post", f"/runs/{first.id}/signal", keys["operator"], {"name": "paid", "payload": {"n": 1}})
+    assert sent.status_code == 202 and sent.json()["run"]["id"] == str(second.id)
+    assert str(second.id) in sent.json()["message"]
+    assert JournalEntry.objects.filter(run=second, kind="signal_received", name="paid").count() == 1
+    assert AuditEntry.objects.get(action="run.signal").after["delivered_to"] == str(second.id)

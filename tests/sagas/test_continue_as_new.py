@@ -162,3 +162,25 @@ def test_a_successor_whose_chain_key_is_taken_continues_without_a_key(step_calls
     assert successor.business_key == "" and successor.continued_from == first.id
     assert WorkflowRun.objects.get(business_key="dup#2").id == squatter.id  # untouched
     assert advance(str(successor.id), owner="t") == Outcome.COMPLETED
+
+
+def test_a_signal_sent_to_a_run_that_continued_reaches_the_run_that_continues_it():
+    from sagas import signal
+    from sagas.errors import RunFinished
+
+    first = start("cont_signal", {}, business_key="sig-loop")
+    assert advance(str(first.id), owner="t") == Outcome.COMPLETED  # continued as new
+    first.refresh_from_db()
+    second = WorkflowRun.objects.get(id=first.continued_to)
+    advance(str(second.id), owner="t")
+    second.refresh_from_db()
+    assert second.status == RunStatus.WAITING
+
+    # The sender knows the loop by its first run only.
+    assert signal(run_id=first.id, name="go", payload={"n": 7}) == str(second.id)
+    assert not JournalEntry.objects.filter(run=first, kind="signal_received").exists()
+    assert advance(str(second.id), owner="t") == Outcome.COMPLETED
+    second.refresh_from_db()
+    assert second.result == {"got": {"n": 7}}
+    with pytest.raises(RunFinished):  # the chain ended: nobody is left to take it
+        signal(run_id=first.id, name="go", payload={})

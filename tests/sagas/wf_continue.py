@@ -31,3 +31,13 @@ def cont_loop(ctx: Context, state: dict) -> dict:
 def cont_bad_state(ctx: Context, state: dict) -> None:
     ctx.step("before", record_call, ctx.run_id, "before")
     ctx.continue_as_new({"seen": {1, 2, 3}})  # a set is not JSON
+
+
+@workflow("cont_signal", version=1)
+def cont_signal(ctx: Context, state: dict) -> dict:
+    """Continues as new once, then waits in the second run for the signal ``go``."""
+    if state.get("n", 0) == 0:
+        return ctx.continue_as_new({"n": 1})
+    from datetime import timedelta
+
+    return {"got": ctx.wait_for("go", timeout=timedelta(hours=1))}
