@@ -53,6 +53,45 @@ class ArchiveStore(Protocol):
     """Where archive members go. ``append`` must be durable when it returns."""
 
     def append(self, day: date, member: bytes) -> tuple[str, int]:
+        """Append ``member`` (whole gzip members) to ``day``'s archive, durably; returns the
+        archive's URL and the offset the member starts at."""
+        ...
+
+    def read(self, location: str, offset: int, length: int) -> bytes:
+        """The ``length`` bytes at ``offset`` of the archive at ``location``."""
+        ...
+
+
+def file_name(day: date) -> str:
+    return f"archive-{day.isoformat()}.jsonl.gz"
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class FileStore:
+    """``file:///some/dir``: one file per day in that directory (made if missing)."""
+
+    def __init__(self, url: str) -> None:
+        parsed = urlparse(url)
+        if parsed.scheme != "file" or parsed.netloc not in ("", "localhost"):
+            raise ImproperlyConfigured(f"not a local file:// URL: {url!r}")
+        self.root = Path(unquote(parsed.path))
+
+    @staticmethod
+    def path_of(location: str) -> Path:
+        """The file of an archive URL this store wrote (any directory: the setting may have moved)."""
+        path = Path(unquote(urlparse(location).path))
+        if not (path.name.startswith("archive-") and path.name.endswith(".jsonl.gz")):
+            raise ValueError(f"{location!r} is not an archive file")
+        return path
+
+    def append(self, day: date, member: bytes) -> tuple[str, int]:
         self.root.mkdir(parents=True, exist_ok=True)
         path = self.root / file_name(day)
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o640)
@@ -98,79 +137,6 @@ class ArchiveStore(Protocol):
         write at offset 0 (a single sector, so never torn), then fdatasync."""
         os.pwrite(mark, str(end).rjust(MARK_WIDTH).encode("ascii"), 0)
         os.fdatasync(mark)
-
-    def read(self, location: str, offset: int, length: int) -> bytes:
-        """The ``length`` bytes at ``offset`` of the archive at ``location``."""
-        ...
-
-
-def file_name(day: date) -> str:
-    return f"archive-{day.isoformat()}.jsonl.gz"
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-class FileStore:
-    """``file:///some/dir``: one file per day in that directory (made if missing)."""
-
-    def __init__(self, url: str) -> None:
-        parsed = urlparse(url)
-        if parsed.scheme != "file" or parsed.netloc not in ("", "localhost"):
-            raise ImproperlyConfigured(f"not a local file:// URL: {url!r}")
-        self.root = Path(unquote(parsed.path))
-
-    @staticmethod
-    def path_of(location: str) -> Path:
-        """The file of an archive URL this store wrote (any directory: the setting may have moved)."""
-        path = Path(unquote(urlparse(location).path))
-        if not (path.name.startswith("archive-") and path.name.endswith(".jsonl.gz")):
-            raise ValueError(f"{location!r} is not an archive file")
-        return path
-
-    def append(self, day: date, member: bytes) -> tuple[str, int]:
-        self.root.mkdir(parents=True, exist_ok=True)
-        path = self.root / file_name(day)
-        mark = path.with_name(path.name + ".end")
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o640)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)  # one appender at a time per file, across processes
-            size = os.fstat(fd).st_size
-            try:
-                good = int(mark.read_text())
-            except FileNotFoundError:
-                good = 0 if size == 0 else size  # a file without its mark: trust it, never cut it
-                if size == 0:  # a new file: mark it empty first, so a crash mid-write is cut off
-                    self._mark(mark, 0)
-            if size > good:
-                os.ftruncate(fd, good)  # a torn or unmarked member left by a crash mid-write
-            try:
-                written = 0
-                while written < len(member):
-                    written += os.pwrite(fd, member[written:], good + written)
-                os.fsync(fd)
-            except BaseException:
-                os.ftruncate(fd, good)  # disk full, an I/O error: leave the file as it was
-                raise
-            self._mark(mark, good + len(member))
-        finally:
-            os.close(fd)  # releases the lock
-        return path.as_uri(), good
-
-    def _mark(self, mark: Path, end: int) -> None:
-        """Durably record ``end`` as the length of the file's complete members."""
-        temporary = mark.with_name(mark.name + ".tmp")
-        with open(temporary, "w") as handle:
-            handle.write(str(end))
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, mark)
-        _fsync_dir(self.root)
 
     def read(self, location: str, offset: int, length: int) -> bytes:
         with open(self.path_of(location), "rb") as handle:
