@@ -83,7 +83,7 @@ def advance(run_id: str, *, owner: str | None = None) -> Outcome:
         log.debug("run %s: not claimable, skipping", run_id)
         return Outcome.NOT_CLAIMED
     log.info("run %s: claimed by %s (attempt %d, fence %d)", run.id, owner, run.attempts, run.fence)
-    signals.send_run_changed(run.id, run.status, cause="claimed")
+    # The heartbeat announces the claim (run_changed) if the run is still under way a moment later.
     with Heartbeat(run.id, run.fence, ttl, status=run.status, claimed_at=claimed_at) as beat:
         try:
             outcome = _execute(run, owner, beat)

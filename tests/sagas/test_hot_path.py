@@ -160,3 +160,44 @@ def test_a_worker_runs_advance_jobs_without_leaving_rq_records_and_fails_a_broke
     assert job_keys == []
     assert all(q.count == 0 and q.started_job_registry.count == 0 for q in queues)
 
+
+
+def _nap(seconds: float) -> int:
+    import time
+
+    time.sleep(seconds)
+    return 1
+
+
+@workflow("hot_naps", version=1)
+def hot_naps(ctx, spec):
+    return ctx.step("nap", _nap, spec["nap"])
+
+
+@pytest.fixture
+def causes():
+    """The causes of run_changed signals sent while the test runs, in order."""
+    from sagas.signals import run_changed
+
+    seen: list[str] = []
+
+    def record(sender, cause, **kwargs):  # type: ignore[no-untyped-def]
+        seen.append(cause)
+
+    run_changed.connect(record, weak=False, dispatch_uid="test-hot-causes")
+    yield seen
+    run_changed.disconnect(dispatch_uid="test-hot-causes")
+
+
+def test_a_claim_is_announced_only_if_the_run_is_still_under_way_a_moment_later(causes):
+    from sagas.heartbeat import CLAIM_SIGNAL_DELAY
+
+    quick = start("hot_naps", {"nap": 0})
+    causes.clear()
+    assert advance(str(quick.id), owner="t") == Outcome.COMPLETED
+    assert causes == ["completed"]  # one signal: the run went PENDING -> COMPLETED for the pages
+
+    slow = start("hot_naps", {"nap": CLAIM_SIGNAL_DELAY * 5})
+    causes.clear()
+    assert advance(str(slow.id), owner="t") == Outcome.COMPLETED
+    assert causes[0] == "claimed" and causes[-1] == "completed"  # pages saw it RUNNING meanwhile
