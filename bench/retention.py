@@ -807,7 +807,9 @@ def main() -> None:  # noqa: PLR0915  (one straight story, printed in order)
           f"against the quiet windows; worst phase run list p95 {worst_p95:.1f} ms)")
     broken = [label for label, value in checks if not value.startswith("0")] + (["run list errors"] if bad else [])
     if broken:
-        raise SystemExit("archiving broke: " + "; ".join(broken))
+        raise SystemExit(f"archiving broke: {'; '.join(broken)} (logs in {work})")
+    if args.smoke:  # the test suite runs it: leave nothing behind in TMPDIR
+        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":
