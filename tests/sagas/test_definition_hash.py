@@ -146,7 +146,7 @@ def test_it_hashes_a_function_without_a_source_file_by_its_own_code():
 
 
 @pytest.mark.django_db(transaction=True)
-def test_it_resumes_a_run_started_before_the_whole_module_hash_under_its_old_function_hash():
+def test_it_resumes_a_run_started_before_the_whole_module_hash_under_its_old_function_hash(step_calls):
     """Upgrading Saga Console changed how hashes are computed. A run in flight recorded the
     old one (the function's own source): it resumes while that source is unchanged, and a run
     with any other hash is still refused."""
@@ -163,6 +163,7 @@ def test_it_resumes_a_run_started_before_the_whole_module_hash_under_its_old_fun
     before_upgrade = start("helper_edited", {"cents": 1000})
     WorkflowRun.objects.filter(id=before_upgrade.id).update(definition_hash=legacy)
     assert advance(str(before_upgrade.id), owner="t") == Outcome.COMPLETED
+    assert step_calls.counts(before_upgrade.id)  # its steps really ran, on the old hash
 
     foreign = start("helper_edited", {"cents": 1000}, business_key="foreign")
     WorkflowRun.objects.filter(id=foreign.id).update(definition_hash="0" * 64)
