@@ -14,7 +14,9 @@ service wrote (``started``, ``cancelled``, ``approval_decided``, ``signal_receiv
 
 Guarantees: never sent for a change that rolled back; never sent per pure step (a
 step stays one commit and nothing else). While steps progress, the worker's heartbeat
-sends ``cause="progress"`` at most once per ``PROGRESS_INTERVAL`` seconds per run.
+sends ``cause="progress"`` at most once per ``PROGRESS_INTERVAL`` seconds per run. A claim
+is announced (``claimed``) by that heartbeat 0.2 s after it, only if the run is still under
+way then: a run that leaves the worker sooner is announced once, by its outcome.
 Not guaranteed: delivery across processes, or exactly one signal per change (a
 listener must treat a signal as "look again", not as a counted event). A failing
 receiver is logged and never raises into the engine.
