@@ -1,7 +1,7 @@
 """Engine throughput, commit cost, replay, dispatch, recovery and scaling, beside DBOS Transact
 and ``pgbench``, and the table of issue 16's targets.
 
-    .venv/bin/python bench/engine.py              # full sizes: about 15 minutes
+    .venv/bin/python bench/engine.py              # full sizes: 19 minutes at load 4-7 on 2 cores
     .venv/bin/python bench/engine.py --no-dbos    # the same without DBOS's rounds
     .venv/bin/python bench/engine.py --smoke      # tiny sizes (run by the test suite)
 

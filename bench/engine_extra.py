@@ -1,7 +1,7 @@
 """Dispatch latency (idle, and beside a busy worker), recovery after SIGKILL, and scaling
 from one worker process to two; and the /proc sampler that bench/engine.py uses for CPU per step.
 
-    .venv/bin/python bench/engine_extra.py            # full sizes: about 9 minutes on a quiet machine
+    .venv/bin/python bench/engine_extra.py            # full sizes: 9 minutes at load 4-7 on 2 cores
     .venv/bin/python bench/engine_extra.py --smoke    # tiny sizes: checks the script
 
 ``bench/engine.py`` adds ``measure()``'s rows to its table; run alone, this prints them
