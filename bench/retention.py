@@ -308,18 +308,6 @@ def table_sizes() -> dict[str, int]:
     return {t: sql("SELECT pg_total_relation_size(%s)", [t], fetch=True)[0][0] for t in TABLES}
 
 
-@dataclass
-class Totals:
-    """archive_due's ArchiveReport, added up over the slices."""
-
-    runs: int = 0
-    journal_entries: int = 0
-    effects: int = 0
-    batches: int = 0
-    files: list[str] = field(default_factory=list)
-    seconds: float = 0.0
-
-
 # --- the load: a worker, its starter, the run list sampler ----------------------------------------
 
 
@@ -460,12 +448,14 @@ def list_latency(samples: Path, phases: list[Phase]) -> tuple[dict[str, list[flo
 
 
 def archive_in_slices(archive_due, *, batch_size: int, pause: float, slice_s: float, quiet_s: float,  # type: ignore[no-untyped-def]
-                      archiving: Phase, quiet: Phase) -> Totals:
+                      archiving: Phase, quiet: Phase):
     """``archive_due`` one batch at a time for ``slice_s`` seconds, then nothing for ``quiet_s``
     seconds, until nothing is due. The quiet windows measure the worker beside the archiving
     slices under the same load from the rest of the machine (which a before/after baseline
     does not: on a shared machine that load changes more in 20 minutes than archiving does)."""
-    total = Totals()
+    from sagas.retention import ArchiveReport
+
+    total = ArchiveReport()
     while True:
         start, done = time.time(), False
         while time.time() - start < slice_s:
@@ -473,12 +463,7 @@ def archive_in_slices(archive_due, *, batch_size: int, pause: float, slice_s: fl
             if not r.batches:
                 done = True
                 break
-            total.runs += r.runs
-            total.journal_entries += r.journal_entries
-            total.effects += r.effects
-            total.batches += r.batches
-            total.files += [f for f in r.files if f not in total.files]
-            total.seconds += r.seconds
+            total.add(r)
         archiving.spans.append((start, time.time()))
         if done or not quiet_s:
             return total

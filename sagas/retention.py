@@ -70,6 +70,15 @@ class ArchiveReport:
         return (f"archived {self.runs} run(s), {self.journal_entries} journal entries, {self.effects} effect(s) "
                 f"in {self.batches} batch(es), {self.seconds:.1f}s; files: {', '.join(self.files) or 'none'}")
 
+    def add(self, other: ArchiveReport) -> None:
+        """Count ``other``'s pass in this one (a caller archiving in several passes)."""
+        self.runs += other.runs
+        self.journal_entries += other.journal_entries
+        self.effects += other.effects
+        self.batches += other.batches
+        self.files += [f for f in other.files if f not in self.files]
+        self.seconds += other.seconds
+
 
 @dataclass(frozen=True)
 class ArchivedBatch:
