@@ -179,3 +179,31 @@ def provider_books() -> tuple[float, int, int]:
         )
         (duplicates,) = cur.fetchone()
     return float(cost), int(model_repeats), int(duplicates)
+
+
+# bench/console.py's journal, which bench/partition.py seeds too (once per schema): started,
+# claimed, steps..., and the outcome; one run's seqs are 1..last_seq. The long run (the only one
+# over 100 entries) has an effect every 10 entries, its intent and then its result, for the
+# history timeline's pairs and kind filter. ``{extra}``/``{extra_value}``: more columns.
+CONSOLE_JOURNAL_SQL = """
+    INSERT INTO {schema}.sagas_journalentry (run_id, seq, kind, name, payload, worker_id, created_at{extra})
+    SELECT r.id, s,
+           CASE WHEN s = 1 THEN 'started' WHEN s = 2 THEN 'claimed'
+                WHEN s = r.last_seq AND r.status = 'COMPLETED' THEN 'completed'
+                WHEN s = r.last_seq AND r.status = 'FAILED' THEN 'failed'
+                WHEN s = r.last_seq AND r.status IN ('CANCELLED', 'COMPENSATED') THEN 'cancelled'
+                WHEN s = r.last_seq AND r.status = 'WAITING' THEN 'yielded'
+                WHEN s = r.last_seq THEN 'halted'
+                WHEN r.last_seq > 100 AND s % 10 = 4 THEN 'effect_intent'
+                WHEN r.last_seq > 100 AND s % 10 = 5 THEN 'effect_result'
+                ELSE 'step' END,
+           CASE WHEN s = r.last_seq OR s < 3 THEN ''
+                WHEN r.last_seq > 100 AND s % 10 IN (4, 5) THEN 'charge_' || (s - s % 10)
+                ELSE 'step_' || (s - 2) END,
+           CASE WHEN r.last_seq > 100 AND s % 10 = 5 AND s < r.last_seq
+                THEN jsonb_build_object('status', 'SUCCEEDED', 'result', jsonb_build_object('ok', true),
+                                        'downstream_ref', 'ch_' || s)
+                ELSE jsonb_build_object('value', s, 'ok', true) END,
+           CASE WHEN s = 1 THEN '' ELSE 'worker-' || (s % 4) END,
+           r.created_at + s * interval '50 ms'{extra_value}
+      FROM {schema}.sagas_workflowrun r, generate_series(1, r.last_seq) AS s"""

@@ -183,28 +183,7 @@ def seed(conn, size: dict) -> dict[str, float]:  # type: ignore[no-untyped-def]
 
     # As bench/console.py's journal: started, claimed, steps..., the outcome; the long run has an
     # effect intent and result every 10 entries.
-    journal = """
-        INSERT INTO {schema}.sagas_journalentry (run_id, seq, kind, name, payload, worker_id, created_at{extra})
-        SELECT r.id, s,
-               CASE WHEN s = 1 THEN 'started' WHEN s = 2 THEN 'claimed'
-                    WHEN s = r.last_seq AND r.status = 'COMPLETED' THEN 'completed'
-                    WHEN s = r.last_seq AND r.status = 'FAILED' THEN 'failed'
-                    WHEN s = r.last_seq AND r.status IN ('CANCELLED', 'COMPENSATED') THEN 'cancelled'
-                    WHEN s = r.last_seq AND r.status = 'WAITING' THEN 'yielded'
-                    WHEN s = r.last_seq THEN 'halted'
-                    WHEN r.last_seq > 100 AND s % 10 = 4 THEN 'effect_intent'
-                    WHEN r.last_seq > 100 AND s % 10 = 5 THEN 'effect_result'
-                    ELSE 'step' END,
-               CASE WHEN s = r.last_seq OR s < 3 THEN ''
-                    WHEN r.last_seq > 100 AND s % 10 IN (4, 5) THEN 'charge_' || (s - s % 10)
-                    ELSE 'step_' || (s - 2) END,
-               CASE WHEN r.last_seq > 100 AND s % 10 = 5 AND s < r.last_seq
-                    THEN jsonb_build_object('status', 'SUCCEEDED', 'result', jsonb_build_object('ok', true),
-                                            'downstream_ref', 'ch_' || s)
-                    ELSE jsonb_build_object('value', s, 'ok', true) END,
-               CASE WHEN s = 1 THEN '' ELSE 'worker-' || (s % 4) END,
-               r.created_at + s * interval '50 ms'{extra_value}
-          FROM {schema}.sagas_workflowrun r, generate_series(1, r.last_seq) AS s"""
+    journal = common.CONSOLE_JOURNAL_SQL
     phase("journal (flat)", journal.format(schema="flat", extra="", extra_value=""))
     phase("journal (part)", journal.format(schema="part", extra=", run_created_on",
                                            extra_value=", (r.created_at AT TIME ZONE 'UTC')::date"))
