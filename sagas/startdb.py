@@ -14,6 +14,9 @@ from django.db import connection
 
 from sagas.systemdb import cursor
 
+# ``created_at`` is the statement's clock, not the transaction's (``now()``): runs started one after
+# another in one transaction keep the order they were started in, newest first in every list, as
+# when the ORM stamped them in Python.
 # A new run and its ``started`` entry (seq 1) in one statement: one round trip and, outside a
 # transaction, one commit. With a business key already taken in the tenant for the workflow, it
 # inserts nothing and returns no row (ON CONFLICT names the partial unique index
@@ -26,7 +29,7 @@ WITH run AS (
         max_steps, max_cost, max_duration, created_at, updated_at, started_by_id, started_via)
     VALUES (%(id)s, %(name)s, %(version)s, %(hash)s, %(input)s::jsonb, %(summary)s::jsonb, %(key)s, %(tenant)s,
             'PENDING', '', '', 0, 0, 1, 0, 0,
-            %(max_steps)s, %(max_cost)s::numeric, %(max_duration)s::interval, now(), now(), %(by_id)s, %(via)s)
+            %(max_steps)s, %(max_cost)s::numeric, %(max_duration)s::interval, clock_timestamp(), clock_timestamp(), %(by_id)s, %(via)s)
     ON CONFLICT (tenant, workflow_name, business_key) WHERE NOT business_key = '' DO NOTHING
     RETURNING id, created_at
 ), entry AS (
