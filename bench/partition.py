@@ -278,7 +278,7 @@ def appender(schema: str):  # type: ignore[no-untyped-def]
     sql = partitioned_append_sql()
 
     def append_part(run_id: str, i: int) -> None:
-        with systemdb._cursor() as cur:
+        with systemdb.cursor() as cur:
             cur.execute(sql, {"run": run_id, "fence": 1, "kind": "step", "name": f"step_{i}",
                               "payload": f'{{"value":{i},"ok":true}}', "worker": "bench-partition", "steps": 1,
                               "cost": repr(0.0)})
@@ -343,7 +343,7 @@ def read_figures(conn, size: dict) -> dict[str, dict[str, tuple[float, float]]]:
 
     def keyed_load(run_id: str, day) -> list:  # type: ignore[no-untyped-def]
         """systemdb.load_journal with the partition key in the WHERE clause."""
-        with systemdb._cursor() as cur:
+        with systemdb.cursor() as cur:
             cur.execute("SELECT seq, kind, name, payload FROM sagas_journalentry "
                         "WHERE run_id = %s AND run_created_on = %s ORDER BY seq", [run_id, day])
             rows = cur.fetchall()

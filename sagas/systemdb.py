@@ -88,8 +88,6 @@ def cursor() -> Iterator[psycopg.Cursor]:
         yield cur
 
 
-_cursor = cursor  # its earlier name (bench/partition.py)
-
 
 def dumps(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), allow_nan=False)
@@ -131,7 +129,7 @@ def claim(run_id: str, *, owner: str, ttl: float) -> ClaimedRun | None:
     Returns None when another worker holds it, or it is waiting or finished:
     the caller returns quietly.
     """
-    with _cursor() as cur:
+    with cursor() as cur:
         cur.execute(_CLAIM_SQL, {"run": run_id, "owner": owner, "ttl": ttl, "claimable": _CLAIMABLE})
         row = cur.fetchone()
     if row is None:
@@ -168,7 +166,7 @@ def initial_journal(run: ClaimedRun) -> list[Entry] | None:
 
 def load_journal(run_id: str) -> list[Entry]:
     """The whole journal of a run, in one query, oldest first."""
-    with _cursor() as cur:
+    with cursor() as cur:
         cur.execute(
             "SELECT seq, kind, name, payload FROM sagas_journalentry WHERE run_id = %s ORDER BY seq",
             [run_id],
@@ -184,7 +182,7 @@ def find_own_entry(run_id: str, *, after_seq: int, kind: str, name: str, worker:
     For a write whose commit was ambiguous (the connection died after the statement
     was sent): it may have committed. Appending again would record the step twice.
     """
-    with _cursor() as cur:
+    with cursor() as cur:
         cur.execute(
             """SELECT seq FROM sagas_journalentry
                 WHERE run_id = %s AND seq > %s AND kind = %s AND name = %s AND worker_id = %s
@@ -225,7 +223,7 @@ def append(
 
     ``payload`` is JSON text. Raises ``LeaseLost`` when the fence moved on.
     """
-    with _cursor() as cur:
+    with cursor() as cur:
         cur.execute(
             _APPEND_SQL,
             {"run": run_id, "fence": fence, "kind": kind, "name": name, "payload": payload,
@@ -255,7 +253,7 @@ def append_event(run_id: str, *, kind: str, name: str, payload: str, worker: str
     Not fenced: these writers do not hold the run. The UPDATE takes the run's row
     lock, so it serializes with claims and fenced appends; ``seq`` stays gap-free.
     """
-    with _cursor() as cur:
+    with cursor() as cur:
         cur.execute(_APPEND_EVENT_SQL,
                     {"run": run_id, "kind": kind, "name": name, "payload": payload, "worker": worker})
         row = cur.fetchone()
@@ -267,14 +265,14 @@ def append_event(run_id: str, *, kind: str, name: str, payload: str, worker: str
 def check_fence(run_id: str, *, fence: int) -> None:
     """Lock the run row FOR SHARE if ``fence`` is current (a concurrent claim waits for our
     commit); raise ``LeaseLost`` otherwise. Meant to be called inside a transaction."""
-    with _cursor() as cur:
+    with cursor() as cur:
         cur.execute("SELECT 1 FROM sagas_workflowrun WHERE id = %s AND fence = %s FOR SHARE", [run_id, fence])
         if cur.fetchone() is None:
             raise LeaseLost(f"run {run_id}: fence {fence} is stale")
 
 
 def renew_lease(run_id: str, *, fence: int, ttl: float) -> bool:
-    with _cursor() as cur:
+    with cursor() as cur:
         cur.execute(
             """UPDATE sagas_workflowrun
                   SET lease_expires_at = now() + make_interval(secs => %s::float8)
@@ -330,7 +328,7 @@ def finish(
     otherwise (fence still current) None: a decision or resolution arrived, and the
     caller replays with it instead of parking the run on stale knowledge.
     """
-    with _cursor() as cur:
+    with cursor() as cur:
         cur.execute(
             _FINISH_SQL,
             {
@@ -380,7 +378,7 @@ def suspend(
     """RUNNING -> WAITING, releasing the lease, only if nothing was journaled since the
     worker's view (``expect_last_seq``). False: something arrived (a decision, a signal);
     the caller replays with it. Raises ``LeaseLost`` if the fence moved on."""
-    with _cursor() as cur:
+    with cursor() as cur:
         cur.execute(
             _SUSPEND_SQL,
             {"run": run_id, "fence": fence, "expect": expect_last_seq, "wake_at": wake_at,
