@@ -58,7 +58,9 @@ def _f(value: float) -> str:
 
 
 def chart(per_minute: list[dict[str, Any]]) -> dict[str, Any]:
-    """Bars, axes and tick labels of the runs-per-minute chart (all positions as SVG numbers)."""
+    """Bars, axes and tick labels of the runs-per-minute chart (all positions as SVG numbers), and
+    its text alternative: ``rows``, the bars of the minutes in which any run started or finished
+    (the same numbers, for the table under the chart), and the hour's totals."""
     plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
     base = TOP + plot_h
     top = _nice_ceiling(max([1, *(m["started"] for m in per_minute), *(m["finished"] for m in per_minute)]))
@@ -83,6 +85,8 @@ def chart(per_minute: list[dict[str, Any]]) -> dict[str, Any]:
         "bars": bars, "x_ticks": x_ticks, "y_ticks": y_ticks, "width": WIDTH, "height": HEIGHT,
         "left": LEFT, "right": WIDTH - RIGHT, "top": TOP, "base": base, "label_y": base + 18,
         "label_x": LEFT - 6, "peak": top,
+        "rows": [b for b in bars if b.started or b.finished],
+        "started_total": sum(b.started for b in bars), "finished_total": sum(b.finished for b in bars),
     }
 
 
