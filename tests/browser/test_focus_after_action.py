@@ -1,0 +1,71 @@
+"""Where the keyboard focus goes after an action (issue 17), in a real browser (Chromium, daphne,
+the real channel layer): the decided row leaves the inbox, and the focus goes to the next row's
+Approve, whose name says which run it approves; after the last one it goes to the notice, which
+a screen reader then reads. A live push that adds a row leaves the focus where it is."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from playwright.sync_api import expect
+
+from sagas.models import ApprovalRequest, ApprovalState, RunStatus
+from sagas.signals import send_run_changed_now
+from tests.console.queue_data import make_approval, make_run
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+def waiting(page, approval: ApprovalRequest):
+    """The approval's row in the inbox (a decided one has a row of the same id under "Recently decided")."""
+    return page.locator(f"table.approvals #approval-{approval.id}")
+
+
+FOCUSED_ROW = "() => { const row = document.activeElement.closest('tr'); return row ? row.id : null; }"
+
+
+def _approval(key: str, hours: int) -> ApprovalRequest:
+    run = make_run(status=RunStatus.WAITING, reason="", business_key=key)
+    return make_approval(run=run, step="ship", deadline_in=timedelta(hours=hours))
+
+
+def _approve_name(approval: ApprovalRequest) -> str:
+    return f"Approve ship on run {str(approval.run_id)[:8]} ({approval.run.business_key})"
+
+
+def test_it_moves_the_focus_to_the_next_approve_then_to_the_notice(console, users):
+    first, second, third = (_approval(f"order-{n}", n) for n in (1, 2, 3))
+    page = console.page("ann")
+    page.goto("/approvals/")
+    expect(page.locator("#live-status")).to_have_text("live", timeout=10_000)
+    focused = page.locator(":focus")
+
+    # By mouse: the row goes, the focus lands on the next row's Approve, named after its run.
+    waiting(page, first).get_by_role("button", name=_approve_name(first)).click()
+    expect(waiting(page, first)).to_have_count(0, timeout=10_000)
+    expect(focused).to_have_accessible_name(_approve_name(second))
+    assert page.evaluate(FOCUSED_ROW) == f"approval-{second.id}"
+
+    # By keyboard, from there: Enter approves it and the focus moves on to the third.
+    page.keyboard.press("Enter")
+    expect(waiting(page, second)).to_have_count(0, timeout=10_000)
+    expect(focused).to_have_accessible_name(_approve_name(third))
+    assert ApprovalRequest.objects.get(id=second.id).state == ApprovalState.APPROVED
+
+    # A push that brings a new row does not take the focus away from the person.
+    late = _approval("order-9", 9)
+    send_run_changed_now(late.run_id, RunStatus.WAITING, cause="waiting")
+    expect(waiting(page, late)).to_have_count(1, timeout=10_000)
+    expect(focused).to_have_accessible_name(_approve_name(third))
+
+    # The last actionable row above the newcomer: then the newcomer; and after it, the notice.
+    page.keyboard.press("Enter")
+    expect(waiting(page, third)).to_have_count(0, timeout=10_000)
+    expect(focused).to_have_accessible_name(_approve_name(late))
+    page.keyboard.press("Enter")
+    expect(page.locator("#live-approvals_inbox .empty").first).to_have_text("No approval is waiting.", timeout=10_000)
+    expect(focused).to_have_class("action-message success")
+    expect(focused).to_contain_text("Approved")
+    assert page.evaluate("document.activeElement.parentElement.id") == "messages"
+    assert ApprovalRequest.objects.filter(state=ApprovalState.APPROVED).count() == 4
+    page.context.close()
