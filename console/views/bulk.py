@@ -82,6 +82,7 @@ def _preview(request: HttpRequest, batch: BulkBatch, *, status: int = 200, error
     action = ACTIONS[batch.action]
     context: dict[str, Any] = {
         "batch": batch, "action": action, "sample": batch_sample(batch, action), "error": error,
+        "input_error": status == 400,  # something typed (or left out) is wrong, not a denial
         "typed": typed or {}, "outcomes": [(o, OUTCOME_LABELS[o]) for o in RESOLUTION_OUTCOMES],
         "own_runs": own_runs_among(batch) if action.object_type == "approval" else 0,
         "filters": batch.selection.get("filter"),

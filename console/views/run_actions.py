@@ -137,6 +137,7 @@ def _compensate_page(request: HttpRequest, run: WorkflowRun, *, status: int = 20
         "has_plan": has_plan,
         "may": roles.can(request.user, "run.compensate"),
         "error": error,
+        "input_error": status == 400,  # the form's fault (the reason), not a refusal
     }
     return render(request, "console/run_compensate.html", context, status=status)
 
