@@ -1,0 +1,405 @@
+"""Issue 17: the console meets WCAG 2.2 AA as far as a machine can tell, in a real browser.
+
+axe-core (tests/browser/a11y.py, vendored in tests/browser/vendor/) checks every console page each
+role can see, in the states that matter, built with real runs: a run needing attention (an
+UNKNOWN effect), a run waiting for an approval, a compensated run, a completed run with a hostile
+payload, a run cancelled by a bulk batch, an archived run, a form refused with its error (login,
+compensation, a stale cancel, a notification endpoint), the audit log with entries, error pages;
+every <details> open; and again after a live push replaced a section. Any serious or critical
+violation fails the test, with its rule, page, role and first node.
+
+The keyboard test does an operator's and an approver's work with the keyboard alone: the skip
+link, resolving an UNKNOWN effect, approving two approvals in a row, with the focus where the
+next thing to do is and each result announced in the one persistent live region.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from datetime import timedelta
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
+from django.utils import timezone
+from playwright.sync_api import Page, expect
+
+from api.keys import apikey_create, apikey_revoke
+from console import roles
+from console.models import AuditEntry, BulkBatch, BulkState
+from console.services.actions import Actor
+from console.services.bulk import batch_confirm, batch_preview
+from console.services.queues import approval_act, effect_manual_resolve
+from console.services.runs import run_compensate_act
+from demo.providers.faults import inject
+from ledger.models import EffectRecord, EffectStatus
+from sagas import start
+from sagas.engine import advance
+from sagas.models import ApprovalRequest, ApprovalState, ArchivedRun, RunStatus, WorkflowRun, WorkflowVersion
+from sagas.retention import archive_due
+from tests.browser.a11y import Sweep, wait_live
+from tests.browser.conftest import _password_hash
+from tests.ledger import wf_orders, wf_sagas  # noqa: F401  (register the workflows here too)
+from tests.procs import wait_until
+from tests.sagas import wf_retention  # noqa: F401  (registers ret_order, archived below)
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+HOSTILE = "<script>alert('a11y')</script><img src=x onerror=alert(1)>"
+# Focusable controls a keyboard user can land on.
+CONTROLS = "a[href], button, input:not([type=hidden]), select, textarea, summary, [tabindex]:not([tabindex='-1'])"
+
+
+def status(run) -> str:
+    return WorkflowRun.objects.values_list("status", flat=True).get(id=run.id)
+
+
+def short(run) -> str:
+    return str(run.id)[:8]
+
+
+def _staff(users) -> None:
+    """A staff operator (API keys, notification endpoints), beside the fixture's users."""
+    user = get_user_model().objects.create(username="stella", password=_password_hash(), is_staff=True)
+    user.groups.add(Group.objects.get(name=roles.OPERATOR))
+    users["stella"] = user
+
+
+class States:
+    """Runs and objects in the states the pages must be accessible in."""
+
+    def __init__(self, console, users) -> None:
+        olga = Actor(user=users["olga"], ip=None)
+        # An archived run first, before any worker (its workflow is registered only here).
+        old = start("ret_order", {"id": "a11y-old", "note": HOSTILE}, business_key="order-a11y-old")
+        advance(str(old.id), owner="t")
+        WorkflowRun.objects.filter(id=old.id).update(finished_at=timezone.now() - timedelta(days=45))
+        assert archive_due().runs == 1
+        self.archived = ArchivedRun.objects.get(run_id=old.id)
+
+        inject("email", "send", "timeout_after_work")
+        self.attention = start("email_only", {"id": "a11y-unknown"}, business_key="order-a11y-unknown")
+        self.waiting = start("approve_then_ship", {"id": "a11y-wait"}, business_key="order-a11y-wait",
+                             started_by=users["sam"])
+        self.hostile = start("capture_only", {"id": HOSTILE, "card_number": "4111111111111111"},
+                             business_key="order-a11y-hostile")
+        self.undone = start("capture_then_wait", {"id": "a11y-undo"}, business_key="order-a11y-undo")
+        self.cancelled = start("capture_then_wait", {"id": "a11y-bulk"}, business_key="order-a11y-bulk")
+        console.worker("w1")
+        wait_until(lambda: (status(self.attention), status(self.waiting), status(self.hostile), status(self.undone),
+                            status(self.cancelled)) == (RunStatus.NEEDS_ATTENTION, RunStatus.WAITING,
+                                                        RunStatus.COMPLETED, RunStatus.WAITING, RunStatus.WAITING),
+                   60, what="the runs to reach their states")
+        self.effect = EffectRecord.objects.get(run_id=self.attention.id)
+        self.approval = ApprovalRequest.objects.get(run=self.waiting)
+
+        # Operators' work, through the services the pages call (so the audit log has entries).
+        run_compensate_act(olga, run_id=str(self.undone.id), reason="customer cancelled by phone", expected="WAITING")
+        batch = batch_preview(olga, action="run.cancel", ids=[str(self.cancelled.id)], filters={})
+        self.batch = batch_confirm(olga, token=batch.token, reason="duplicate order, ticket OPS-7", confirmed=True)
+        self.draft = batch_preview(olga, action="effect.resolve", ids=[str(self.effect.id)], filters={})
+        key, _ = apikey_create(name="orders-sync", role="operator", tenants=["default"])
+        apikey_create(name="old-batch", role="viewer", expires_at=timezone.now() - timedelta(days=1))
+        gone, _ = apikey_create(name="leaked", role="approver")
+        apikey_revoke(key=gone, by="stella")
+        wait_until(lambda: status(self.undone) == RunStatus.COMPENSATED
+                   and BulkBatch.objects.get(token=self.batch.token).state == BulkState.DONE
+                   and status(self.cancelled) == RunStatus.CANCELLED, 60,
+                   what="the compensation and the bulk cancel to finish")
+        self.version = WorkflowVersion.objects.filter(name="approve_then_ship").values_list("id", flat=True).first()
+        assert self.version is not None
+        assert AuditEntry.objects.filter(action="run.compensate", outcome="ok").exists()
+
+    def pages(self, role: str) -> list[tuple[str, str, int]]:
+        """(label, path, status) of every page ``role`` can see."""
+        pages = [
+            ("overview", "/", 200),
+            ("runs", "/runs/", 200),
+            ("runs needing attention", "/runs/?status=NEEDS_ATTENTION", 200),
+            ("run needing attention (UNKNOWN effect)", f"/runs/{self.attention.id}/", 200),
+            ("run waiting for an approval", f"/runs/{self.waiting.id}/", 200),
+            ("compensated run", f"/runs/{self.undone.id}/", 200),
+            ("completed run with a hostile payload", f"/runs/{self.hostile.id}/", 200),
+            ("run cancelled by a bulk batch", f"/runs/{self.cancelled.id}/", 200),
+            ("archived run", f"/runs/{self.archived.run_id}/", 200),
+            ("run history", f"/runs/{self.hostile.id}/history/", 200),
+            ("compensation preview", f"/runs/{self.waiting.id}/compensate/", 200),
+            ("ambiguous effects", "/effects/", 200),
+            ("approvals", "/approvals/", 200),
+            ("versions", "/versions/", 200),
+            ("version diff", f"/versions/diff/?a={self.version}&b={self.version}", 200),
+            ("workers", "/workers/", 200),
+            ("audit log", "/audit/", 200),
+            ("bulk batches", "/bulk/", 200),
+            ("bulk batch progress", f"/bulk/{self.batch.token}/", 200),
+            ("notifications", "/notifications/", 200),
+            ("unknown run (404)", f"/runs/{uuid.uuid4()}/", 404),
+        ]
+        if role == "staff":
+            pages += [("API keys", "/api-keys/", 200), ("notification endpoints", "/notifications/endpoints/", 200)]
+        else:
+            pages += [("API keys, refused (403)", "/api-keys/", 403)]
+        if role == "operator":
+            pages += [("bulk preview (a draft batch)", f"/bulk/{self.draft.token}/", 200)]
+        return pages
+
+
+def _form_errors(sweep: Sweep, page: Page, states: States, role: str) -> None:
+    """An operator's forms answered with their error."""
+    # A compensation without a reason (the browser's own check taken away, as an old browser would
+    # send it): the preview again, 400, with the error.
+    page.goto(f"/runs/{states.waiting.id}/compensate/")
+    page.locator("textarea[name=reason]").evaluate("t => t.removeAttribute('required')")
+    with page.expect_navigation():
+        page.get_by_role("button", name=re.compile("Start the compensation")).click()
+    expect(page.get_by_role("alert")).to_be_visible()
+    sweep.check(page, "compensation refused: no reason", role)
+    # A cancel from a page that is out of date: refused (409), the reason as a message.
+    page.goto(f"/runs/{states.waiting.id}/")
+    wait_live(page)
+    actions = page.locator("#live-run_actions")
+    actions.locator("summary", has_text="Cancel").click()
+    form = actions.locator("form[action$='/cancel/']")
+    form.locator("input[name=expected]").evaluate("i => i.value = 'RUNNING'")
+    form.locator("textarea[name=reason]").fill("customer asked")
+    form.get_by_role("button", name=re.compile("Cancel the run")).click()
+    expect(page.locator("#messages .action-message.error")).to_be_visible(timeout=10_000)
+    sweep.check(page, "run page with a refused cancel", role)
+    assert status(states.waiting) == RunStatus.WAITING
+
+
+def _staff_forms(sweep: Sweep, page: Page, role: str) -> None:
+    """A notification endpoint: refused with its error, then added (its page shows the secret)."""
+    page.goto("/notifications/endpoints/")
+    page.locator("input[name=name]").fill("ops hook")
+    page.locator("input[name=url]").fill("ftp://hooks.example.com/saga")
+    page.locator("input[name=active]").uncheck()
+    with page.expect_navigation():
+        page.get_by_role("button", name="Add endpoint").click()
+    expect(page.locator("main")).to_contain_text("must start with http")
+    sweep.check(page, "notification endpoint refused: bad URL", role)
+    page.locator("input[name=url]").fill("https://hooks.example.com/saga")
+    with page.expect_navigation():
+        page.get_by_role("button", name="Add endpoint").click()
+    expect(page).to_have_url(re.compile(r"/notifications/endpoints/\d+/$"))
+    sweep.check(page, "notification endpoint", role)
+
+
+def _sweep(sweep: Sweep, states: States, users) -> None:
+    # Nobody logged in: the login page, and its error.
+    page = sweep.page(None)
+    sweep.visit(page, "login", "/login/", "anonymous")
+    page.fill("input[name=username]", "nobody-here")
+    page.fill("input[name=password]", "wrong-password-1")
+    with page.expect_navigation():
+        page.click("button[type=submit]")
+    expect(page.locator("main")).to_contain_text("Wrong username or password")
+    sweep.check(page, "login refused", "anonymous")
+    for _ in range(5):  # after five failures that name is locked out from this address (django-axes)
+        if page.locator("input[name=password]").count() == 0:
+            break
+        page.fill("input[name=username]", "nobody-here")
+        page.fill("input[name=password]", "wrong-password-1")
+        with page.expect_navigation():
+            page.click("button[type=submit]")
+    expect(page.locator("h1")).to_be_visible()
+    assert "locked" in page.locator("main").inner_text().lower(), page.locator("main").inner_text()
+    sweep.check(page, "login locked out", "anonymous")
+    page.context.close()
+
+    for role, username in (("viewer", "vic"), ("approver", "ann"), ("operator", "olga"), ("staff", "stella")):
+        page = sweep.page(username)
+        for label, path, code in states.pages(role):
+            sweep.visit(page, label, path, role, status=code)
+        if role == "operator":
+            _form_errors(sweep, page, states, role)
+        if role == "staff":
+            _staff_forms(sweep, page, role)
+        if role != "operator":
+            page.context.close()
+
+    # After live pushes replaced a section: the queue without the effect someone resolved, the
+    # run page of a run someone approved (it goes on and completes).
+    page.goto("/effects/")
+    wait_live(page)
+    effect_manual_resolve(Actor(user=users["sam"], ip=None), effect_id=states.effect.id, outcome="succeeded",
+                          downstream_ref="msg-4711", note="found in the mail server log", expected="UNKNOWN")
+    expect(page.locator(f"#effect-{states.effect.id}")).to_have_count(0, timeout=10_000)
+    sweep.check(page, "ambiguous effects after a push", "operator")
+    page.goto(f"/runs/{states.waiting.id}/")
+    wait_live(page)
+    approval_act(Actor(user=users["ann"], ip=None), approval_id=states.approval.id, approve=True,
+                 comment="address verified", expected=ApprovalState.PENDING)
+    expect(page.locator("#live-run_header")).to_contain_text("COMPLETED", timeout=20_000)
+    sweep.check(page, "run page after pushes (approved, completed)", "operator")
+    page.goto("/")
+    wait_live(page)
+    sweep.check(page, "overview after the changes", "operator")
+    page.context.close()
+
+
+def test_it_finds_no_serious_or_critical_axe_violation_on_any_page_for_any_role(console, users, tmp_path, settings):
+    settings.SAGAS_ARCHIVE_URL = (tmp_path / "archive").as_uri()
+    _staff(users)
+    states = States(console, users)
+    sweep = Sweep(console)
+    try:
+        _sweep(sweep, states, users)
+    finally:
+        print(f"\naxe-core checked {len(sweep.checked)} pages and states; violations:\n{sweep.report() or 'none'}")
+        print(sweep.timings())
+    failing = sweep.failing()
+    assert not failing, f"{len(failing)} serious or critical axe-core violations:\n" + "\n".join(
+        v.line() for v in sorted(failing, key=lambda v: (v.rule, v.page, v.role)))
+
+
+# --- the keyboard alone -----------------------------------------------------------------------------
+
+
+def _focused(locator) -> bool:
+    return locator.evaluate("el => el === document.activeElement")
+
+
+def _tab_to(page: Page, target, *, most: int, what: str) -> int:
+    """Tab (never a click) until ``target`` has the focus; how many Tabs that took."""
+    for count in range(1, most + 1):
+        page.keyboard.press("Tab")
+        if _focused(target):
+            return count
+    active = page.evaluate("() => document.activeElement && document.activeElement.outerHTML.slice(0, 160)")
+    raise AssertionError(f"{what} not reached in {most} Tabs; the focus is on {active}")
+
+
+def _skip_link_first(page: Page) -> None:
+    """The first Tab stop is the skip link; Enter on it puts the focus on the main content."""
+    page.keyboard.press("Tab")
+    active = page.evaluate("""() => { const a = document.activeElement;
+        return {tag: a.tagName, text: a.textContent.trim(), href: a.getAttribute("href") || ""}; }""")
+    assert active["tag"] == "A" and re.search(r"skip to( the)? main content", active["text"], re.I), active
+    page.keyboard.press("Enter")
+    assert page.evaluate("() => document.activeElement === document.querySelector('main')"), \
+        page.evaluate("() => document.activeElement.outerHTML.slice(0, 160)")
+
+
+def _live_region(page: Page):
+    """The one persistent aria-live region for notices: outside every section a push replaces."""
+    region = page.locator("[aria-live=polite]#messages")
+    expect(region).to_have_count(1)
+    assert region.evaluate("el => !el.closest('[id^=\"live-\"]')"), "the notices region is inside a live section"
+    region.evaluate("el => { el.__kept = true; }")  # the same element after the actions: never replaced
+    return region
+
+
+def _focus_in_row_or_notice(page: Page, row_id: str | None, region) -> None:
+    if row_id is not None:
+        where = page.evaluate(f"""() => {{ const a = document.activeElement, row = document.getElementById({row_id!r});
+            return {{inRow: !!row && row.contains(a), control: a.matches({CONTROLS!r}), html: a.outerHTML.slice(0, 160)}}; }}""")
+        assert where["inRow"] and where["control"], f"the focus is not on a control of #{row_id}: {where['html']}"
+    else:
+        assert region.evaluate("el => el.contains(document.activeElement)"), \
+            page.evaluate("() => document.activeElement.outerHTML.slice(0, 160)")
+
+
+def _row_ids(page: Page, selector: str) -> list[str]:
+    return page.locator(selector).evaluate_all("rows => rows.map((r) => r.id)")
+
+
+def _row_controls(page: Page, row_id: str) -> int:
+    return page.evaluate(f"() => document.getElementById({row_id!r}).querySelectorAll({CONTROLS!r}).length")
+
+
+def _names(run, step: str, verb: str) -> re.Pattern:
+    """An accessible name that says what it does, to which step, of which run."""
+    who = f"(?:{short(run)}|{re.escape(run.business_key)})"
+    return re.compile(f"^(?=.*{verb})(?=.*\\b{re.escape(step)}\\b)(?=.*{who})", re.I)
+
+
+def test_it_resolves_an_effect_and_approves_two_approvals_with_the_keyboard_alone(console, users):
+    inject("email", "send", "timeout_after_work", times=2)
+    first = start("email_only", {"id": "kb-1"}, business_key="order-kb-1")
+    second = start("email_only", {"id": "kb-2"}, business_key="order-kb-2")
+    ship_a = start("approve_then_ship", {"id": "kb-a"}, business_key="order-kb-a", started_by=users["sam"])
+    ship_b = start("approve_then_ship", {"id": "kb-b"}, business_key="order-kb-b", started_by=users["sam"])
+    console.worker("w1")
+    wait_until(lambda: [status(r) for r in (first, second, ship_a, ship_b)] == [RunStatus.NEEDS_ATTENTION] * 2
+               + [RunStatus.WAITING] * 2, 60, what="two UNKNOWN emails and two approvals")
+    effects = {e.id: e for e in EffectRecord.objects.filter(run_id__in=[first.id, second.id])}
+    by_run = {first.id: first, second.id: second}
+
+    # The operator: an UNKNOWN email resolved with evidence.
+    page = console.page("olga")
+    page.goto("/effects/")
+    wait_live(page)
+    older, newer = (effects[int(i.removeprefix("effect-"))] for i in _row_ids(page, "tr.effect"))  # page order
+    region = _live_region(page)
+    _skip_link_first(page)
+    older_run = by_run[older.run_id]
+    resolve = page.locator(f"#resolve-{older.id} > summary")
+    expect(resolve).to_have_accessible_name(_names(older_run, "email", "Resolve"))
+    _tab_to(page, resolve, most=60, what="the first effect's Resolve…")
+    page.keyboard.press("Enter")  # opens the form
+    expect(page.locator(f"#resolve-{older.id}")).to_have_attribute("open", "")
+    outcome = page.locator(f"#effect-{older.id} select[name=outcome]")
+    _tab_to(page, outcome, most=3, what="the outcome")
+    page.keyboard.type("succeeded")  # a closed <select> takes the option typed
+    expect(outcome).to_have_value("succeeded")
+    _tab_to(page, page.locator(f"#effect-{older.id} input[name=downstream_ref]"), most=3, what="the reference")
+    page.keyboard.type("msg-4711")
+    _tab_to(page, page.locator(f"#effect-{older.id} textarea[name=note]"), most=3, what="the evidence")
+    page.keyboard.type("found in the mail server log at 21:04")
+    record = page.get_by_role("button", name=_names(older_run, "email", "Record resolution"))
+    expect(record).to_have_count(1)
+    _tab_to(page, record, most=3, what="Record resolution")
+    page.keyboard.press("Enter")
+
+    notice = region.locator(".action-message", has_text=f"#{older.id}")
+    expect(notice).to_be_visible(timeout=10_000)
+    expect(page.locator(f"#effect-{older.id}")).to_have_count(0)
+    _focus_in_row_or_notice(page, f"effect-{newer.id}", region)
+    assert region.evaluate("el => el.__kept === true"), "the notices region was replaced"
+    wait_until(lambda: EffectRecord.objects.get(id=older.id).status == EffectStatus.SUCCEEDED, 10,
+               what="the resolution to be recorded")
+    assert EffectRecord.objects.get(id=older.id).resolved_by_label == "olga"
+    assert AuditEntry.objects.get(action="effect.resolve").reason == "found in the mail server log at 21:04"
+    assert EffectRecord.objects.get(id=newer.id).status == EffectStatus.UNKNOWN  # only the one resolved
+    console.shot(page, "keyboard-effect-resolved")
+    page.context.close()
+
+    # The approver: two approvals in a row, the focus moving to the next one, then to the notice.
+    runs = {ship_a.id: ship_a, ship_b.id: ship_b}
+    page = console.page("ann")
+    page.goto("/approvals/")
+    wait_live(page)
+    pending = {a.id: a for a in ApprovalRequest.objects.filter(run__in=[ship_a, ship_b])}
+    approvals = [pending[int(i.removeprefix("approval-"))] for i in _row_ids(page, "tr.approval")]  # page order
+    assert len(approvals) == 2
+    region = _live_region(page)
+    _skip_link_first(page)
+    most = 80  # from the top of the content to the first Approve
+    for i, approval in enumerate(approvals):
+        run = runs[approval.run_id]
+        approve = page.get_by_role("button", name=_names(run, "ship", "Approve"))
+        expect(approve).to_have_count(1)
+        expect(page.locator(f"#reject-{approval.id} > summary")).to_have_accessible_name(
+            _names(run, "ship", "Reject"))
+        _tab_to(page, approve, most=most, what=f"Approve of run {short(run)}")
+        page.keyboard.press("Space")
+        notice = region.locator(".action-message", has_text=short(run))
+        expect(notice).to_contain_text("Approved", timeout=10_000)
+        expect(page.locator(f"#approval-{approval.id}")).to_have_count(0)
+        after = approvals[i + 1] if i + 1 < len(approvals) else None
+        _focus_in_row_or_notice(page, f"approval-{after.id}" if after else None, region)
+        if after:  # the next Approve is within that row's own controls, not back at the top
+            most = _row_controls(page, f"approval-{after.id}")
+    assert region.evaluate("el => el.__kept === true"), "the notices region was replaced"
+    console.shot(page, "keyboard-approvals-done")
+    page.context.close()
+
+    wait_until(lambda: set(ApprovalRequest.objects.filter(id__in=[a.id for a in approvals])
+                           .values_list("state", flat=True)) == {ApprovalState.APPROVED}, 10,
+               what="both approvals to be recorded")
+    assert set(ApprovalRequest.objects.filter(id__in=[a.id for a in approvals])
+               .values_list("decided_by_label", flat=True)) == {"ann"}
+    assert AuditEntry.objects.filter(action="approval.approve", outcome="ok", actor_label="ann").count() == 2
+    wait_until(lambda: status(ship_a) == status(ship_b) == RunStatus.COMPLETED, 30, what="both runs to ship")
