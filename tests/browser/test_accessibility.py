@@ -262,7 +262,9 @@ def _focused(locator) -> bool:
 
 
 def _tab_to(page: Page, target, *, most: int, what: str) -> int:
-    """Tab (never a click) until ``target`` has the focus; how many Tabs that took."""
+    """Tab (never a click) until ``target`` has the focus; how many Tabs that took (0: it had it)."""
+    if _focused(target):
+        return 0
     for count in range(1, most + 1):
         page.keyboard.press("Tab")
         if _focused(target):
@@ -387,7 +389,7 @@ def test_it_resolves_an_effect_and_approves_two_approvals_with_the_keyboard_alon
         page.keyboard.press("Space")
         notice = region.locator(".action-message", has_text=short(run))
         expect(notice).to_contain_text("Approved", timeout=10_000)
-        expect(page.locator(f"#approval-{approval.id}")).to_have_count(0)
+        expect(page.locator(f"tr.approval#approval-{approval.id}")).to_have_count(0)  # gone from the pending
         after = approvals[i + 1] if i + 1 < len(approvals) else None
         _focus_in_row_or_notice(page, f"approval-{after.id}" if after else None, region)
         if after:  # the next Approve is within that row's own controls, not back at the top
