@@ -157,6 +157,7 @@ def test_it_keeps_a_row_being_typed_in_when_someone_else_resolves_it_and_refuses
                           downstream_ref="", note="declined by the bank", expected="UNKNOWN")
     expect(page.locator("#live-effects_queue .summary strong")).to_have_text("1", timeout=10_000)
     expect(row).to_have_class(re.compile(r"\blive-gone\b"))
+    expect(row.locator("td").first).to_contain_text("(no longer in this list)")  # said to screen readers too
     expect(note).to_have_value("asked the provider, no record of th")
 
     # Submitting it is refused with the reason, as a message; the text is still there.

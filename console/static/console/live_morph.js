@@ -85,7 +85,15 @@
   };
   Idiomorph.defaults.callbacks.beforeNodeRemoved = function (node) {
     if (!inUse(node, true)) return true;
-    node.classList.add("live-gone"); // kept, shown as no longer current
+    if (!node.classList.contains("live-gone")) {
+      node.classList.add("live-gone"); // kept, shown as no longer current
+      // ... and said so to screen readers, in its first cell (a push that brings the row back
+      // morphs the class and this note away with the rest of what the server no longer sends).
+      var note = document.createElement("span");
+      note.className = "visually-hidden live-gone-note";
+      note.textContent = " (no longer in this list)";
+      (node.querySelector("td, th") || node).appendChild(note);
+    }
     return false;
   };
   Idiomorph.defaults.callbacks.beforeAttributeUpdated = function (name, el) {
