@@ -8,6 +8,7 @@ is decided here and not in a fixture. ``TEST_REDIS_URL`` overrides the default
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 
 from django.core.exceptions import ImproperlyConfigured
@@ -17,7 +18,15 @@ from django.core.exceptions import ImproperlyConfigured
 # Redis db, and pytest-django drops the database at the end. Each session takes the
 # first free slot (an flock held for the life of the process) and gets its own pair.
 # Slot 0 is what a lone session gets: test_<db> and Redis db 15, as before.
-_REDIS_DBS = (15, 9, 8, 7, 6, 5, 4, 3)  # 0 is for development, 10-14 for the benchmarks
+_REDIS_DBS = (15, 9, 8, 7, 6, 5, 4, 3)  # 0 is for development; 1, 2 and 10-14 for the benchmarks
+# Under pytest-xdist every worker (gw0, gw1, ...) is a session of its own here, and
+# pytest-django also suffixes its test database with _gw0, _gw1, ... The pytest process that
+# starts the workers imports this module first, takes a slot and then runs no test: it hands
+# that slot to gw0 through this variable, so `make test` on two workers takes two slots, not
+# three. A worker starts from its parent's environment, which this module changed; the
+# variable also carries back the REDIS_URL and TEST_DATABASE_NAME the parent started with.
+_HANDED_DOWN = "SAGA_CONSOLE_TEST_SESSION"
+_OWN_ENV = ("REDIS_URL", "TEST_DATABASE_NAME")
 
 
 def _take_slot() -> int:
@@ -33,12 +42,40 @@ def _take_slot() -> int:
     raise ImproperlyConfigured(f"more than {len(_REDIS_DBS)} test sessions are running at once")
 
 
+def _this_process_slot() -> int:
+    handed = json.loads(os.environ.pop(_HANDED_DOWN, "null"))
+    # Only a direct child of the process that set it: a worker's own children (daphne, a
+    # benchmark) never see the variable, which a worker removes and does not set again.
+    if handed is not None and handed["pid"] == os.getppid():
+        for name, value in handed["env"].items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+    else:
+        handed = None
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if "TEST_REDIS_URL" in os.environ:
+        if workers > 1:
+            raise ImproperlyConfigured(
+                f"TEST_REDIS_URL names one Redis database for {workers} pytest-xdist workers, which flush it "
+                "under each other's tests: run with -n 0, or leave TEST_REDIS_URL unset"
+            )
+        return 0
+    if handed is not None and os.environ.get("PYTEST_XDIST_WORKER") == "gw0":
+        return handed["slot"]  # the parent holds its flock until every worker is done
+    return _take_slot()
+
+
 # The tests run as development does (DEBUG=1, the development key): config.settings refuses to
 # start otherwise, and the processes the tests start (daphne, workers, the demo) inherit it.
 os.environ.setdefault("DEBUG", "1")
 
 _held: list = []
-_slot = 0 if "TEST_REDIS_URL" in os.environ else _take_slot()
+_slot = _this_process_slot()
+if "PYTEST_XDIST_WORKER" not in os.environ:
+    _before = {name: os.environ.get(name) for name in _OWN_ENV}
+    os.environ[_HANDED_DOWN] = json.dumps({"pid": os.getpid(), "slot": _slot, "env": _before})
 _dev_redis = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
 _test_redis = os.environ.get("TEST_REDIS_URL", f"redis://127.0.0.1:6379/{_REDIS_DBS[_slot]}")
 if _slot and "TEST_DATABASE_NAME" not in os.environ:
