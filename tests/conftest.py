@@ -1,12 +1,52 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 
 import pytest
 from django.db import connection
 
 from tests.procs import Procs
+
+
+# `make test` runs on pytest-xdist workers (addopts in pyproject.toml: -n auto --dist loadgroup).
+# Each worker has its own test database and Redis database (config/settings_test.py); what
+# tests share beyond those is kept to one worker by an xdist_group below.
+WHOLE_SUITE_WORKERS = 2
+
+
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist (the dev extra)
+def pytest_xdist_auto_num_workers(config):
+    """``-n auto``: the whole suite (pytest given no path) on WHOLE_SUITE_WORKERS processes, a
+    selection of tests in this process (each worker migrates a test database of its own first,
+    which a few tests do not earn back). ``-n N`` or PYTEST_XDIST_AUTO_NUM_WORKERS=N decide
+    otherwise; TEST_REDIS_URL names one Redis database, so one process."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return int(os.environ["PYTEST_XDIST_AUTO_NUM_WORKERS"])
+    if "TEST_REDIS_URL" in os.environ or config.args_source is not pytest.Config.ArgsSource.TESTPATHS:
+        return 0
+    return WHOLE_SUITE_WORKERS
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist appends the group to the node ids
+def pytest_collection_modifyitems(config, items):
+    """Tests that may not run in two workers at once share an xdist_group (one worker runs a
+    group's tests one after another; --dist loadgroup hands out the largest groups first):
+
+    * the benchmark smokes: they use the saga_bench* databases, Redis dbs 1 and 10-14 and the
+      virtualenvs under .bench/ (made on first use), never a test session's own;
+    * the tests of a module with a module-scoped fixture (a private PostgreSQL server, a
+      deployment): split across workers, each would build it again."""
+    for item in items:
+        path = item.path.relative_to(config.rootpath).as_posix()
+        if path.startswith("tests/bench/"):
+            item.add_marker(pytest.mark.xdist_group("bench"))
+            continue
+        fixtures = getattr(item, "_fixtureinfo", None)
+        defs = fixtures.name2fixturedefs.values() if fixtures is not None else ()
+        if any(fixturedef.scope in ("module", "package") for chain in defs for fixturedef in chain):
+            item.add_marker(pytest.mark.xdist_group(path))
 
 
 @pytest.fixture(scope="session", autouse=True)
