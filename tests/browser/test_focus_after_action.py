@@ -69,3 +69,21 @@ def test_it_moves_the_focus_to_the_next_approve_then_to_the_notice(console, user
     assert page.evaluate("document.activeElement.parentElement.id") == "messages"
     assert ApprovalRequest.objects.filter(state=ApprovalState.APPROVED).count() == 4
     page.context.close()
+
+
+def test_it_moves_the_focus_to_the_notice_after_a_run_action_that_leaves_nothing_to_do(console, users):
+    run = make_run(status=RunStatus.WAITING, reason="", business_key="order-77")
+    page = console.page("olga")
+    page.goto(f"/runs/{run.id}/")
+    expect(page.locator("#live-status")).to_have_text("live", timeout=10_000)
+    actions = page.locator("#live-run_actions")
+    actions.get_by_role("group").filter(has_text="Cancel…").locator("summary").click()
+    actions.locator("textarea[name=reason]").fill("customer asked on ticket 4411")
+    actions.get_by_role("button", name=f"Cancel the run {str(run.id)[:8]}").press("Enter")
+
+    # The run is cancelled, so its Cancel… is gone: the focus is on the notice saying so.
+    expect(actions.locator("summary", has_text="Cancel")).to_have_count(0, timeout=10_000)
+    focused = page.locator(":focus")
+    expect(focused).to_contain_text("Run cancelled.")
+    assert page.evaluate("document.activeElement.parentElement.id") == "messages"
+    page.context.close()
