@@ -166,3 +166,10 @@ def test_it_announces_a_bulk_confirmation_error_and_marks_the_missing_reason(peo
     assert 'aria-invalid="true"' in reason and 'aria-describedby="bulk-error"' in reason
     outcome = re.search(r'<select [^>]*name="outcome"[^>]*>', page).group(0)
     assert "aria-invalid" not in outcome and 'aria-describedby="bulk-error"' in outcome
+
+
+def test_it_names_each_rows_tick_box_by_its_step_and_run(people):
+    approval = make_approval(run=make_run(status=RunStatus.WAITING, reason="", business_key="order-5"), step="ship")
+    page = text(client_for(people["approver"]).get(reverse("console:approvals")))
+    box = re.search(rf'<input type="checkbox" name="ids" value="{approval.id}"[^>]*>', page).group(0)
+    assert f'aria-label="select approval {approval.id}: ship on run {short(approval.run)} (order-5)"' in box
