@@ -279,3 +279,19 @@ def test_it_says_so_when_no_run_moved_in_the_last_hour(people):
     numbers = html[html.index('<details class="chart-numbers">'):]
     assert "No run started or finished in the last hour." in numbers[:numbers.index("</details>")]
     assert "<table" not in numbers[:numbers.index("</details>")]
+
+
+@pytest.mark.django_db
+def test_no_page_prints_a_template_comment_as_text(people):
+    """Django's ``{# #}`` is one line only: a comment spread over two lines is printed into the
+    page (base.html did that above every page's notices). Checked on the rendered pages of each
+    role and on the template files themselves."""
+    for person in ("viewer", "operator"):
+        client = client_for(people[person])
+        for name in ("console:overview", "console:runs", "console:approvals", "console:audit"):
+            html = text(client.get(reverse(name)))
+            assert "{#" not in html and "#}" not in html, (person, name)
+    root = Path(settings.BASE_DIR) / "templates"
+    for template in root.rglob("*.html"):
+        for number, line in enumerate(template.read_text().splitlines(), 1):
+            assert line.count("{#") == line.count("#}"), f"{template.relative_to(root)}:{number}: {line.strip()}"
