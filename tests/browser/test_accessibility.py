@@ -390,7 +390,15 @@ def test_it_resolves_an_effect_and_approves_two_approvals_with_the_keyboard_alon
         expect(page.locator(f"#reject-{approval.id} > summary")).to_have_accessible_name(
             _names(run, "ship", "Reject"))
         _tab_to(page, approve, most=most, what=f"Approve of run {short(run)}")
-        page.keyboard.press("Space")
+        if i == 0:
+            page.keyboard.press("Space")
+        else:  # back to this row's comment, a word typed, forward to Approve again, and Enter
+            page.keyboard.press("Shift+Tab")
+            expect(page.locator(f"#decide-{approval.id} textarea[name=comment]")).to_be_focused()
+            page.keyboard.type("address checked by phone")
+            page.keyboard.press("Tab")
+            expect(approve).to_be_focused()
+            page.keyboard.press("Enter")
         notice = region.locator(".action-message", has_text=short(run))
         expect(notice).to_contain_text("Approved", timeout=10_000)
         expect(page.locator(f"tr.approval#approval-{approval.id}")).to_have_count(0)  # gone from the pending
@@ -408,4 +416,5 @@ def test_it_resolves_an_effect_and_approves_two_approvals_with_the_keyboard_alon
     assert set(ApprovalRequest.objects.filter(id__in=[a.id for a in approvals])
                .values_list("decided_by_label", flat=True)) == {"ann"}
     assert AuditEntry.objects.filter(action="approval.approve", outcome="ok", actor_label="ann").count() == 2
+    assert ApprovalRequest.objects.get(id=approvals[1].id).comment == "address checked by phone"
     wait_until(lambda: status(ship_a) == status(ship_b) == RunStatus.COMPLETED, 30, what="both runs to ship")
