@@ -299,8 +299,10 @@ def _live_region(page: Page):
 
 def _focus_in_row_or_notice(page: Page, row_id: str | None, region) -> None:
     if row_id is not None:
-        where = page.evaluate(f"""() => {{ const a = document.activeElement, row = document.getElementById({row_id!r});
-            return {{inRow: !!row && row.contains(a), control: a.matches({CONTROLS!r}), html: a.outerHTML.slice(0, 160)}}; }}""")
+        where = page.evaluate("""([id, controls]) => {
+            const a = document.activeElement, row = document.getElementById(id);
+            return {inRow: !!row && row.contains(a), control: a.matches(controls),
+                    html: a.outerHTML.slice(0, 160)}; }""", [row_id, CONTROLS])
         assert where["inRow"] and where["control"], f"the focus is not on a control of #{row_id}: {where['html']}"
     else:
         assert region.evaluate("el => el.contains(document.activeElement)"), \
@@ -312,7 +314,8 @@ def _row_ids(page: Page, selector: str) -> list[str]:
 
 
 def _row_controls(page: Page, row_id: str) -> int:
-    return page.evaluate(f"() => document.getElementById({row_id!r}).querySelectorAll({CONTROLS!r}).length")
+    return page.evaluate("([id, controls]) => document.getElementById(id).querySelectorAll(controls).length",
+                         [row_id, CONTROLS])
 
 
 def _names(run, step: str, verb: str) -> re.Pattern:
