@@ -29,7 +29,7 @@ def pytest_xdist_auto_num_workers(config):
     return WHOLE_SUITE_WORKERS
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist appends the group to the node ids
+@pytest.hookimpl(wrapper=True)
 def pytest_collection_modifyitems(config, items):
     """Tests that may not run in two workers at once share an xdist_group (one worker runs a
     group's tests one after another; --dist loadgroup hands out the largest groups first):
@@ -47,6 +47,30 @@ def pytest_collection_modifyitems(config, items):
         defs = fixtures.name2fixturedefs.values() if fixtures is not None else ()
         if any(fixturedef.scope in ("module", "package") for chain in defs for fixturedef in chain):
             item.add_marker(pytest.mark.xdist_group(path))
+    result = yield
+    if config.getoption("loadgroup", False):  # an xdist worker under --dist loadgroup
+        for item in items:
+            _name_the_group_in_the_node_id(item)
+    return result
+
+
+def _name_the_group_in_the_node_id(item) -> None:
+    """The loadgroup scheduler groups by the ``@<group>`` suffix an xdist worker gives a node
+    id. pytest-xdist 3.8 sets it as ``item._nodeid``, which pytest 9.2 no longer reads (the
+    id is ``item._id``, a NodeId): without this every group was silently split across workers.
+    No-op where xdist's own suffix took."""
+    groups = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                     for m in item.iter_markers("xdist_group")})
+    nodeid = item.nodeid
+    if not groups or nodeid.rfind("@") > nodeid.rfind("]"):
+        return
+    suffixed = f"{nodeid}@{'_'.join(groups)}"
+    if hasattr(item, "_id"):
+        from _pytest.nodeid import NodeId
+
+        item._id = NodeId.parse(suffixed)
+    else:
+        item._nodeid = suffixed
 
 
 @pytest.fixture(scope="session", autouse=True)
