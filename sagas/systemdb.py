@@ -88,7 +88,6 @@ def cursor() -> Iterator[psycopg.Cursor]:
         yield cur
 
 
-
 def dumps(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), allow_nan=False)
 
