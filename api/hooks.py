@@ -198,15 +198,20 @@ def hook_deliver(
                     return _duplicate(hook, run, event_id, ip)  # the same event, delivered at the same moment
                 raise _refuse(hook.name, ip, "replay", "this signature was accepted before; sign each delivery "
                                                        "with its own timestamp") from None
-            signal_send(run_id=str(run.id), name=hook.signal, payload=payload, actor=system_label(actor.system))
+            got_it = signal_send(run_id=str(run.id), name=hook.signal, payload=payload,
+                                 actor=system_label(actor.system))
             audit_done(actor, "run.signal", "run", run.id, reason=hook.signal, tenant=run.tenant,
-                       after={"signal": hook.signal, "hook": hook.name})
+                       after={"signal": hook.signal, "hook": hook.name, "delivered_to": got_it})
+            # The run that got it (a run that continued as new passes it down its chain), with the
+            # status this delivery left it in (PENDING when it woke it), read before the commit
+            # lets a worker claim it: read after, the answer said RUNNING or PENDING by the
+            # worker's speed.
+            run = WorkflowRun.objects.get(id=got_it)
     except RunFinished as exc:
         raise _refuse(hook.name, ip, "conflict", str(exc)) from None
     except WorkflowRun.DoesNotExist:  # deleted between the lookup and the lock
         raise _refuse(hook.name, ip, "not-found", f"run {run.id} no longer exists") from None
     except (InvalidArgument, NotSerializable) as exc:
         raise _refuse(hook.name, ip, "validation", str(exc)) from None
-    run.refresh_from_db(fields=["status"])
     log.info("hook %s: signal %s sent to run %s", hook.name, hook.signal, run.id)
     return Delivery(hook=hook, run=run, signal=hook.signal)
