@@ -275,15 +275,13 @@ def appender(schema: str):  # type: ignore[no-untyped-def]
                             worker="bench-partition", steps=1)
         return append
 
-    sql = partitioned_append_sql()
+    statement = systemdb.Statement("bench_partitioned_append", partitioned_append_sql())
 
     def append_part(run_id: str, i: int) -> None:
-        with systemdb.cursor() as cur:
-            cur.execute(sql, {"run": run_id, "fence": 1, "kind": "step", "name": f"step_{i}",
-                              "payload": f'{{"value":{i},"ok":true}}', "worker": "bench-partition", "steps": 1,
-                              "cost": repr(0.0)})
-            if cur.fetchone() is None:
-                raise LeaseLost(run_id)
+        # the parameters of systemdb.append's statement, in its order
+        if statement.first_row([run_id, 1, 1, repr(0.0), "step", f"step_{i}", f'{{"value":{i},"ok":true}}',
+                                "bench-partition"]) is None:
+            raise LeaseLost(run_id)
     return append_part
 
 

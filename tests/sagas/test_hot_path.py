@@ -201,3 +201,88 @@ def test_a_claim_is_announced_only_if_the_run_is_still_under_way_a_moment_later(
     causes.clear()
     assert advance(str(slow.id), owner="t") == Outcome.COMPLETED
     assert causes[0] == "claimed" and causes[-1] == "completed"  # pages saw it RUNNING meanwhile
+
+
+# --- a step's append straight through libpq (systemdb.Statement) -------------------------
+
+
+def _claimed(workflow: str = "hot_two_steps"):  # type: ignore[no-untyped-def]
+    run = start(workflow, {})
+    claimed = systemdb.claim(str(run.id), owner="t", ttl=30)
+    assert claimed is not None
+    return claimed
+
+
+def _append(claimed, name: str, *, fence: int | None = None, payload: str = '{"value":1}', cost: float = 0.0) -> int:  # type: ignore[no-untyped-def]
+    return systemdb.append(claimed.id, fence=claimed.fence if fence is None else fence, kind="step", name=name,
+                           payload=payload, worker="t", steps=1, cost=cost)
+
+
+def test_a_steps_append_is_prepared_once_per_connection_and_counts_steps_and_cost():
+    claimed = _claimed()
+    assert [_append(claimed, f"s{i}", cost=0.25) for i in range(3)] == [3, 4, 5]
+    with connection.cursor() as cur:
+        cur.execute("SELECT count(*) FROM pg_prepared_statements WHERE name = 'sagas_append'")
+        assert cur.fetchone() == (1,)  # prepared on this connection, once, under its own name
+    stored = WorkflowRun.objects.get(id=claimed.id)
+    assert (stored.last_seq, stored.steps_used, stored.cost_used) == (5, 3, Decimal("0.75"))
+    assert _journal(claimed.id)[-3:] == [(3, "step", "s0"), (4, "step", "s1"), (5, "step", "s2")]
+
+
+def test_an_append_inside_the_callers_transaction_is_rolled_back_with_it():
+    claimed = _claimed()
+    with pytest.raises(RuntimeError), transaction.atomic():
+        assert _append(claimed, "inside") == 3
+        raise RuntimeError("the caller's transaction fails")
+    assert _journal(claimed.id) == [(1, "started", ""), (2, "claimed", "")]  # a bare libpq call would have committed
+    assert WorkflowRun.objects.get(id=claimed.id).steps_used == 0
+    assert _append(claimed, "after") == 3
+
+
+def test_an_appends_errors_are_djangos_and_a_stale_fence_writes_nothing():
+    from django.db import DataError
+
+    from sagas.errors import LeaseLost
+
+    claimed = _claimed()
+    with pytest.raises(DataError, match="invalid input syntax for type json"):
+        _append(claimed, "bad", payload="{not json")
+    with pytest.raises(LeaseLost, match="fence .* is stale"):
+        _append(claimed, "late", fence=claimed.fence - 1)
+    assert _journal(claimed.id) == [(1, "started", ""), (2, "claimed", "")]
+
+
+def test_an_append_after_the_server_dropped_the_connection_reconnects_and_prepares_again():
+    from django.db import OperationalError
+
+    from config.storage import note_failure
+
+    claimed = _claimed()
+    assert _append(claimed, "before") == 3
+    old_pid = connection.connection.info.backend_pid
+    with psycopg_admin() as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", [old_pid])
+    with pytest.raises(OperationalError) as failed:
+        _append(claimed, "lost")
+    note_failure(failed.value, doing="the test's append")  # what JournalCursor.durably does: drop the dead connection
+    assert _append(claimed, "after") == 4  # a new connection, the statement prepared on it again
+    assert connection.connection.info.backend_pid != old_pid
+    assert [name for _, _, name in _journal(claimed.id)] == ["", "", "before", "after"]
+
+
+def psycopg_admin():  # type: ignore[no-untyped-def]
+    import psycopg
+
+    settings = connection.settings_dict
+    return psycopg.connect(host=settings["HOST"], port=settings["PORT"] or 5432, user=settings["USER"],
+                           dbname=settings["NAME"], autocommit=True)
+
+
+def test_a_run_with_journal_entries_cannot_be_deleted_without_them():
+    from django.db import IntegrityError
+
+    claimed = _claimed()
+    with pytest.raises(IntegrityError, match="still has journal entries"), connection.cursor() as cur:
+        cur.execute("DELETE FROM sagas_workflowrun WHERE id = %s", [claimed.id])
+    assert WorkflowRun.objects.filter(id=claimed.id).exists()
+    assert len(_journal(claimed.id)) == 2
