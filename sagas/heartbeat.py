@@ -47,7 +47,7 @@ class Heartbeat:
         # t and succeeded extends it to t + ttl (the database's clock started later).
         self.lease_until = (time.monotonic() if claimed_at is None else claimed_at) + ttl
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name=f"heartbeat-{run_id[:8]}", daemon=True)
+        self._done = threading.Event()
         self._ctx: JournalCursor | None = None
         self._seen_seq = 0
         self._progress_sent = 0.0
@@ -84,12 +84,14 @@ class Heartbeat:
         return signals.PROGRESS_INTERVAL
 
     def __enter__(self) -> Heartbeat:
-        self._thread.start()
+        _keeper().serve(self)
         return self
 
     def __exit__(self, *exc: object) -> None:
+        # Returns once nothing of this heartbeat's runs any more: a renewal still in flight
+        # after the run was finished or suspended would hold a released run's lease.
         self._stop.set()
-        self._thread.join(timeout=self.ttl)
+        self._done.wait(timeout=self.ttl)
 
     def _loop(self) -> None:
         every = self.ttl / 3
@@ -118,4 +120,48 @@ class Heartbeat:
                     connection.close()
                     renew_at = time.monotonic() + min(every, 0.5)
         finally:
-            connection.close()
+            if connection.connection is not None:  # opened by a renewal: not kept between runs
+                connection.close()
+            self._done.set()
+
+
+class _Keeper:
+    """The thread that runs one worker thread's heartbeats, one run after another.
+
+    A thread per run cost each run about 0.3 ms of wall time and 0.13 ms of CPU to start
+    and join (measured in-process), a twentieth of a 20-step run's time; this thread is
+    started once per worker thread and waits for the next run between runs."""
+
+    def __init__(self) -> None:
+        self._ready = threading.Condition()
+        self._next: Heartbeat | None = None
+        self._thread = threading.Thread(target=self._serve, name="heartbeat", daemon=True)
+        self._thread.start()
+
+    def serve(self, beat: Heartbeat) -> None:
+        with self._ready:
+            self._next = beat
+            self._ready.notify()
+
+    def _serve(self) -> None:
+        while True:
+            with self._ready:
+                while self._next is None:
+                    self._ready.wait()
+                beat, self._next = self._next, None
+            try:
+                beat._loop()
+            except BaseException:  # _loop catches what a renewal raises; this thread must outlive a bug
+                log.exception("run %s: heartbeat stopped", beat.run_id)
+                beat._done.set()
+
+
+_keepers = threading.local()
+
+
+def _keeper() -> _Keeper:
+    """The calling thread's keeper (each worker thread advances one run at a time)."""
+    keeper = getattr(_keepers, "keeper", None)
+    if keeper is None or not keeper._thread.is_alive():  # none yet, or inherited from before a fork
+        keeper = _keepers.keeper = _Keeper()
+    return keeper

@@ -4,6 +4,7 @@ bookkeeping; each keeping what a user or operator sees."""
 
 from __future__ import annotations
 
+import time
 import uuid
 from datetime import timedelta
 from decimal import Decimal
@@ -286,3 +287,55 @@ def test_a_run_with_journal_entries_cannot_be_deleted_without_them():
         cur.execute("DELETE FROM sagas_workflowrun WHERE id = %s", [claimed.id])
     assert WorkflowRun.objects.filter(id=claimed.id).exists()
     assert len(_journal(claimed.id)) == 2
+
+
+# --- the heartbeat: one thread per worker thread, serving its runs one after another ------
+
+
+def _claim_from_another_thread(run_id: str) -> bool:
+    """Whether another worker could take the run now (its lease lapsed)."""
+    import threading
+
+    taken: list[bool] = []
+
+    def other() -> None:
+        try:
+            taken.append(systemdb.claim(run_id, owner="other", ttl=30) is not None)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=other)
+    thread.start()
+    thread.join()
+    return taken[0]
+
+
+def _outlast_the_lease(run_id: str, seconds: float) -> bool:
+    time.sleep(seconds)
+    return _claim_from_another_thread(run_id)
+
+
+@workflow("hot_long_step", version=1)
+def hot_long_step(ctx, spec):
+    return ctx.step("long", _outlast_the_lease, ctx.run_id, spec["seconds"])
+
+
+def test_each_run_on_a_thread_keeps_its_lease_through_a_long_step_and_releases_it_after(settings):
+    settings.SAGAS_LEASE_TTL = 0.6  # renewed every 0.2 s
+    first, second = start("hot_long_step", {"seconds": 1.5}), start("hot_long_step", {"seconds": 1.5})
+    for run in (first, second):  # the same thread, one after the other: the heartbeat serves both
+        assert advance(str(run.id), owner="t") == Outcome.COMPLETED
+        stored = WorkflowRun.objects.get(id=run.id)
+        assert stored.result is False  # 2.5 leases into the step, no other worker could take the run
+        assert (stored.lease_owner, stored.lease_expires_at) == ("", None)
+    time.sleep(0.5)  # a renewal still running after the run ended would show here
+    assert WorkflowRun.objects.filter(id__in=[first.id, second.id], lease_expires_at__isnull=False).count() == 0
+
+
+def test_a_waiting_run_is_not_held_by_a_late_renewal(settings):
+    settings.SAGAS_LEASE_TTL = 0.3
+    run = start("hot_waits_for_go", {})
+    assert advance(str(run.id), owner="t") == Outcome.WAITING
+    time.sleep(0.4)
+    signal(run_id=run.id, name="go", payload=2)
+    assert advance(str(run.id), owner="t2") == Outcome.COMPLETED  # claimable at once: no lease left behind
