@@ -20,11 +20,12 @@ import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
 import psycopg
+from psycopg.types.string import TextLoader
 from django.db import DEFAULT_DB_ALIAS, connections
 
 from sagas.errors import LeaseLost
@@ -62,6 +63,7 @@ class ClaimedRun:
 
 FIRST_CLAIM_SEQ = 2  # a claim numbered 2: the journal is ``started`` and it (``initial_journal``)
 PREPARE_AFTER = 5  # psycopg's default
+_ZERO = timedelta(0)
 
 
 @contextmanager
@@ -92,21 +94,21 @@ def dumps(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), allow_nan=False)
 
 
-_CLAIMABLE = sorted({RunStatus.PENDING, *LEASED_STATUSES})
+_CLAIMABLE = "{" + ",".join(sorted({RunStatus.PENDING, *LEASED_STATUSES})) + "}"  # a text[] literal
 
 _CLAIM_SQL = """
 WITH claimed AS (
     UPDATE sagas_workflowrun
        SET status = CASE WHEN status = 'COMPENSATING' THEN 'COMPENSATING' ELSE 'RUNNING' END,
-           lease_owner = %(owner)s,
-           lease_expires_at = now() + make_interval(secs => %(ttl)s::float8),
+           lease_owner = $2,
+           lease_expires_at = now() + make_interval(secs => $3::float8),
            fence = fence + 1,
            attempts = attempts + 1,
            last_seq = last_seq + 1,
            started_at = coalesce(started_at, now()),
            updated_at = now()
-     WHERE id = %(run)s
-       AND status = ANY(%(claimable)s)
+     WHERE id = $1
+       AND status = ANY($4::text[])
        AND (lease_expires_at IS NULL OR lease_expires_at < now())
  RETURNING id, workflow_name, version, definition_hash, input, tenant, business_key, fence,
            attempts, steps_used, cost_used, max_steps, max_cost,
@@ -114,8 +116,8 @@ WITH claimed AS (
 ), entry AS (
     INSERT INTO sagas_journalentry (run_id, seq, kind, name, payload, worker_id, created_at)
     SELECT id, last_seq, 'claimed', '',
-           jsonb_build_object('attempt', attempts, 'fence', fence, 'lease_ttl', %(ttl)s::float8),
-           %(owner)s, now()
+           jsonb_build_object('attempt', attempts, 'fence', fence, 'lease_ttl', $3::float8),
+           $2, now()
       FROM claimed
 )
 SELECT * FROM claimed
@@ -128,31 +130,36 @@ def claim(run_id: str, *, owner: str, ttl: float) -> ClaimedRun | None:
     Returns None when another worker holds it, or it is waiting or finished:
     the caller returns quietly.
     """
-    with cursor() as cur:
-        cur.execute(_CLAIM_SQL, {"run": run_id, "owner": owner, "ttl": ttl, "claimable": _CLAIMABLE})
-        row = cur.fetchone()
+    row = _CLAIM.first_row([run_id, owner, repr(float(ttl)), _CLAIMABLE])
     if row is None:
         return None
-    raw_input = row[4]
+    (id_, workflow_name, version, definition_hash, raw_input, tenant, business_key, fence, attempts,
+     steps_used, cost_used, max_steps, max_cost, max_duration, started_at, last_seq, status) = row
     return ClaimedRun(
-        id=str(row[0]),
-        workflow_name=row[1],
-        version=row[2],
-        definition_hash=row[3],
-        input=json.loads(raw_input) if isinstance(raw_input, str) else raw_input,
-        tenant=row[5],
-        business_key=row[6],
-        fence=row[7],
-        attempts=row[8],
-        steps_used=row[9],
-        cost_used=row[10],
-        max_steps=row[11],
-        max_cost=row[12],
-        max_duration_seconds=row[13],
-        started_at=row[14],
-        last_seq=row[15],
-        status=row[16],
+        id=id_,
+        workflow_name=workflow_name,
+        version=int(version),
+        definition_hash=definition_hash,
+        input=None if raw_input is None else json.loads(raw_input),
+        tenant=tenant,
+        business_key=business_key,
+        fence=int(fence),
+        attempts=int(attempts),
+        steps_used=int(steps_used),
+        cost_used=Decimal(cost_used),
+        max_steps=None if max_steps is None else int(max_steps),
+        max_cost=None if max_cost is None else Decimal(max_cost),
+        max_duration_seconds=None if max_duration is None else float(max_duration),
+        started_at=_timestamp(started_at),
+        last_seq=int(last_seq),
+        status=status,
     )
+
+
+def _timestamp(text: str) -> datetime:
+    """A ``timestamptz`` as PostgreSQL writes it (ISO, in the session's UTC, as Django sets it)."""
+    value = datetime.fromisoformat(text)
+    return value if value.utcoffset() == _ZERO else value.astimezone(UTC)
 
 
 def initial_journal(run: ClaimedRun) -> list[Entry] | None:
@@ -235,9 +242,10 @@ class Statement:
         pgconn = conn.pgconn
         if db.in_atomic_block or not conn.autocommit or pgconn.transaction_status != _IDLE:
             with db.wrap_database_errors, psycopg.RawCursor(conn) as cur:
+                for type_name in _AS_TEXT:  # values as the libpq path returns them: PostgreSQL's text
+                    cur.adapters.register_loader(type_name, TextLoader)
                 cur.execute(self.sql, params)
-                row = cur.fetchone()
-            return None if row is None else tuple(None if v is None else str(v) for v in row)
+                return cur.fetchone()
         with db.wrap_database_errors:
             prepared = _prepared_on(db, conn)
             if self.name not in prepared:
@@ -255,6 +263,8 @@ class Statement:
 
 
 _IDLE = psycopg.pq.TransactionStatus.IDLE
+_AS_TEXT = ("bool", "int2", "int4", "int8", "float4", "float8", "numeric", "uuid", "json", "jsonb", "date",
+            "timestamp", "timestamptz", "interval")
 _OK = (psycopg.pq.ExecStatus.COMMAND_OK, psycopg.pq.ExecStatus.TUPLES_OK)
 
 
@@ -277,6 +287,7 @@ def _check(result: psycopg.pq.abc.PGresult, conn: psycopg.Connection) -> None:
 
 
 _APPEND = Statement("sagas_append", _APPEND_SQL)
+_CLAIM = Statement("sagas_claim", _CLAIM_SQL)
 
 
 def append(

@@ -339,3 +339,16 @@ def test_a_waiting_run_is_not_held_by_a_late_renewal(settings):
     time.sleep(0.4)
     signal(run_id=run.id, name="go", payload=2)
     assert advance(str(run.id), owner="t2") == Outcome.COMPLETED  # claimable at once: no lease left behind
+
+
+def test_a_claim_reads_the_same_run_inside_a_transaction_as_through_libpq():
+    run = start("hot_two_steps", {"order": [1, "é"], "note": "x"}, max_steps=7, max_cost=1.5)
+    with transaction.atomic():
+        inside = systemdb.claim(str(run.id), owner="t", ttl=30)  # psycopg's cursor, in the transaction
+        transaction.set_rollback(True)
+    outside = systemdb.claim(str(run.id), owner="t", ttl=30)  # libpq, prepared
+    assert inside is not None and outside is not None
+    assert inside == outside.__class__(**{**outside.__dict__, "started_at": inside.started_at})
+    assert (outside.input, outside.max_steps, outside.max_cost, outside.max_duration_seconds) == (
+        {"order": [1, "é"], "note": "x"}, 7, Decimal("1.5"), 3600.0)
+    assert outside.started_at == WorkflowRun.objects.get(id=run.id).started_at
