@@ -361,24 +361,25 @@ def renew_lease(run_id: str, *, fence: int, ttl: float) -> bool:
 _FINISH_SQL = """
 WITH r AS (
     UPDATE sagas_workflowrun
-       SET status = %(status)s,
-           status_reason = %(reason)s,
-           result = %(result)s::jsonb,
-           error = %(error)s::jsonb,
-           wake_at = %(wake_at)s,
+       SET status = $3,
+           status_reason = $4,
+           result = $5::jsonb,
+           error = $6::jsonb,
+           wake_at = $7::timestamptz,
            lease_owner = '',
            lease_expires_at = NULL,
-           finished_at = CASE WHEN %(terminal)s THEN now() ELSE NULL END,
+           finished_at = CASE WHEN $8::boolean THEN now() ELSE NULL END,
            updated_at = now(),
            last_seq = last_seq + 1
-     WHERE id = %(run)s AND fence = %(fence)s AND status = ANY(%(from)s)
-       AND (%(expect)s::bigint IS NULL OR last_seq = %(expect)s::bigint)
+     WHERE id = $1 AND fence = $2 AND status = ANY($9::text[])
+       AND ($10::bigint IS NULL OR last_seq = $10::bigint)
  RETURNING id, last_seq
 )
 INSERT INTO sagas_journalentry (run_id, seq, kind, name, payload, worker_id, created_at)
-SELECT id, last_seq, %(kind)s, '', %(payload)s::jsonb, %(worker)s, now() FROM r
+SELECT id, last_seq, $11, '', $12::jsonb, $13, now() FROM r
 RETURNING seq
 """
+_FINISH = Statement("sagas_finish", _FINISH_SQL)
 
 
 def finish(
@@ -404,34 +405,24 @@ def finish(
     otherwise (fence still current) None: a decision or resolution arrived, and the
     caller replays with it instead of parking the run on stale knowledge.
     """
-    with cursor() as cur:
-        cur.execute(
-            _FINISH_SQL,
-            {
-                "run": run_id,
-                "fence": fence,
-                "status": status,
-                "reason": reason,
-                "result": dumps(result) if result is not None else None,
-                "error": dumps(error) if error is not None else None,
-                "wake_at": wake_at,
-                "terminal": terminal,
-                "from": sources(status),
-                "kind": kind,
-                "payload": dumps(payload),
-                "worker": worker,
-                "expect": expect_last_seq,
-            },
-        )
-        row = cur.fetchone()
-        if row is None and expect_last_seq is not None:
+    row = _FINISH.first_row([
+        run_id, fence, status, reason,
+        dumps(result) if result is not None else None,
+        dumps(error) if error is not None else None,
+        wake_at.isoformat() if wake_at is not None else None,
+        "true" if terminal else "false",
+        "{" + ",".join(sources(status)) + "}",
+        expect_last_seq, kind, dumps(payload), worker,
+    ])
+    if row is None and expect_last_seq is not None:
+        with cursor() as cur:
             cur.execute("SELECT fence FROM sagas_workflowrun WHERE id = %s", [run_id])
             current = cur.fetchone()
-            if current is not None and current[0] == fence:
-                return None  # something was journaled since the caller's view: it replays
+        if current is not None and current[0] == fence:
+            return None  # something was journaled since the caller's view: it replays
     if row is None:
         raise LeaseLost(f"run {run_id}: fence {fence} is stale, could not move it to {status}")
-    return row[0]
+    return int(row[0])
 
 
 _SUSPEND_SQL = """
