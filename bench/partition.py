@@ -268,6 +268,7 @@ def appender(schema: str):  # type: ignore[no-untyped-def]
     connection (whose search_path must be ``schema``)."""
     from sagas import systemdb
     from sagas.errors import LeaseLost
+    from sagas.libpq import Statement
 
     if schema == "flat":
         def append(run_id: str, i: int) -> None:
@@ -275,7 +276,7 @@ def appender(schema: str):  # type: ignore[no-untyped-def]
                             worker="bench-partition", steps=1)
         return append
 
-    statement = systemdb.Statement("bench_partitioned_append", partitioned_append_sql())
+    statement = Statement("bench_partitioned_append", partitioned_append_sql())
 
     def append_part(run_id: str, i: int) -> None:
         # the parameters of systemdb.append's statement, in its order

@@ -194,16 +194,10 @@ CALL_KINDS = frozenset(
 
 class JournalEntry(models.Model):
     """One entry of a run's history. Append-only: a database trigger refuses UPDATE and DELETE.
+    ``run`` has no FK constraint in the database, a delete guard on the run instead (why: migration 0014)."""
 
-    ``run`` has no foreign-key constraint in the database (migration 0014): its check, a query
-    and a row lock on the run at every commit, cost each step 25 to 50 µs. What it
-    guarded holds by other means: every INSERT of an entry selects from the run's row in the
-    same statement or transaction (``sagas.systemdb``, ``sagas.startdb``, the services), and
-    a trigger refuses to delete a run that still has entries, as the constraint did."""
-
-    run = models.ForeignKey(
-        WorkflowRun, on_delete=models.PROTECT, related_name="journal", db_index=False, db_constraint=False
-    )
+    run = models.ForeignKey(WorkflowRun, on_delete=models.PROTECT, related_name="journal", db_index=False,
+                            db_constraint=False)
     seq = models.PositiveIntegerField()
     kind = models.CharField(max_length=40)
     name = models.CharField(max_length=200, blank=True, default="")

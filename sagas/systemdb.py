@@ -4,7 +4,9 @@ Every write a worker makes is one statement that checks the run's ``fence`` in
 its WHERE clause and bumps ``last_seq`` to number the journal entry it inserts,
 so that:
 
-* a pure step costs exactly one commit (autocommit, one statement);
+* a pure step costs exactly one commit (autocommit, one statement), and the three
+  statements every run makes (the claim, a step's append, the finish) go straight
+  through libpq, prepared once per connection (``Statement``);
 * a worker whose lease was taken over (fence moved on) writes nothing: the
   UPDATE matches no row, the INSERT selects from nothing, and the caller gets
   ``LeaseLost``;
@@ -25,10 +27,10 @@ from decimal import Decimal
 from typing import Any
 
 import psycopg
-from psycopg.types.string import TextLoader
 from django.db import DEFAULT_DB_ALIAS, connections
 
 from sagas.errors import LeaseLost
+from sagas.libpq import Statement
 from sagas.models import LEASED_STATUSES, RunStatus, sources
 
 
@@ -212,78 +214,6 @@ INSERT INTO sagas_journalentry (run_id, seq, kind, name, payload, worker_id, cre
 SELECT id, last_seq, $5, $6, $7::jsonb, $8, now() FROM r
 RETURNING seq
 """
-
-
-class Statement:
-    """A hot-path statement with ``$n`` placeholders, run straight through libpq when it can be.
-
-    On a connection in autocommit (no transaction of the caller's to join) it is prepared once
-    per connection under its own name (``PQprepare``) and executed with ``PQexecPrepared``,
-    its parameters sent as text. Inside a transaction it goes through a psycopg
-    ``RawCursor`` instead, so that psycopg opens the transaction Django asked for (a bare
-    libpq call would run outside it, in autocommit). Measured in-process: psycopg's cursor
-    spends about 100 µs of CPU per execute converting the query and dumping each parameter,
-    libpq about 20; a pure step makes one such call (bench/README.md, "Where the time goes").
-
-    Errors are psycopg's (from the result's SQLSTATE) raised inside Django's error wrapper,
-    as ``cursor()``'s are: they come out as ``django.db`` errors and a dead connection is
-    dropped by the caller's ``note_failure``.
-    """
-
-    def __init__(self, name: str, sql: str) -> None:
-        self.name = name.encode()
-        self.sql = sql
-
-    def first_row(self, params: list[Any]) -> tuple[Any, ...] | None:
-        """The first row of the result (values as text, None for NULL), or None for no row."""
-        db = connections[DEFAULT_DB_ALIAS]
-        db.ensure_connection()
-        conn = db.connection
-        pgconn = conn.pgconn
-        if db.in_atomic_block or not conn.autocommit or pgconn.transaction_status != _IDLE:
-            with db.wrap_database_errors, psycopg.RawCursor(conn) as cur:
-                for type_name in _AS_TEXT:  # values as the libpq path returns them: PostgreSQL's text
-                    cur.adapters.register_loader(type_name, TextLoader)
-                cur.execute(self.sql, params)
-                return cur.fetchone()
-        with db.wrap_database_errors:
-            prepared = _prepared_on(db, conn)
-            if self.name not in prepared:
-                _check(pgconn.prepare(self.name, self.sql.encode()), conn)
-                prepared.add(self.name)
-            result = pgconn.exec_prepared(
-                self.name, [None if v is None else str(v).encode() for v in params]
-            )
-            _check(result, conn)
-        if result.ntuples == 0:
-            return None
-        return tuple(
-            None if (v := result.get_value(0, i)) is None else v.decode() for i in range(result.nfields)
-        )
-
-
-_IDLE = psycopg.pq.TransactionStatus.IDLE
-_AS_TEXT = ("bool", "int2", "int4", "int8", "float4", "float8", "numeric", "uuid", "json", "jsonb", "date",
-            "timestamp", "timestamptz", "interval")
-_OK = (psycopg.pq.ExecStatus.COMMAND_OK, psycopg.pq.ExecStatus.TUPLES_OK)
-
-
-def _prepared_on(db: Any, conn: psycopg.Connection) -> set[bytes]:
-    """The names ``Statement`` prepared on ``conn`` (forgotten with it when Django reconnects)."""
-    held = getattr(db, "_sagas_prepared", None)
-    if held is None or held[0] is not conn:
-        held = db._sagas_prepared = (conn, set())
-    return held[1]
-
-
-def _check(result: psycopg.pq.abc.PGresult, conn: psycopg.Connection) -> None:
-    if result.status in _OK:
-        return
-    if conn.pgconn.status != psycopg.pq.ConnStatus.OK:
-        # The server went away (the result has no SQLSTATE): psycopg's own cursor raises
-        # OperationalError here, which is what marks a storage failure (config.storage).
-        raise psycopg.OperationalError(result.get_error_message(conn.info.encoding).strip())
-    raise psycopg.errors.error_from_result(result, encoding=conn.info.encoding)
 
 
 _APPEND = Statement("sagas_append", _APPEND_SQL)
