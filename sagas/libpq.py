@@ -10,6 +10,7 @@ and dumping each parameter, libpq about 20 (bench/README.md, "Issue 16 targets, 
 from __future__ import annotations
 
 import weakref
+from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -18,6 +19,8 @@ from psycopg.types.string import TextLoader
 
 _IDLE = psycopg.pq.TransactionStatus.IDLE
 _OK = (psycopg.pq.ExecStatus.COMMAND_OK, psycopg.pq.ExecStatus.TUPLES_OK)
+_SQLSTATE = psycopg.pq.DiagnosticField.SQLSTATE
+_NO_SUCH_STATEMENT = b"26000"  # invalid_sql_statement_name: "prepared statement ... does not exist"
 # What the cursor path reads as text, as the libpq path does.
 _AS_TEXT = ("bool", "int2", "int4", "int8", "float4", "float8", "numeric", "uuid", "json", "jsonb", "date",
             "timestamp", "timestamptz", "interval")
@@ -44,7 +47,10 @@ class Statement:
         self.sql = sql
 
     def first_row(self, params: list[Any]) -> tuple[Any, ...] | None:
-        """The first row of the result (values as text, None for NULL), or None for no row."""
+        """The first row of the result (values as text, None for NULL), or None for no row.
+
+        ``params`` are Python values: None, str, int, float, bool, datetime, or a list of
+        strings for a ``text[]``; each is sent as PostgreSQL reads it in text."""
         db = connections[DEFAULT_DB_ALIAS]
         db.ensure_connection()
         conn = db.connection
@@ -55,20 +61,43 @@ class Statement:
                     cur.adapters.register_loader(type_name, TextLoader)
                 cur.execute(self.sql, params)
                 return cur.fetchone()
+        values = [_text(v) for v in params]
         with db.wrap_database_errors:
-            prepared = _PREPARED.setdefault(conn, set())
-            if self.name not in prepared:
-                _check(pgconn.prepare(self.name, self.sql.encode()), conn)
-                prepared.add(self.name)
-            result = pgconn.exec_prepared(
-                self.name, [None if v is None else str(v).encode() for v in params]
-            )
+            result = self._exec(conn, values)
+            if result.error_field(_SQLSTATE) == _NO_SUCH_STATEMENT:
+                # Deallocated behind our back (DEALLOCATE ALL, DISCARD ALL, a pooler): prepare it
+                # again rather than fail the step on our own bookkeeping.
+                _PREPARED[conn].discard(self.name)
+                result = self._exec(conn, values)
             _check(result, conn)
         if result.ntuples == 0:
             return None
         return tuple(
             None if (v := result.get_value(0, i)) is None else v.decode() for i in range(result.nfields)
         )
+
+    def _exec(self, conn: psycopg.Connection, values: list[bytes | None]) -> psycopg.pq.abc.PGresult:
+        prepared = _PREPARED.get(conn)
+        if prepared is None:
+            prepared = _PREPARED[conn] = set()
+        if self.name not in prepared:
+            _check(conn.pgconn.prepare(self.name, self.sql.encode()), conn)
+            prepared.add(self.name)
+        return conn.pgconn.exec_prepared(self.name, values)
+
+
+def _text(value: Any) -> bytes | None:
+    """``value`` as PostgreSQL's text input reads it."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return b"true" if value else b"false"
+    if isinstance(value, datetime):
+        return value.isoformat().encode()
+    if isinstance(value, (list, tuple)):  # an array literal, each element quoted
+        return ("{" + ",".join('"' + str(v).replace("\\", "\\\\").replace('"', '\\"') + '"' for v in value)
+                + "}").encode()
+    return str(value).encode()
 
 
 def _check(result: psycopg.pq.abc.PGresult, conn: psycopg.Connection) -> None:

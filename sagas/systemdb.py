@@ -22,7 +22,7 @@ import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
@@ -65,7 +65,6 @@ class ClaimedRun:
 
 FIRST_CLAIM_SEQ = 2  # a claim numbered 2: the journal is ``started`` and it (``initial_journal``)
 PREPARE_AFTER = 5  # psycopg's default
-_ZERO = timedelta(0)
 
 
 @contextmanager
@@ -96,7 +95,7 @@ def dumps(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), allow_nan=False)
 
 
-_CLAIMABLE = "{" + ",".join(sorted({RunStatus.PENDING, *LEASED_STATUSES})) + "}"  # a text[] literal
+_CLAIMABLE = sorted({RunStatus.PENDING, *LEASED_STATUSES})
 
 _CLAIM_SQL = """
 WITH claimed AS (
@@ -152,16 +151,10 @@ def claim(run_id: str, *, owner: str, ttl: float) -> ClaimedRun | None:
         max_steps=None if max_steps is None else int(max_steps),
         max_cost=None if max_cost is None else Decimal(max_cost),
         max_duration_seconds=None if max_duration is None else float(max_duration),
-        started_at=_timestamp(started_at),
+        started_at=datetime.fromisoformat(started_at),  # PostgreSQL's ISO text, in the session's UTC
         last_seq=int(last_seq),
         status=status,
     )
-
-
-def _timestamp(text: str) -> datetime:
-    """A ``timestamptz`` as PostgreSQL writes it (ISO, in the session's UTC, as Django sets it)."""
-    value = datetime.fromisoformat(text)
-    return value if value.utcoffset() == _ZERO else value.astimezone(UTC)
 
 
 def initial_journal(run: ClaimedRun) -> list[Entry] | None:
@@ -339,9 +332,7 @@ def finish(
         run_id, fence, status, reason,
         dumps(result) if result is not None else None,
         dumps(error) if error is not None else None,
-        wake_at.isoformat() if wake_at is not None else None,
-        "true" if terminal else "false",
-        "{" + ",".join(sources(status)) + "}",
+        wake_at, terminal, sources(status),
         expect_last_seq, kind, dumps(payload), worker,
     ])
     if row is None and expect_last_seq is not None:

@@ -352,3 +352,32 @@ def test_a_claim_reads_the_same_run_inside_a_transaction_as_through_libpq():
     assert (outside.input, outside.max_steps, outside.max_cost, outside.max_duration_seconds) == (
         {"order": [1, "é"], "note": "x"}, 7, Decimal("1.5"), 3600.0)
     assert outside.started_at == WorkflowRun.objects.get(id=run.id).started_at
+
+
+def test_a_step_is_recorded_after_the_servers_prepared_statements_were_dropped():
+    claimed = _claimed()
+    assert _append(claimed, "before") == 3
+    with connection.cursor() as cur:
+        cur.execute("DEALLOCATE ALL")  # what a pooler's DISCARD ALL or a person's psql session can do
+    assert _append(claimed, "after") == 4  # prepared again, not a failed step
+    assert [name for _, _, name in _journal(claimed.id)] == ["", "", "before", "after"]
+
+
+def test_finish_sends_its_status_guard_time_and_flag_the_same_way_on_both_paths():
+    from datetime import UTC, datetime
+
+    from sagas.models import RunStatus as S
+
+    wake = datetime(2031, 5, 6, 7, 8, 9, 123456, tzinfo=UTC)
+    for inside in (True, False):
+        claimed = _claimed()
+        kwargs = dict(fence=claimed.fence, status=S.WAITING, kind="suspended", worker="t", payload={"why": "é\"x"},
+                      wake_at=wake, terminal=False)
+        if inside:
+            with transaction.atomic():
+                systemdb.finish(claimed.id, **kwargs)
+        else:
+            systemdb.finish(claimed.id, **kwargs)
+        stored = WorkflowRun.objects.get(id=claimed.id)
+        assert (stored.status, stored.wake_at, stored.finished_at, stored.lease_owner) == (S.WAITING, wake, None, "")
+        assert JournalEntry.objects.get(run_id=claimed.id, kind="suspended").payload == {"why": "é\"x"}
