@@ -27,8 +27,8 @@ in the oldest month are all finished, so that month can be dropped whole.
 The engine's own code runs on both: queries go through Django's connection with ``search_path``
 set to the schema, so ``sagas.systemdb.append``/``load_journal``/``find_own_entry`` and the
 console's ``history_timeline`` run unchanged on ``flat``. On ``part`` the append must write the
-partition key: it is ``systemdb._APPEND_SQL`` with the run's ``created_at`` returned by the
-UPDATE and written as ``run_created_on`` (derived from the real text; the bench stops if that
+partition key: it is ``systemdb._APPEND_SQL`` with the run's ``created_at`` (read from its
+row) written as ``run_created_on`` (derived from the real text; the bench stops if that
 text changed shape). Reads run as today (no key: every partition is probed) and, for
 ``load_journal``, also with the key (what the engine would send if it knew the run's month).
 
@@ -252,9 +252,8 @@ def partitioned_append_sql() -> str:
 
     sql = systemdb._APPEND_SQL
     for old, new in [
-        (" RETURNING id, last_seq\n)", " RETURNING id, last_seq, created_at\n)"),
         ("worker_id, created_at)", "worker_id, created_at, run_created_on)"),
-        ("now() FROM r", "now(), (created_at AT TIME ZONE 'UTC')::date FROM r"),
+        ("$6, now()\n", "$6, now(), (r.created_at AT TIME ZONE 'UTC')::date\n"),
     ]:
         if sql.count(old) != 1:
             raise SystemExit(f"sagas.systemdb._APPEND_SQL changed shape ({old!r} not found once): update "
@@ -273,14 +272,14 @@ def appender(schema: str):  # type: ignore[no-untyped-def]
     if schema == "flat":
         def append(run_id: str, i: int) -> None:
             systemdb.append(run_id, fence=1, kind="step", name=f"step_{i}", payload=f'{{"value":{i},"ok":true}}',
-                            worker="bench-partition", steps=1)
+                            worker="bench-partition")
         return append
 
     statement = Statement("bench_partitioned_append", partitioned_append_sql())
 
     def append_part(run_id: str, i: int) -> None:
         # the parameters of systemdb.append's statement, in its order
-        if statement.first_row([run_id, 1, 1, repr(0.0), "step", f"step_{i}", f'{{"value":{i},"ok":true}}',
+        if statement.first_row([run_id, 1, "step", f"step_{i}", f'{{"value":{i},"ok":true}}',
                                 "bench-partition"]) is None:
             raise LeaseLost(run_id)
     return append_part

@@ -181,6 +181,9 @@ class JournalCursor:
 
     def append(self, kind: str, name: str, payload: str, *, steps: int = 0, cost: float = 0.0) -> int:
         """Append an entry (``payload``: its JSON text) under the fence; returns its seq.
+        ``steps`` and ``cost`` count against the run's budget here at once; the run's row
+        counts them from the journal itself (``sagas.numbering``), so a step's ``cost`` must
+        be in its payload.
         Outside a transaction a write the database failed is retried (see ``durably``): a
         step's result survives a PostgreSQL restart. ``LeaseLost`` if the fence moved on."""
 
@@ -192,8 +195,6 @@ class JournalCursor:
                 name=name,
                 payload=payload,
                 worker=self.worker_id,
-                steps=steps,
-                cost=cost,
             )
 
         seq = write() if connection.in_atomic_block else self.durably(write, kind=kind, name=name, recorded=int)

@@ -5,10 +5,10 @@ from __future__ import annotations
 from datetime import timedelta
 
 from django.conf import settings
-from django.db.models import QuerySet
+from django.db.models import Max, QuerySet
 from django.utils import timezone
 
-from sagas.models import WorkerProcess
+from sagas.models import LEASED_STATUSES, JournalEntry, WorkerProcess, WorkflowRun
 
 
 def worker_liveness() -> timedelta:
@@ -29,3 +29,13 @@ def live_definition_hashes() -> set[str] | None:
     if not rows:
         return None
     return {d["hash"] for definitions in rows for d in definitions}
+
+
+def run_newest_seq(run: WorkflowRun) -> int:
+    """The seq of the run's newest journal entry, which is also how many it has (seqs are
+    gap-free from 1). ``last_seq`` when no worker holds the run; a lease holder's steps are
+    past ``last_seq`` until they are counted (``sagas.numbering``): one index lookup then."""
+    if run.status not in LEASED_STATUSES:
+        return run.last_seq
+    newest = JournalEntry.objects.filter(run_id=run.id).aggregate(m=Max("seq"))["m"]
+    return max(run.last_seq, newest or 0)

@@ -24,7 +24,6 @@ from sagas.models import (
     CompensationItemState,
     CompensationPlan,
     CompensationState,
-    JournalEntry,
     JournalKind,
     RunStatus,
     WorkerProcess,
@@ -159,16 +158,14 @@ def runs_resume_stranded(*, hashes: set[str]) -> list[str]:
             if run.status != RunStatus.NEEDS_ATTENTION or run.status_reason != "version_mismatch":
                 continue
             check_transition(run.status, RunStatus.PENDING)
-            run.last_seq += 1
-            JournalEntry.objects.create(
-                run=run,
-                seq=run.last_seq,
-                kind=JournalKind.RESUMED,
-                payload={"reason": "a worker has this code version again", "definition_hash": run.definition_hash},
-                created_at=timezone.now(),
+            run.last_seq = systemdb.append_event(
+                str(run.id), kind=JournalKind.RESUMED, name="", worker="",
+                payload=dumps(
+                    {"reason": "a worker has this code version again", "definition_hash": run.definition_hash}
+                ),
             )
             run.status, run.status_reason, run.error = RunStatus.PENDING, "", None
-            run.save(update_fields=["status", "status_reason", "error", "last_seq", "updated_at"])
+            run.save(update_fields=["status", "status_reason", "error", "updated_at"])
             queue.enqueue_after_commit(run.id, run.definition_hash)
             send_run_changed(run.id, RunStatus.PENDING, cause=JournalKind.RESUMED)
         resumed.append(str(run_id))
@@ -207,17 +204,15 @@ def run_park_unroutable(*, run_id: str, live_hashes: set[str]) -> bool:
             "run_hash": run.definition_hash,
             "live_hashes_for_version": known,
         }
-        run.last_seq += 1
-        JournalEntry.objects.create(
-            run=run, seq=run.last_seq, kind=JournalKind.HALTED, payload=error, worker_id="sweeper",
-            created_at=timezone.now(),
+        # Numbered after any steps the expired holder journaled, and counting them.
+        run.last_seq = systemdb.append_event(
+            str(run.id), kind=JournalKind.HALTED, name="", payload=dumps(error), worker="sweeper"
         )
         run.status, run.status_reason, run.error = RunStatus.NEEDS_ATTENTION, "version_mismatch", error
         run.fence += 1
         run.lease_owner, run.lease_expires_at = "", None
         run.save(
-            update_fields=["status", "status_reason", "error", "last_seq", "fence", "lease_owner",
-                           "lease_expires_at", "updated_at"]
+            update_fields=["status", "status_reason", "error", "fence", "lease_owner", "lease_expires_at", "updated_at"]
         )
         send_run_changed(run.id, RunStatus.NEEDS_ATTENTION, cause=JournalKind.HALTED)
     log.warning("run %s: parked, %s", run_id, error["message"])

@@ -1,19 +1,17 @@
 """The engine's hot-path SQL on its system tables (runs and journal).
 
-Every write a worker makes is one statement that checks the run's ``fence`` in
-its WHERE clause and bumps ``last_seq`` to number the journal entry it inserts,
-so that:
+Every write a worker makes is one statement that checks the run's ``fence`` in its WHERE
+clause, and every entry is numbered as ``sagas.numbering`` says (the newest seq plus one,
+the unique ``(run_id, seq)`` index deciding between writers), so that:
 
-* a pure step costs exactly one commit (autocommit, one statement), and the three
-  statements every run makes (the claim, a step's append, the finish) go straight
-  through libpq, prepared once per connection (``Statement``);
-* a worker whose lease was taken over (fence moved on) writes nothing: the
-  UPDATE matches no row, the INSERT selects from nothing, and the caller gets
-  ``LeaseLost``;
-* the UPDATE takes the run's row lock, so a concurrent claim either commits
-  first (and the stale write matches nothing) or waits for the write to commit
-  (and then loads the journal including it). Journal ``seq`` values are
-  therefore gap-free and never contested.
+* a pure step costs exactly one commit of one row, its journal entry (autocommit, one
+  statement: the run's row is not updated), and the three statements every run makes (the
+  claim, a step's append, the finish) go straight through libpq, prepared once per
+  connection (``Statement``);
+* a worker whose lease was taken over (fence moved on) writes nothing: the INSERT selects
+  from nothing, the UPDATE matches no row, and the caller gets ``LeaseLost``;
+* the run's counters (``steps_used``, ``cost_used``) and ``last_seq`` catch up with the
+  journal at the claim, each lease renewal, the finish or suspend, and each event.
 """
 
 from __future__ import annotations
@@ -31,6 +29,7 @@ from django.db import DEFAULT_DB_ALIAS, connections
 
 from sagas.errors import LeaseLost
 from sagas.libpq import Statement
+from sagas.numbering import COUNTED_AND_NEXT, COUNTED_TO_NEWEST, NEXT_SEQ, numbered
 from sagas.models import LEASED_STATUSES, RunStatus, sources
 
 
@@ -97,23 +96,23 @@ def dumps(value: Any) -> str:
 
 _CLAIMABLE = sorted({RunStatus.PENDING, *LEASED_STATUSES})
 
-_CLAIM_SQL = """
+_CLAIM_SQL = f"""
 WITH claimed AS (
-    UPDATE sagas_workflowrun
-       SET status = CASE WHEN status = 'COMPENSATING' THEN 'COMPENSATING' ELSE 'RUNNING' END,
+    UPDATE sagas_workflowrun r
+       SET status = CASE WHEN r.status = 'COMPENSATING' THEN 'COMPENSATING' ELSE 'RUNNING' END,
            lease_owner = $2,
            lease_expires_at = now() + make_interval(secs => $3::float8),
-           fence = fence + 1,
-           attempts = attempts + 1,
-           last_seq = last_seq + 1,
-           started_at = coalesce(started_at, now()),
+           fence = r.fence + 1,
+           attempts = r.attempts + 1,
+           {COUNTED_AND_NEXT},
+           started_at = coalesce(r.started_at, now()),
            updated_at = now()
-     WHERE id = $1
-       AND status = ANY($4::text[])
-       AND (lease_expires_at IS NULL OR lease_expires_at < now())
- RETURNING id, workflow_name, version, definition_hash, input, tenant, business_key, fence,
-           attempts, steps_used, cost_used, max_steps, max_cost,
-           extract(epoch FROM max_duration)::float8, started_at, last_seq, status
+     WHERE r.id = $1
+       AND r.status = ANY($4::text[])
+       AND (r.lease_expires_at IS NULL OR r.lease_expires_at < now())
+ RETURNING r.id, r.workflow_name, r.version, r.definition_hash, r.input, r.tenant, r.business_key, r.fence,
+           r.attempts, r.steps_used, r.cost_used, r.max_steps, r.max_cost,
+           extract(epoch FROM r.max_duration)::float8, r.started_at, r.last_seq, r.status
 ), entry AS (
     INSERT INTO sagas_journalentry (run_id, seq, kind, name, payload, worker_id, created_at)
     SELECT id, last_seq, 'claimed', '',
@@ -129,9 +128,10 @@ def claim(run_id: str, *, owner: str, ttl: float) -> ClaimedRun | None:
     """Atomically take the run if it is claimable and no live lease holds it.
 
     Returns None when another worker holds it, or it is waiting or finished:
-    the caller returns quietly.
+    the caller returns quietly. The claim counts the steps its predecessor journaled past
+    ``last_seq`` (a worker that died between renewals), so budgets hold across crashes.
     """
-    row = _CLAIM.first_row([run_id, owner, repr(float(ttl)), _CLAIMABLE])
+    row = numbered(lambda: _CLAIM.first_row([run_id, owner, repr(float(ttl)), _CLAIMABLE]))
     if row is None:
         return None
     (id_, workflow_name, version, definition_hash, raw_input, tenant, business_key, fence, attempts,
@@ -194,17 +194,11 @@ def find_own_entry(run_id: str, *, after_seq: int, kind: str, name: str, worker:
     return row[0] if row else None
 
 
-_APPEND_SQL = """
-WITH r AS (
-    UPDATE sagas_workflowrun
-       SET last_seq = last_seq + 1,
-           steps_used = steps_used + $3,
-           cost_used = cost_used + $4::numeric
-     WHERE id = $1 AND fence = $2
- RETURNING id, last_seq
-)
+_APPEND_SQL = f"""
 INSERT INTO sagas_journalentry (run_id, seq, kind, name, payload, worker_id, created_at)
-SELECT id, last_seq, $5, $6, $7::jsonb, $8, now() FROM r
+SELECT r.id, {NEXT_SEQ}, $3, $4, $5::jsonb, $6, now()
+  FROM sagas_workflowrun r
+ WHERE r.id = $1 AND r.fence = $2
 RETURNING seq
 """
 
@@ -213,35 +207,33 @@ _APPEND = Statement("sagas_append", _APPEND_SQL)
 _CLAIM = Statement("sagas_claim", _CLAIM_SQL)
 
 
-def append(
-    run_id: str,
-    *,
-    fence: int,
-    kind: str,
-    name: str,
-    payload: str,
-    worker: str,
-    steps: int = 0,
-    cost: float = 0.0,
-) -> int:
-    """Append one journal entry under the caller's fence; one statement, one commit.
+def append(run_id: str, *, fence: int, kind: str, name: str, payload: str, worker: str) -> int:
+    """Append one journal entry under the caller's fence; one statement, one commit of one row.
 
-    ``payload`` is JSON text. Raises ``LeaseLost`` when the fence moved on.
+    ``payload`` is JSON text. Raises ``LeaseLost`` when the fence moved on. The run's row is
+    left alone: its counters catch up at the next renewal, suspend, finish or claim
+    (``sagas.numbering``). Inside a transaction the run's row is held FOR SHARE first, so the
+    entry cannot lose its seq to a claim or an event and abort the caller's transaction.
     """
-    row = _APPEND.first_row([run_id, fence, steps, repr(float(cost)), kind, name, payload, worker])
+    params = [run_id, fence, kind, name, payload, worker]
+    if connections[DEFAULT_DB_ALIAS].in_atomic_block:
+        check_fence(run_id, fence=fence)
+        row = _APPEND.first_row(params)
+    else:
+        row = numbered(lambda: _APPEND.first_row(params))
     if row is None:
         raise LeaseLost(f"run {run_id}: fence {fence} is stale, {kind} {name!r} not recorded")
     return int(row[0])
 
 
-_APPEND_EVENT_SQL = """
-WITH r AS (
-    UPDATE sagas_workflowrun SET last_seq = last_seq + 1, updated_at = now()
-     WHERE id = %(run)s
- RETURNING id, last_seq
+_APPEND_EVENT_SQL = f"""
+WITH w AS (
+    UPDATE sagas_workflowrun r SET updated_at = now(), {COUNTED_AND_NEXT}
+     WHERE r.id = %(run)s
+ RETURNING r.id, r.last_seq
 )
 INSERT INTO sagas_journalentry (run_id, seq, kind, name, payload, worker_id, created_at)
-SELECT id, last_seq, %(kind)s, %(name)s, %(payload)s::jsonb, %(worker)s, now() FROM r
+SELECT id, last_seq, %(kind)s, %(name)s, %(payload)s::jsonb, %(worker)s, now() FROM w
 RETURNING seq
 """
 
@@ -249,13 +241,20 @@ RETURNING seq
 def append_event(run_id: str, *, kind: str, name: str, payload: str, worker: str) -> int:
     """Append an event written outside a worker's claim (operators, reconciler, sweeper).
 
-    Not fenced: these writers do not hold the run. The UPDATE takes the run's row
-    lock, so it serializes with claims and fenced appends; ``seq`` stays gap-free.
+    Not fenced: these writers do not hold the run. The UPDATE takes the run's row lock, so
+    it serializes with claims, finishes and appends inside a worker's transaction; a lease
+    holder's autocommit step may take the seq first, and then it is numbered again
+    (``sagas.numbering``). It counts the lease holder's steps so far and moves ``last_seq``
+    to its own entry. Joins the caller's transaction, if any.
     """
-    with cursor() as cur:
-        cur.execute(_APPEND_EVENT_SQL,
-                    {"run": run_id, "kind": kind, "name": name, "payload": payload, "worker": worker})
-        row = cur.fetchone()
+    params = {"run": run_id, "kind": kind, "name": name, "payload": payload, "worker": worker}
+
+    def write() -> tuple[Any, ...] | None:
+        with cursor() as cur:
+            cur.execute(_APPEND_EVENT_SQL, params)
+            return cur.fetchone()
+
+    row = numbered(write)
     if row is None:
         raise LookupError(f"run {run_id} does not exist")
     return row[0]
@@ -270,20 +269,32 @@ def check_fence(run_id: str, *, fence: int) -> None:
             raise LeaseLost(f"run {run_id}: fence {fence} is stale")
 
 
+_RENEW_SQL = f"""
+UPDATE sagas_workflowrun r
+   SET lease_expires_at = now() + make_interval(secs => %s::float8), {COUNTED_TO_NEWEST}
+ WHERE r.id = %s AND r.fence = %s
+"""
+
+
 def renew_lease(run_id: str, *, fence: int, ttl: float) -> bool:
+    """Extend the lease if ``fence`` is current, and count the steps journaled since the last
+    count (the console's ``steps_used`` and ``cost_used`` of a running run trail by at most
+    this interval). False: the lease was taken over."""
     with cursor() as cur:
-        cur.execute(
-            """UPDATE sagas_workflowrun
-                  SET lease_expires_at = now() + make_interval(secs => %s::float8)
-                WHERE id = %s AND fence = %s""",
-            [ttl, run_id, fence],
-        )
+        cur.execute(_RENEW_SQL, [ttl, run_id, fence])
         return cur.rowcount == 1
 
 
-_FINISH_SQL = """
-WITH r AS (
-    UPDATE sagas_workflowrun
+# "Nothing journaled since the caller's view" is checked on the row (``last_seq``, which every
+# event writer moves under the row lock, and which PostgreSQL re-checks after waiting for one)
+# and on the journal (in the statement's snapshot: a writer that forgot to move last_seq).
+_UNSEEN = "r.last_seq <= {v} AND NOT EXISTS (SELECT 1 FROM sagas_journalentry x WHERE x.run_id = r.id AND x.seq > {v})"
+_UNSEEN_FINISH = _UNSEEN.format(v="$10::bigint")
+_UNSEEN_SUSPEND = _UNSEEN.format(v="%(expect)s")
+
+_FINISH_SQL = f"""
+WITH w AS (
+    UPDATE sagas_workflowrun r
        SET status = $3,
            status_reason = $4,
            result = $5::jsonb,
@@ -293,13 +304,13 @@ WITH r AS (
            lease_expires_at = NULL,
            finished_at = CASE WHEN $8::boolean THEN now() ELSE NULL END,
            updated_at = now(),
-           last_seq = last_seq + 1
-     WHERE id = $1 AND fence = $2 AND status = ANY($9::text[])
-       AND ($10::bigint IS NULL OR last_seq = $10::bigint)
- RETURNING id, last_seq
+           {COUNTED_AND_NEXT}
+     WHERE r.id = $1 AND r.fence = $2 AND r.status = ANY($9::text[])
+       AND ($10::bigint IS NULL OR ({_UNSEEN_FINISH}))
+ RETURNING r.id, r.last_seq
 )
 INSERT INTO sagas_journalentry (run_id, seq, kind, name, payload, worker_id, created_at)
-SELECT id, last_seq, $11, '', $12::jsonb, $13, now() FROM r
+SELECT id, last_seq, $11, '', $12::jsonb, $13, now() FROM w
 RETURNING seq
 """
 _FINISH = Statement("sagas_finish", _FINISH_SQL)
@@ -328,13 +339,14 @@ def finish(
     otherwise (fence still current) None: a decision or resolution arrived, and the
     caller replays with it instead of parking the run on stale knowledge.
     """
-    row = _FINISH.first_row([
+    params = [
         run_id, fence, status, reason,
         dumps(result) if result is not None else None,
         dumps(error) if error is not None else None,
         wake_at, terminal, sources(status),
         expect_last_seq, kind, dumps(payload), worker,
-    ])
+    ]
+    row = numbered(lambda: _FINISH.first_row(params))
     if row is None and expect_last_seq is not None:
         with cursor() as cur:
             cur.execute("SELECT fence FROM sagas_workflowrun WHERE id = %s", [run_id])
@@ -346,16 +358,17 @@ def finish(
     return int(row[0])
 
 
-_SUSPEND_SQL = """
-WITH r AS (
-    UPDATE sagas_workflowrun
+_SUSPEND_SQL = f"""
+WITH w AS (
+    UPDATE sagas_workflowrun r
        SET status = 'WAITING', wake_at = %(wake_at)s, lease_owner = '', lease_expires_at = NULL,
-           updated_at = now(), last_seq = last_seq + 1
-     WHERE id = %(run)s AND fence = %(fence)s AND status = 'RUNNING' AND last_seq = %(expect)s
- RETURNING id, last_seq
+           updated_at = now(), {COUNTED_AND_NEXT}
+     WHERE r.id = %(run)s AND r.fence = %(fence)s AND r.status = 'RUNNING'
+       AND {_UNSEEN_SUSPEND}
+ RETURNING r.id, r.last_seq
 )
 INSERT INTO sagas_journalentry (run_id, seq, kind, name, payload, worker_id, created_at)
-SELECT id, last_seq, 'suspended', '', %(payload)s::jsonb, %(worker)s, now() FROM r
+SELECT id, last_seq, 'suspended', '', %(payload)s::jsonb, %(worker)s, now() FROM w
 RETURNING seq
 """
 
@@ -366,14 +379,17 @@ def suspend(
     """RUNNING -> WAITING, releasing the lease, only if nothing was journaled since the
     worker's view (``expect_last_seq``). False: something arrived (a decision, a signal);
     the caller replays with it. Raises ``LeaseLost`` if the fence moved on."""
+    params = {"run": run_id, "fence": fence, "expect": expect_last_seq, "wake_at": wake_at,
+              "payload": dumps(payload), "worker": worker}
+
+    def write() -> tuple[Any, ...] | None:
+        with cursor() as cur:
+            cur.execute(_SUSPEND_SQL, params)
+            return cur.fetchone()
+
+    if numbered(write) is not None:
+        return True
     with cursor() as cur:
-        cur.execute(
-            _SUSPEND_SQL,
-            {"run": run_id, "fence": fence, "expect": expect_last_seq, "wake_at": wake_at,
-             "payload": dumps(payload), "worker": worker},
-        )
-        if cur.fetchone() is not None:
-            return True
         cur.execute("SELECT fence FROM sagas_workflowrun WHERE id = %s", [run_id])
         row = cur.fetchone()
     if row is None or row[0] != fence:

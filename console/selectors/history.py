@@ -6,8 +6,8 @@ Reads go through the journal's ``(run_id, seq)`` unique index: a page is one bac
 (plus, under a kind filter, the index entries of the kinds it skips), the time since the previous
 entry costs nothing unfiltered (the page reads one row more) and one lookup by seq per row under
 a filter, and the pairs cost one more read of the run's paired kinds with the names on the page,
-only when the page shows such an entry. Seqs are gap-free from 1 to ``run.last_seq``
-(sagas/systemdb.py), which the jump to a seq relies on.
+only when the page shows such an entry. Seqs are gap-free from 1 to the newest
+(``sagas.numbering``, ``sagas.selectors.run_newest_seq``), which the jump to a seq relies on.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from sagas.services import run_cancel, run_retry
 
 def _run_last_change(run: WorkflowRun) -> str:
     """The newest entry of the run's history, in words: what last moved it, by whom, when."""
-    entry = JournalEntry.objects.filter(run_id=run.id, seq=run.last_seq).first()
+    entry = JournalEntry.objects.filter(run_id=run.id).order_by("-seq").first()
     if entry is None:
         return ""
     what = entry.kind.replace("_", " ") + (f" “{entry.name}”" if entry.name else "")

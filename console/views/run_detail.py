@@ -55,6 +55,7 @@ from sagas.models import (
     RunStatus,
     WorkflowRun,
 )
+from sagas.selectors import run_newest_seq
 
 RUN_HEADER = "run_header"
 RUN_ACTIONS = "run_actions"
@@ -124,6 +125,7 @@ def header_context(run: WorkflowRun, *, oob: bool = False) -> dict[str, Any]:
     now = timezone.now()
     return {
         "run": run,
+        "entries": run_newest_seq(run),
         "error_message": redact_text(error_message),
         "lease_live": bool(run.lease_expires_at and run.lease_expires_at > now),
         "budget": _budget_rows(run),

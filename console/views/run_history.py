@@ -33,10 +33,12 @@ from console.selectors.history import history_jump_before, history_timeline, kin
 from console.selectors.runs import run_history_batches
 from console.views.base import get_run_for_user, viewer_required
 from sagas.models import WorkflowRun
+from sagas.selectors import run_newest_seq
 
 
 def _page(request: HttpRequest, run: WorkflowRun, form: HistoryPageForm, *, status: int = 200) -> HttpResponse:
-    context: dict[str, Any] = {"run": run, "form": form, "history": None, "before": None, "kind": ""}
+    context: dict[str, Any] = {"run": run, "entries": run_newest_seq(run), "form": form, "history": None,
+                               "before": None, "kind": ""}
     if status == 200:
         before, kind = form.cleaned_data["before"], form.cleaned_data["kind"]
         context.update(before=before, kind=kind,
@@ -56,10 +58,11 @@ def run_history(request: HttpRequest, run_id: UUID) -> HttpResponse:
         return _page(request, run, form, status=400)
     seq = form.cleaned_data["seq"]
     if seq is not None:
-        if seq > run.last_seq:
-            form.add_error("seq", f"Go to entry: this run has no entry #{seq}; its entries are #1 to #{run.last_seq}.")
+        newest = run_newest_seq(run)
+        if seq > newest:
+            form.add_error("seq", f"Go to entry: this run has no entry #{seq}; its entries are #1 to #{newest}.")
             return _page(request, run, form, status=400)
-        before = history_jump_before(run.last_seq, seq)
+        before = history_jump_before(newest, seq)
         url = reverse("console:run_history", args=[run.id])
         return HttpResponseRedirect(f"{url}{f'?before={before}' if before else ''}#seq-{seq}")
     if request.htmx:

@@ -214,20 +214,32 @@ def _claimed(workflow: str = "hot_two_steps"):  # type: ignore[no-untyped-def]
     return claimed
 
 
-def _append(claimed, name: str, *, fence: int | None = None, payload: str = '{"value":1}', cost: float = 0.0) -> int:  # type: ignore[no-untyped-def]
+def _append(claimed, name: str, *, fence: int | None = None, payload: str = '{"value":1}') -> int:  # type: ignore[no-untyped-def]
     return systemdb.append(claimed.id, fence=claimed.fence if fence is None else fence, kind="step", name=name,
-                           payload=payload, worker="t", steps=1, cost=cost)
+                           payload=payload, worker="t")
 
 
-def test_a_steps_append_is_prepared_once_per_connection_and_counts_steps_and_cost():
+def _counters(run_id: str) -> tuple[int, int, Decimal]:
+    stored = WorkflowRun.objects.get(id=run_id)
+    return stored.last_seq, stored.steps_used, stored.cost_used
+
+
+def test_a_steps_append_is_prepared_once_per_connection_and_leaves_the_runs_row_to_the_renewal():
     claimed = _claimed()
-    assert [_append(claimed, f"s{i}", cost=0.25) for i in range(3)] == [3, 4, 5]
+    before = WorkflowRun.objects.values_list("updated_at", flat=True).get(id=claimed.id)
+    assert [_append(claimed, f"s{i}", payload='{"value":1,"cost":0.25}') for i in range(3)] == [3, 4, 5]
     with connection.cursor() as cur:
         cur.execute("SELECT count(*) FROM pg_prepared_statements WHERE name = 'sagas_append'")
         assert cur.fetchone() == (1,)  # prepared on this connection, once, under its own name
-    stored = WorkflowRun.objects.get(id=claimed.id)
-    assert (stored.last_seq, stored.steps_used, stored.cost_used) == (5, 3, Decimal("0.75"))
     assert _journal(claimed.id)[-3:] == [(3, "step", "s0"), (4, "step", "s1"), (5, "step", "s2")]
+    # One row written per step, the entry: the run's row is as the claim left it ...
+    assert _counters(claimed.id) == (2, 0, Decimal("0"))
+    assert WorkflowRun.objects.values_list("updated_at", flat=True).get(id=claimed.id) == before
+    # ... until the lease is renewed, which counts the steps and the cost in their payloads.
+    assert systemdb.renew_lease(claimed.id, fence=claimed.fence, ttl=30)
+    assert _counters(claimed.id) == (5, 3, Decimal("0.75"))
+    assert systemdb.renew_lease(claimed.id, fence=claimed.fence, ttl=30)  # nothing new: nothing counted twice
+    assert _counters(claimed.id) == (5, 3, Decimal("0.75"))
 
 
 def test_an_append_inside_the_callers_transaction_is_rolled_back_with_it():
@@ -236,8 +248,9 @@ def test_an_append_inside_the_callers_transaction_is_rolled_back_with_it():
         assert _append(claimed, "inside") == 3
         raise RuntimeError("the caller's transaction fails")
     assert _journal(claimed.id) == [(1, "started", ""), (2, "claimed", "")]  # a bare libpq call would have committed
-    assert WorkflowRun.objects.get(id=claimed.id).steps_used == 0
     assert _append(claimed, "after") == 3
+    assert systemdb.renew_lease(claimed.id, fence=claimed.fence, ttl=30)
+    assert _counters(claimed.id)[:2] == (3, 1)
 
 
 def test_an_appends_errors_are_djangos_and_a_stale_fence_writes_nothing():
