@@ -193,6 +193,34 @@ def test_a_step_that_meets_an_events_commit_in_flight_is_numbered_after_it():
     assert _journal(claimed.id)[2:] == [(3, "signal_received", "go"), (4, "step", "s1")]
 
 
+def test_a_claim_that_waited_for_a_workers_transaction_numbers_itself_after_its_entry_and_counts_it():
+    claimed = _claimed()
+    _expire_lease(claimed.id)
+    holding, release = threading.Event(), threading.Event()
+
+    def intent_in_a_transaction() -> int:  # as the ledger records an effect's intent
+        from django.db import transaction
+
+        with transaction.atomic():
+            seq = systemdb.append(claimed.id, fence=claimed.fence, kind="effect_intent", name="charge",
+                                  payload='{"key":"k"}', worker="a")
+            holding.set()
+            release.wait(timeout=15)
+        return seq
+
+    intent = InThread(intent_in_a_transaction)
+    assert holding.wait(timeout=15)
+    t0 = time.monotonic()
+    claim = InThread(lambda: systemdb.claim(claimed.id, owner="b", ttl=30))
+    _wait_until_blocked(t0)  # the worker holds the run's row FOR SHARE: the claim waits for it
+    release.set()
+    assert intent.result() == 3
+    taken = claim.result()
+    assert taken is not None
+    assert (taken.last_seq, taken.steps_used) == (4, 1)  # after the intent, which counts as a step
+    assert [kind for _, kind, _ in _journal(claimed.id)] == ["started", "claimed", "effect_intent", "claimed"]
+
+
 def test_a_claim_that_waited_for_a_hand_back_counts_each_step_once():
     claimed = _claimed()
     _step(claimed, "s1")
