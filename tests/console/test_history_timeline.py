@@ -96,7 +96,10 @@ def test_it_jumps_to_the_page_holding_an_entry_with_its_anchor(people):
     assert response.status_code == 302 and response["Location"] == f"{url}?before=151#seq-120"
     with CaptureQueriesContext(connection) as queries:
         page = text(client.get(f"{url}?before=151"))
-    assert len([q for q in queries if 'FROM "sagas_journalentry"' in q["sql"]]) == 2  # the page, the newer link
+    # The page, the newer link, and (the run is RUNNING: its holder's newest steps may not be
+    # counted in last_seq yet, sagas.numbering) one index lookup of its newest entry.
+    journal_reads = [q["sql"] for q in queries if 'FROM "sagas_journalentry"' in q["sql"]]
+    assert len(journal_reads) == 3 and sum('MAX("sagas_journalentry"."seq")' in q for q in journal_reads) == 1
     assert sorted(rows(page)) == list(range(51, 151)) and 'id="seq-120"' in page
     assert f'href="{url}?before=51"' in page  # older
     assert f'href="{url}"' in page and "Newest entries" in page  # and back up
@@ -195,3 +198,24 @@ def test_it_pairs_an_approval_with_its_decision_hundreds_of_entries_later(people
     requested = pair_cell(rows(page)[1][2])  # escalated first, then approved: the last word counts
     assert f'href="{url}?seq=703"' in requested and "APPROVED" in requested and "ESCALATED" not in requested
     assert "ESCALATED" in pair_cell(rows(page)[2][2])
+
+
+def test_a_running_runs_page_counts_the_steps_its_worker_journaled_since_the_last_renewal(people):
+    """A step writes only its journal entry; the run's row catches up at the next renewal. The
+    page must not lag behind its own history meanwhile: the count, the timeline and the jump."""
+    run = make_run(status=RunStatus.RUNNING, reason="")
+    append_entries(run, 10)
+    with connection.cursor() as cur:  # the holder's newest steps, not yet counted into the row
+        cur.execute("""INSERT INTO sagas_journalentry (run_id, seq, kind, name, payload, worker_id, created_at)
+                       SELECT %s, %s + n, 'step', 'fresh#' || n, '{}', 'w:1', now() FROM generate_series(1, 3) AS n""",
+                    [run.id, run.last_seq])
+    newest = run.last_seq + 3
+    client = client_for(people["viewer"])
+    detail = text(client.get(reverse("console:run", args=[run.id])))
+    assert f"{newest} entries" in detail
+    url = reverse("console:run_history", args=[run.id])
+    response, page = history(client, run)
+    assert f"{newest} entries, newest first" in page and max(rows(page)) == newest
+    assert client.get(url, {"seq": str(newest)}).status_code == 302  # the jump finds the newest entry
+    response = client.get(url, {"seq": str(newest + 1)})
+    assert response.status_code == 400 and f"its entries are #1 to #{newest}" in text(response)
