@@ -93,6 +93,25 @@ class InThread:
         return self.value
 
 
+def _held_open(write: Callable[[], Any]) -> tuple[InThread, threading.Event]:
+    """``write()`` inside a transaction on a thread of its own, left open until the returned
+    event is set; returns once the write has run (its locks are held, nothing committed)."""
+    holding, release = threading.Event(), threading.Event()
+
+    def body() -> Any:
+        from django.db import transaction
+
+        with transaction.atomic():
+            value = write()
+            holding.set()
+            release.wait(timeout=15)
+        return value
+
+    thread = InThread(body)
+    assert holding.wait(timeout=15), "the write never ran"
+    return thread, release
+
+
 def _wait_until_blocked(started: float) -> None:
     """Until some backend of this database waits on a lock (the other writer reached the race)."""
     with _other_connection() as admin:
@@ -171,19 +190,8 @@ def test_an_event_that_meets_a_steps_commit_in_flight_numbers_itself_after_it_an
 
 def test_a_step_that_meets_an_events_commit_in_flight_is_numbered_after_it():
     claimed = _claimed()
-    holding, release = threading.Event(), threading.Event()
-
-    def event_in_a_transaction() -> int:
-        from django.db import transaction
-
-        with transaction.atomic():
-            seq = systemdb.append_event(claimed.id, kind="signal_received", name="go", payload="{}", worker="api")
-            holding.set()
-            release.wait(timeout=15)
-        return seq
-
-    event = InThread(event_in_a_transaction)
-    assert holding.wait(timeout=15)
+    event, release = _held_open(lambda: systemdb.append_event(claimed.id, kind="signal_received", name="go",
+                                                               payload="{}", worker="api"))
     t0 = time.monotonic()
     step = InThread(lambda: _step(claimed, "s1"))
     _wait_until_blocked(t0)  # the step took seq 3 too and waits for the event's transaction
@@ -196,20 +204,8 @@ def test_a_step_that_meets_an_events_commit_in_flight_is_numbered_after_it():
 def test_a_claim_that_waited_for_a_workers_transaction_numbers_itself_after_its_entry_and_counts_it():
     claimed = _claimed()
     _expire_lease(claimed.id)
-    holding, release = threading.Event(), threading.Event()
-
-    def intent_in_a_transaction() -> int:  # as the ledger records an effect's intent
-        from django.db import transaction
-
-        with transaction.atomic():
-            seq = systemdb.append(claimed.id, fence=claimed.fence, kind="effect_intent", name="charge",
-                                  payload='{"key":"k"}', worker="a")
-            holding.set()
-            release.wait(timeout=15)
-        return seq
-
-    intent = InThread(intent_in_a_transaction)
-    assert holding.wait(timeout=15)
+    intent, release = _held_open(lambda: systemdb.append(  # as the ledger records an effect's intent
+        claimed.id, fence=claimed.fence, kind="effect_intent", name="charge", payload='{"key":"k"}', worker="a"))
     t0 = time.monotonic()
     claim = InThread(lambda: systemdb.claim(claimed.id, owner="b", ttl=30))
     _wait_until_blocked(t0)  # the worker holds the run's row FOR SHARE: the claim waits for it
