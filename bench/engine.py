@@ -9,8 +9,9 @@ Prints two tables, the engine's figures and issue 16's targets. Figures:
 
 * the cost of a durable commit on this PostgreSQL at this minute: ``pgbench`` with one
   client INSERTing one row into a table of its own in the bench database
-  (``pgbench -n -c1 -T 3``), just before each round of ours, so the ratio of our
-  steps/s to its commits/s compares the same minutes of a noisy machine;
+  (``pgbench -n -c1 -T 3``), just before and just after each concurrency-1 round of ours
+  (their mean time per commit), so the ratio of our steps/s to its commits/s compares the
+  same minutes of a noisy machine;
 * pure-step throughput of one worker process (``sagas_worker --burst``) at
   concurrency 1 and 4: 20-step workflows back to back, timed from the journal
   (first claim to last completion, so process start-up is excluded). Rounds of
@@ -103,6 +104,14 @@ def pgbench_commits(seconds: int) -> Pgbench:
     if done.returncode != 0 or not tps or not latency:
         raise SystemExit(f"pgbench failed (exit {done.returncode}): {done.stdout[-1000:]}{done.stderr[-1000:]}")
     return Pgbench(float(tps.group(1)), float(latency.group(1)))
+
+
+def bracketed(before: Pgbench, after: Pgbench) -> Pgbench:
+    """The commit rate over a round, from ``pgbench`` just before and just after it: the mean
+    time per commit of the two windows. One window alone moved by a factor of two from one
+    minute to the next on a slow day (bench/README.md, "A step writes one row")."""
+    latency = (before.latency_ms + after.latency_ms) / 2
+    return Pgbench(2 / (1 / before.tps + 1 / after.tps), latency)
 
 
 def xact_commits() -> int:
@@ -264,12 +273,18 @@ def main() -> None:
 
     results: dict[int, list[Round]] = {c: [] for c in concurrencies}
     commit_rates: list[Pgbench] = []
+    windows: list[tuple[Pgbench, Pgbench]] = []  # each round's pgbench before and after
     theirs: list[dict] = []
     mark = began
     for _ in range(rounds):
-        commit_rates.append(pgbench_commits(pg_seconds))  # the same minutes as the round that follows
         for c in concurrencies:
-            results[c].append(throughput_round(runs, c))
+            if c == concurrencies[0]:  # the commit rate of the very minutes of the ratio's round
+                before = pgbench_commits(pg_seconds)
+                results[c].append(throughput_round(runs, c))
+                windows.append((before, pgbench_commits(pg_seconds)))
+                commit_rates.append(bracketed(*windows[-1]))
+            else:
+                results[c].append(throughput_round(runs, c))
         if not args.no_dbos:
             theirs.append(dbos.measure(dbos_runs, 1))  # interleaved, so both see the same minutes of a noisy machine
     mark = phase("throughput rounds" + ("" if args.no_dbos else " with DBOS"), mark)
@@ -293,7 +308,7 @@ def main() -> None:
     rows = [
         ("figure", *(f"concurrency {c}" for c in concurrencies), "target"),
         ("pure steps per second, one worker process", *per_concurrency("steps_per_s", "{:.0f}"), "> 1000"),
-        (f"pgbench, one client, one-row INSERT commits per second (-T {pg_seconds}, before each round)",
+        (f"pgbench, one client, one-row INSERT commits per second (-T {pg_seconds}, before and after each round)",
          f"{pg_tps:.0f} ({statistics.median(p.latency_ms for p in commit_rates):.2f} ms)", *none, "-"),
         ("ours / pgbench commits, per worker process",
          *(_pct(statistics.median(r.steps_per_s / p.tps for r, p in zip(results[c], commit_rates)))
@@ -322,8 +337,8 @@ def main() -> None:
     )
     for c in concurrencies:
         print(f"steps/s per round, concurrency {c}: " + ", ".join(f"{r.steps_per_s:.0f}" for r in results[c]))
-    print("pgbench commits/s per round (latency): "
-          + ", ".join(f"{p.tps:.0f} ({p.latency_ms:.2f} ms)" for p in commit_rates))
+    print("pgbench commits/s per round, before / after the round (latency): "
+          + ", ".join(f"{a.tps:.0f} / {b.tps:.0f} ({a.latency_ms:.2f} / {b.latency_ms:.2f} ms)" for a, b in windows))
     if theirs:
         print("DBOS steps/s per round: " + ", ".join(f"{t['steps_per_s'][0]:.0f}" for t in theirs))
     for line in extra.notes:

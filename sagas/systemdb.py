@@ -29,8 +29,8 @@ from django.db import DEFAULT_DB_ALIAS, connections
 
 from sagas.errors import LeaseLost
 from sagas.libpq import Statement
-from sagas.numbering import COUNTED_AND_NEXT, COUNTED_TO_NEWEST, NEXT_SEQ, numbered
 from sagas.models import LEASED_STATUSES, RunStatus, sources
+from sagas.numbering import COUNTED_AND_NEXT, COUNTED_TO_NEWEST, NEXT_SEQ, numbered
 
 
 @dataclass(frozen=True)
