@@ -36,9 +36,11 @@ from sagas.models import WorkflowRun
 from sagas.selectors import run_newest_seq
 
 
-def _page(request: HttpRequest, run: WorkflowRun, form: HistoryPageForm, *, status: int = 200) -> HttpResponse:
-    context: dict[str, Any] = {"run": run, "entries": run_newest_seq(run), "form": form, "history": None,
-                               "before": None, "kind": ""}
+def _page(request: HttpRequest, run: WorkflowRun, form: HistoryPageForm, *, status: int = 200,
+          newest: int | None = None) -> HttpResponse:
+    """``newest``: the run's newest seq, when the caller has already read it."""
+    context: dict[str, Any] = {"run": run, "entries": run_newest_seq(run) if newest is None else newest,
+                               "form": form, "history": None, "before": None, "kind": ""}
     if status == 200:
         before, kind = form.cleaned_data["before"], form.cleaned_data["kind"]
         context.update(before=before, kind=kind,
@@ -61,7 +63,7 @@ def run_history(request: HttpRequest, run_id: UUID) -> HttpResponse:
         newest = run_newest_seq(run)
         if seq > newest:
             form.add_error("seq", f"Go to entry: this run has no entry #{seq}; its entries are #1 to #{newest}.")
-            return _page(request, run, form, status=400)
+            return _page(request, run, form, status=400, newest=newest)
         before = history_jump_before(newest, seq)
         url = reverse("console:run_history", args=[run.id])
         return HttpResponseRedirect(f"{url}{f'?before={before}' if before else ''}#seq-{seq}")
