@@ -18,7 +18,7 @@ from ninja.errors import AuthenticationError, HttpError, ValidationError
 from api.auth import ApiKeyAuth
 from api.keys import apikey_check
 from api.errors import Problem, problem_response
-from config.storage import is_storage_error
+from core.storage import is_storage_error
 
 def _staff_or_api_key(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
     """The docs for staff (a person's session); the OpenAPI document also for an active API key."""

@@ -18,7 +18,7 @@ from ninja.security import HttpBearer
 from api.errors import Problem
 from api.keys import apikey_check
 from api.models import ApiKey
-from config.storage import is_redis_error
+from core.storage import is_redis_error
 
 log = logging.getLogger("api")
 _redis_down = False

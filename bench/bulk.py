@@ -49,7 +49,7 @@ def setup(size: dict) -> dict[str, str]:
 def reset() -> None:
     from django.db import connection
 
-    from config.append_only import TRUNCATE_ESCAPE_GUC
+    from core.append_only import TRUNCATE_ESCAPE_GUC
     from sagas.queue import redis_connection
 
     with connection.cursor() as cur:

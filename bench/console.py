@@ -85,7 +85,7 @@ def generate(size: dict) -> dict[str, float]:
     """Fill the bench database; returns seconds per phase."""
     from django.db import connection
 
-    from config.append_only import TRUNCATE_ESCAPE_GUC
+    from core.append_only import TRUNCATE_ESCAPE_GUC
 
     runs, long_entries = size["runs"], size["long"]
     # Entries per ordinary run: 5 + n % k, averaging (entries - long) / (runs - 1).
@@ -103,7 +103,7 @@ def generate(size: dict) -> dict[str, float]:
     with connection.cursor() as cur:
         cur.execute(f"DROP TABLE IF EXISTS {MARKER}")
         # The journal and the audit log refuse TRUNCATE too, unless the session says it is a
-        # harness emptying its own database (config.append_only).
+        # harness emptying its own database (core.append_only).
         cur.execute(f"SET {TRUNCATE_ESCAPE_GUC} = on")
         cur.execute("""TRUNCATE sagas_journalentry, sagas_approvalrequest, sagas_compensationitem,
                        sagas_compensationplan, sagas_workflowrun, ledger_effectrecord, console_auditentry,

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from django.contrib.auth.models import AbstractBaseUser
 from django.template.loader import render_to_string
 
-from config.storage import is_storage_error
+from core.storage import is_storage_error
 from console import topics
 from console.views import audit, bulk, overview, queues, run_detail, run_list, versions, workers
 

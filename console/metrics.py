@@ -52,7 +52,7 @@ from django.utils import timezone
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
-from config.storage import is_redis_error
+from core.storage import is_redis_error
 from console.selectors.overview import queue_lines
 from console.selectors.workers import SILENT_WINDOW
 from sagas.models import RunStatus

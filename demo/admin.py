@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from django.contrib import admin
 
-from config.redacted_admin import RedactedFieldsAdmin
+from core.redacted_admin import RedactedFieldsAdmin
 from demo.models import ProviderExecution, ProviderFault, ProviderReplay, WebhookArrival
 
 

@@ -27,7 +27,7 @@ worker. Nothing here is needed for correctness: it only feeds the demo.
 
 PostgreSQL or Redis going away does not stop it (``Outage``): ``tick()`` drops the
 dead database connection, logs one line when the outage starts and one when it ends
-(with its length; ``config.storage.OUTAGES``), tries again after a backoff with jitter
+(with its length; ``core.storage.OUTAGES``), tries again after a backoff with jitter
 (up to 4 s), and carries on where it was: an order whose start failed is started again
 with the same input and business key, so it is started once however the failure fell.
 """
@@ -47,7 +47,7 @@ from django.db import connection
 from django.db.models import Count
 from django.utils import timezone
 
-from config.storage import OUTAGES, POSTGRES, REDIS, Backoff, is_storage_error, note_failure, note_success
+from core.storage import OUTAGES, POSTGRES, REDIS, Backoff, is_storage_error, note_failure, note_success
 from console import roles
 from console.services.actions import Actor, Denied, Refused
 from console.services.queues import approval_act
@@ -66,7 +66,7 @@ UNKNOWN_EMAIL_CAP = 6
 HUMAN_APPROVAL_CAP = 8
 BACKLOG_CAP = 25
 BACKOFF_FIRST = 0.25  # seconds before the first retry in an outage; doubled on each failure...
-BACKOFF_MAX = 4.0  # ...up to this; each wait is 50-100% of it (jitter, config.storage.Backoff)
+BACKOFF_MAX = 4.0  # ...up to this; each wait is 50-100% of it (jitter, core.storage.Backoff)
 
 # (order number modulo 10) -> (provider, operation, fault, what the console will show)
 FAULTS: dict[int, tuple[str, str, str, str]] = {
@@ -154,7 +154,7 @@ def status() -> Status:
 class Outage:
     """When the load may be tried again after PostgreSQL or Redis failed it (``retry_at``, monotonic).
 
-    Reporting is the process's own (``config.storage.OUTAGES``): one line when an outage
+    Reporting is the process's own (``core.storage.OUTAGES``): one line when an outage
     starts and one when it ends, with its length, whoever in this process saw it first
     (the load generator, or the engine's enqueue inside ``start()``). ``failed()`` also
     drops the dead database connection, so the next query opens a new one.
@@ -226,7 +226,7 @@ class LoadGenerator:
 
         Returns whether PostgreSQL and Redis answered. While they do not, it does
         nothing until ``outage.retry_at``; it never raises for a server that is
-        unreachable or a connection that was dropped (``config.storage.is_storage_error``).
+        unreachable or a connection that was dropped (``core.storage.is_storage_error``).
         """
         if not self.outage.due(now):
             return False

@@ -1,6 +1,6 @@
 """Django admin for the side-effect ledger. Plain Django: the console applies its role
 policy on top (read-only for everyone: changes go through the console), see
-console/admin.py. Payloads and notes are shown only redacted (config/redacted_admin.py)."""
+console/admin.py. Payloads and notes are shown only redacted (core/redacted_admin.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from config.redacted_admin import RedactedFieldsAdmin
+from core.redacted_admin import RedactedFieldsAdmin
 from ledger.models import EffectKeyIndex, EffectRecord
 
 

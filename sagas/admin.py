@@ -8,7 +8,7 @@ use raw id fields (a select box would load every run), search is an exact match 
 indexed column (a run id, or a business key), and no filter needs a DISTINCT scan.
 
 Payloads and free text (a run's input, result and error, journal payloads, approval and
-compensation reasons) are shown only redacted (config/redacted_admin.py).
+compensation reasons) are shown only redacted (core/redacted_admin.py).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from config.redacted_admin import RedactedFieldsAdmin
+from core.redacted_admin import RedactedFieldsAdmin
 from sagas.models import (
     ApprovalRequest,
     ArchivedRun,

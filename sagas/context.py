@@ -28,7 +28,7 @@ from typing import Any, NoReturn, TypeVar
 from django.db import InterfaceError, OperationalError
 from django.utils import timezone
 
-from config.storage import is_storage_error, note_failure
+from core.storage import is_storage_error, note_failure
 from ledger.connectors import get_connector
 from ledger.errors import OutcomeUnknown, PayloadNotJSON, ReplayDiverged
 from ledger.protocol import run_effect

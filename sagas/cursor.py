@@ -30,7 +30,7 @@ from typing import TypeVar
 from django.db import connection
 from django.utils import timezone
 
-from config.storage import Backoff, is_database_error, note_failure, note_success
+from core.storage import Backoff, is_database_error, note_failure, note_success
 from sagas import systemdb
 from sagas.crashpoints import crash_point
 from sagas.errors import BudgetExceeded, NonDeterminismError, StorageUnavailable, Yield

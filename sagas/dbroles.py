@@ -5,7 +5,7 @@ runtime role that owns nothing, so it cannot ALTER a table, disable its triggers
 TRUNCATE it (all of which need ownership or a TRUNCATE grant it never gets). Its grants:
 
 * SELECT and INSERT only on the append-only tables (the journal, the audit log): every
-  table that carries a ``BEFORE TRUNCATE`` trigger (``config.append_only``), found in the
+  table that carries a ``BEFORE TRUNCATE`` trigger (``core.append_only``), found in the
   database itself, so a new append-only table is covered once its migration ran;
 * SELECT only on ``django_migrations``;
 * SELECT, INSERT, UPDATE, DELETE on every other table of the schema, and USAGE on its

@@ -22,7 +22,7 @@ import time
 from django.conf import settings
 from django.db import InterfaceError, OperationalError
 
-from config.storage import is_storage_error, note_failure, note_success, wait_for_database
+from core.storage import is_storage_error, note_failure, note_success, wait_for_database
 from sagas import continuation, queue, registry, signals, systemdb
 from sagas.compensation import compensate_claimed, needs_compensation, plan_for_failure
 from sagas.context import Context

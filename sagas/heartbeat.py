@@ -8,7 +8,7 @@ import time
 
 from django.db import connection
 
-from config.storage import is_storage_error, note_failure, note_success
+from core.storage import is_storage_error, note_failure, note_success
 from sagas import signals, systemdb
 from sagas.cursor import JournalCursor
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.db import close_old_connections
 
-from config.storage import wait_for_database
+from core.storage import wait_for_database
 from sagas import engine, queue
 from sagas.context import shutdown_requested
 from sagas.errors import StorageUnavailable

@@ -105,6 +105,6 @@ def _check(result: psycopg.pq.abc.PGresult, conn: psycopg.Connection) -> None:
         return
     if conn.pgconn.status != psycopg.pq.ConnStatus.OK:
         # The server went away (the result has no SQLSTATE): psycopg's own cursor raises
-        # OperationalError here, which is what marks a storage failure (config.storage).
+        # OperationalError here, which is what marks a storage failure (core.storage).
         raise psycopg.OperationalError(result.get_error_message(conn.info.encoding).strip())
     raise psycopg.errors.error_from_result(result, encoding=conn.info.encoding)

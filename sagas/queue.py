@@ -35,7 +35,7 @@ from django.conf import settings
 from django.db import transaction
 from rq import Queue
 
-from config.storage import OUTAGES, REDIS, note_failure
+from core.storage import OUTAGES, REDIS, note_failure
 
 log = logging.getLogger("sagas.queue")
 

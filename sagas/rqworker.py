@@ -45,7 +45,7 @@ from rq.queue import Queue
 from rq.timeouts import TimerDeathPenalty
 from rq.worker import WorkerStatus
 
-from config.storage import OUTAGES, REDIS, is_redis_error, wait_for_redis
+from core.storage import OUTAGES, REDIS, is_redis_error, wait_for_redis
 from sagas import jobs
 from sagas.context import shutdown_requested
 from sagas.queue import ADVANCE_JOB, marker_key
@@ -65,7 +65,7 @@ HEARTBEAT_MIN_INTERVAL = 1.0
 class RQOutageFilter(logging.Filter):
     """RQ logs every failed reconnection (an error line per thread every second or two)
     and a traceback when its loop gives up. While Redis is away we want one line when
-    the outage starts and one when it ends: those come from ``config.storage.OUTAGES``."""
+    the outage starts and one when it ends: those come from ``core.storage.OUTAGES``."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = str(record.msg)

@@ -26,7 +26,7 @@ from django.conf import settings
 from django.db import connection
 from redis import Redis
 
-from config.storage import is_storage_error, note_failure, note_success
+from core.storage import is_storage_error, note_failure, note_success
 from sagas import recovery, retention, services
 from sagas.context import shutdown_requested
 from sagas.identity import set_thread_worker_id

@@ -15,7 +15,7 @@ from ninja import Field, Query, Router, Schema, Status
 from api.auth import actor_ip
 from api.errors import Problem
 from api.routes.common import MAX_PAGE, Text, console_action, next_link, parse_cursor, run_id_of
-from config.redaction import redact
+from core.redaction import redact
 from console import roles
 from console.models import AuditEntry, AuditOutcome
 from console.selectors.runs import HISTORY_PAGE_SIZE, RUNS_PAGE_SIZE, RunFilters, run_get, run_history_page, runs_page
@@ -225,7 +225,7 @@ class HistoryEntry(Schema):
     kind: str
     name: str
     worker_id: str
-    payload: Any = Field(None, description="redacted with the console's policy (config/redaction.py)")
+    payload: Any = Field(None, description="redacted with the console's policy (core/redaction.py)")
 
 
 class History(Schema):

@@ -1,7 +1,7 @@
 """What a notification says: one ``Item`` (something that needs a person), and the two bodies.
 
 Every value taken from a run (business key, step names, error messages) goes through the
-redaction policy (``config.redaction``) before it is put in a body; payloads, inputs and
+redaction policy (``core.redaction``) before it is put in a body; payloads, inputs and
 results are never put in at all. The link is to the console page where a person acts.
 """
 
@@ -12,7 +12,7 @@ from typing import Any
 
 from django.conf import settings
 
-from config.redaction import redact_text
+from core.redaction import redact_text
 from console.notifications.models import NotificationFormat, NotificationKind
 
 MAX_DETAIL = 300

@@ -22,7 +22,7 @@ tool's own entry stands in until then. Not guaranteed: a workflow that also call
 ``ctx.effect("X")`` itself, outside the agent, or a tool that asks for approval only on some
 calls, shifts that count for X.
 
-Everything shown is redacted with the pages' policy (config/redaction.py) and cut to
+Everything shown is redacted with the pages' policy (core/redaction.py) and cut to
 ``PREVIEW_CHARS`` characters; ``Shown.long`` tells the template to fold it.
 """
 
@@ -38,7 +38,7 @@ from typing import Any
 
 from django.db.models import Q
 
-from config.redaction import redact_json, redact_text
+from core.redaction import redact_json, redact_text
 from console.selectors.runs import HISTORY_PAGE_SIZE
 from console.templatetags.payloads import PREVIEW_CHARS, SECRET_MARGIN, pruned  # the payload previews' own cut
 from ledger.models import EffectKind, EffectRecord

@@ -21,7 +21,7 @@ from datetime import datetime, timedelta
 from django.db.models import Count, Min, Q
 from django.utils import timezone
 
-from config.storage import is_redis_error
+from core.storage import is_redis_error
 from console.selectors.tenancy import User, scope_runs
 from sagas.models import LEASED_STATUSES, RunStatus, WorkerProcess, WorkflowRun, WorkflowVersion
 from sagas.queue import redis_connection

@@ -31,7 +31,7 @@ from django.db import connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from config.storage import is_database_error, is_storage_error
+from core.storage import is_database_error, is_storage_error
 from console import roles, topics
 from console.broadcast import broadcast
 from console.models import AuditEntry, AuditOutcome, BulkBatch, BulkItem, BulkOutcome, BulkState

@@ -1,5 +1,5 @@
 """Business context on the pages where people decide: a run's summary (``sagas.summaries``)
-and a one-line preview of an effect's request, both redacted (config/redaction.py) and short.
+and a one-line preview of an effect's request, both redacted (core/redaction.py) and short.
 
 * ``{% run_summary run %}``: the run's summary as ``key value`` pairs, each in ``<bdi>``, bidi
   controls made visible, at most ``SHOWN_FIELDS`` pairs of ``SHOWN_CHARS`` characters; an
@@ -18,7 +18,7 @@ from typing import Any
 
 from django import template
 
-from config import redaction
+from core import redaction
 from console.templatetags.payloads import show_controls
 from sagas.summaries import ERROR_KEY
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from django import template
 
-from config import redaction
+from core import redaction
 
 register = template.Library()
 

@@ -17,7 +17,7 @@ from django.template.loader import render_to_string
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
-from config.redaction import redact, redact_text
+from core.redaction import redact, redact_text
 from console.forms import AuditFilterForm
 from console.models import AuditEntry
 from console.selectors.audit import AuditFilters, audit_known_values, audit_page, audit_rows

@@ -16,7 +16,7 @@ from typing import Any
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
-from config.redaction import redact_text
+from core.redaction import redact_text
 from console.selectors.tenancy import scope
 from sagas.archive import run_lines, store_for_location
 from sagas.models import ArchivedRun

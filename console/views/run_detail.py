@@ -32,7 +32,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
-from config.redaction import redact_text
+from core.redaction import redact_text
 from console import roles
 from console.selectors.conversation import run_conversation
 from console.selectors.history import history_timeline, timeline_rows

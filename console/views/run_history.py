@@ -27,7 +27,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
-from config.redaction import redact
+from core.redaction import redact
 from console.history_forms import HistoryPageForm
 from console.selectors.history import history_jump_before, history_timeline, kinds_for
 from console.selectors.runs import run_history_batches

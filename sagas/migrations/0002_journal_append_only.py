@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.db import migrations
 
-from config.append_only import append_only
+from core.append_only import append_only
 
 
 class Migration(migrations.Migration):

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.db import migrations
 
-from config.append_only import no_truncate
+from core.append_only import no_truncate
 
 
 class Migration(migrations.Migration):

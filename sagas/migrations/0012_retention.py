@@ -11,7 +11,7 @@
 * The journal's row trigger (``sagas_journal_append_only``, migration 0002) does not fire
   while that setting is on (a WHEN clause), so the function's DELETE goes through; every other
   UPDATE and DELETE is refused as before.
-  (The trigger guards against mistakes, as config/append_only.py says: the owner could set the
+  (The trigger guards against mistakes, as core/append_only.py says: the owner could set the
   setting by hand, as it could drop the trigger. The runtime role cannot delete at all.)
 
 Placeholder written first so that the hot-path and retention work can each own one
@@ -23,7 +23,7 @@ from django.db import migrations, models
 ARCHIVE_GUC = "saga_console.archive_delete"
 TERMINAL = "'COMPLETED', 'FAILED', 'CANCELLED', 'COMPENSATED'"
 
-# The row trigger of migration 0002 (same name, same function: config/append_only.py), now with
+# The row trigger of migration 0002 (same name, same function: core/append_only.py), now with
 # a WHEN clause: it is not fired while the archive setting is on. A WHEN clause is evaluated
 # without calling the plpgsql function, so the archive path's DELETE pays no trigger call per
 # row (it more than doubled the cost of deleting a journal row: 5.0 against 2.2 us).

@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from config.redaction import MARK
+from core.redaction import MARK
 from console.models import AuditEntry
 from ledger.models import EffectRecord
 from sagas.models import JournalEntry, RunStatus, WorkflowRun

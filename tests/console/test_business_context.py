@@ -12,7 +12,7 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from config.redaction import MARK
+from core.redaction import MARK
 from ledger.models import EffectStatus
 from sagas import start, workflow
 from sagas.models import (

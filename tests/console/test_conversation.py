@@ -19,7 +19,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from config.asgi import application
-from config.redaction import MARK
+from core.redaction import MARK
 from console import broadcast as live_broadcast
 from console import live
 from console.selectors.conversation import conversation

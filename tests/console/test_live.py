@@ -363,7 +363,7 @@ def _postgres_away(user, params: dict[str, str]) -> str:
 
 
 def test_it_closes_a_socket_for_a_retry_when_postgres_is_away_at_a_push(viewer_cookie, monkeypatch, caplog):
-    from config.storage import OUTAGES, POSTGRES
+    from core.storage import OUTAGES, POSTGRES
 
     monkeypatch.setitem(live.FRAGMENTS, "test_postgres_away",
                         live.Fragment("test_postgres_away", _postgres_away, (topics.RUNS,)))

@@ -269,7 +269,7 @@ def test_an_appends_errors_are_djangos_and_a_stale_fence_writes_nothing():
 def test_an_append_after_the_server_dropped_the_connection_reconnects_and_prepares_again():
     from django.db import OperationalError
 
-    from config.storage import note_failure
+    from core.storage import note_failure
 
     claimed = _claimed()
     assert _append(claimed, "before") == 3

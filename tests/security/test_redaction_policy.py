@@ -10,7 +10,7 @@ import time
 import pytest
 from django.test import override_settings
 
-from config.redaction import MARK, MAX_DEPTH, TOO_DEEP, is_secret_key, redact, redact_text
+from core.redaction import MARK, MAX_DEPTH, TOO_DEEP, is_secret_key, redact, redact_text
 
 HIDDEN_KEYS = [
     "password", "Password", "PASSWORD", "passwd", "pwd", "pass", "user_password", "passphrase", "db_pass",

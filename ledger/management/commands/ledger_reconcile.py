@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from config.commands import PassLoopCommand
+from core.commands import PassLoopCommand
 from ledger.reconcile import ReconcileReport, reconcile_due
 
 

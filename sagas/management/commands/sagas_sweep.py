@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.conf import settings
 
-from config.commands import PassLoopCommand
+from core.commands import PassLoopCommand
 from sagas import recovery
 
 

@@ -7,7 +7,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import connection, connections
 from django.utils import timezone
 
-from config.storage import retry_storage
+from core.storage import retry_storage
 from sagas import queue, readiness, recovery, registry, services
 from sagas.identity import set_worker_id, worker_id
 from sagas.rqworker import SagaWorker

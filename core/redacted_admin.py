@@ -1,5 +1,5 @@
 """The Django admin shows payloads and free text through the redaction policy
-(config/redaction.py), as every console page does.
+(core/redaction.py), as every console page does.
 
 A ModelAdmin lists the model fields that may hold secrets in ``redacted_fields``. Each of them
 is replaced, wherever the admin would show it (change page, changelist column), by a read-only
@@ -20,7 +20,7 @@ from django.contrib import admin
 from django.http import HttpRequest
 from django.utils.html import format_html
 
-from config.redaction import redact_json, redact_text
+from core.redaction import redact_json, redact_text
 
 SUFFIX = "_redacted"
 

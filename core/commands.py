@@ -16,7 +16,7 @@ from typing import Any
 from django.core.management.base import BaseCommand
 from django.db import connection
 
-from config.storage import Backoff, is_storage_error, note_failure, note_success
+from core.storage import Backoff, is_storage_error, note_failure, note_success
 
 
 class PassLoopCommand(BaseCommand):
