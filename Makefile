@@ -8,6 +8,8 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 # The demo and the local worker/sweeper run as development (settings: DEBUG is off unless set).
 DEV    := DEBUG=$${DEBUG:-1}
+# The demo app (example workflows, simulated providers) is installed only by these settings.
+DEMO_SETTINGS := DJANGO_SETTINGS_MODULE=config.settings_demo
 
 .PHONY: install test demo demo-quick bench bench-chaos bench-faults bench-agents worker sweep clean
 
@@ -33,10 +35,10 @@ $(DEMO_STAMP): pyproject.toml
 	@touch $(DEMO_STAMP)
 
 demo: $(DEMO_STAMP)
-	$(DEV) $(PY) manage.py demo
+	$(DEV) $(DEMO_SETTINGS) $(PY) manage.py demo
 
 demo-quick: $(DEMO_STAMP)
-	$(DEV) $(PY) manage.py demo --quick
+	$(DEV) $(DEMO_SETTINGS) $(PY) manage.py demo --quick
 
 bench: $(STAMP)
 	$(PY) bench/engine.py

@@ -19,7 +19,7 @@ def bench_env(**extra: str) -> dict[str, str]:
     env = dict(os.environ)
     env.setdefault("DEBUG", "1")  # as the figures were measured; bench/console.py runs with DEBUG off
     env.update(
-        DJANGO_SETTINGS_MODULE="config.settings",
+        DJANGO_SETTINGS_MODULE="config.settings_demo",
         DATABASE_URL=BENCH_DB,
         REDIS_URL=BENCH_REDIS,
         SAGAS_MODULES="bench.workflows",
@@ -58,7 +58,7 @@ def reset_state() -> None:
     """Empty the bench database's engine tables and the bench Redis db."""
     from django.db import connection
 
-    from config.append_only import TRUNCATE_ESCAPE_GUC
+    from core.append_only import TRUNCATE_ESCAPE_GUC
     from sagas.queue import redis_connection
 
     with connection.cursor() as cur:

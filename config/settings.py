@@ -4,8 +4,10 @@ Variables: DATABASE_URL, REDIS_URL, SECRET_KEY, DEBUG, ALLOWED_HOSTS, SAGAS_MODU
 SECURE_* / SESSION_COOKIE_SECURE / CSRF_* (README: "Deploying: settings from the environment"),
 SAGAS_LEASE_TTL, SAGAS_SWEEP_INTERVAL, SAGAS_QUEUE, SAGAS_CRASH_AT, SAGAS_WORKER_CONCURRENCY, SAGAS_MODEL_PRICES,
 SAGAS_ARCHIVE_URL, SAGAS_ARCHIVE_WRITER, SAGAS_RETENTION_DAYS, SAGAS_EFFECT_KEY_DAYS, SAGAS_ARCHIVE_INTERVAL,
-SAGAS_ARCHIVE_BATCH, SAGAS_ARCHIVE_PAUSE,
-DEMO_PROVIDERS_URL, DEMO_PROVIDER_TIMEOUT, DEMO_WEBHOOK_SECRET, CONSOLE_URL, NOTIFY_TIMEOUT.
+SAGAS_ARCHIVE_BATCH, SAGAS_ARCHIVE_PAUSE, CONSOLE_URL, NOTIFY_TIMEOUT.
+
+The demo (example workflows and simulated providers) is not part of the product: it is
+installed by ``config.settings_demo``, which ``make demo`` and the tests use.
 """
 
 from __future__ import annotations
@@ -84,7 +86,6 @@ INSTALLED_APPS = [
     "sagas",
     "console",
     "api",
-    "demo",
 ]
 
 MIDDLEWARE = [
@@ -269,18 +270,10 @@ SAGAS_ARCHIVE_PAUSE = env_float("SAGAS_ARCHIVE_PAUSE", 0.5, minimum=0.0)
 # the model name a response reports; "*" prices any other model. A model without a price costs 0
 # (the conversation view says "unpriced"), so set this before relying on max_cost. JSON in the
 # environment, e.g. SAGAS_MODEL_PRICES='{"gpt-4o-mini": [0.15, 0.6], "*": [3, 15]}'.
-SAGAS_MODEL_PRICES = env_prices("SAGAS_MODEL_PRICES", {"demo-order-model": (2.0, 8.0)})
+SAGAS_MODEL_PRICES = env_prices("SAGAS_MODEL_PRICES", {})
 # Attempts at one model request (same key; 0.5 s, 1 s, 2 s... apart) when the model side fails
 # (rate limit, overload, 5xx, connection); then the run parks as model_unavailable, for "retry".
 SAGAS_AGENT_MODEL_ATTEMPTS = env_int("SAGAS_AGENT_MODEL_ATTEMPTS", 4, minimum=1)
-
-# --- demo -------------------------------------------------------------------
-# Where the demo connectors reach the simulated providers (manage.py demo_providers).
-DEMO_PROVIDERS_URL = env_str("DEMO_PROVIDERS_URL", "http://127.0.0.1:8765")
-# Seconds a demo connector waits for a provider's answer before raising Timeout.
-DEMO_PROVIDER_TIMEOUT = env_float("DEMO_PROVIDER_TIMEOUT", 2.0, minimum=0.1)
-# The secret the demo's webhook receiver checks signatures with (demo/providers/webhook.py).
-DEMO_WEBHOOK_SECRET = env_str("DEMO_WEBHOOK_SECRET", "whsec_demo-receiver-not-a-real-secret")
 
 # --- notifications (console/notifications/) ---
 # The console's address as people open it: the base of the links in notifications.
@@ -289,7 +282,7 @@ CONSOLE_URL = env_str("CONSOLE_URL", "http://127.0.0.1:8000")
 NOTIFY_TIMEOUT = env_float("NOTIFY_TIMEOUT", 10.0, minimum=0.1)
 
 # --- redaction ---
-# Key names hidden on every page, export and admin view on top of config/redaction.py's list:
+# Key names hidden on every page, export and admin view on top of core/redaction.py's list:
 # comma-separated, each matched by whole name segments (e.g. "dob,mothers maiden name").
 REDACTION_EXTRA_KEYS = env_list("REDACTION_EXTRA_KEYS")
 

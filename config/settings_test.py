@@ -87,16 +87,16 @@ if _test_redis.rstrip("/") == _dev_redis.rstrip("/"):
     raise ImproperlyConfigured("TEST_REDIS_URL must differ from REDIS_URL: the tests flush their Redis database")
 os.environ["REDIS_URL"] = _test_redis
 
-from config.settings import *  # noqa: E402,F403
+from config.settings_demo import *  # noqa: E402,F403
 
 SAGAS_LEASE_TTL = 3.0
 SAGAS_SWEEP_INTERVAL = 0.5
 
-# The journal and the audit log refuse TRUNCATE (config/append_only.py), and pytest-django
+# The journal and the audit log refuse TRUNCATE (core/append_only.py), and pytest-django
 # empties the tables with TRUNCATE after every transactional test. The test harness, and
 # nothing else, turns the refusal off for its own connections; production's protection
 # is the runtime role, which may not TRUNCATE at all (README, "Least-privilege database role").
-from config.append_only import TRUNCATE_ESCAPE_GUC  # noqa: E402
+from core.append_only import TRUNCATE_ESCAPE_GUC  # noqa: E402
 
 _db_options = DATABASES["default"]["OPTIONS"]  # noqa: F405
 _db_options["options"] = f"{_db_options.get('options', '')} -c {TRUNCATE_ESCAPE_GUC}=on".strip()

@@ -59,7 +59,7 @@ def run_quick(cmd: Command) -> None:
         statuses = Counter(WorkflowRun.objects.filter(id__in=runs).values_list("status", flat=True))
         done = statuses.get(RunStatus.COMPLETED, 0)
         if not killed and done >= len(runs) // 4:
-            cmd._kill_worker("worker-1", f"{time.monotonic() - t0:6.2f}s")
+            cmd.kill_worker("worker-1", f"{time.monotonic() - t0:6.2f}s")
             killed = True
         if done == len(runs):
             break

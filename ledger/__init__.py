@@ -7,7 +7,8 @@ Connectors (``myapp/connectors.py``)::
 
 Errors a workflow or a caller handles: ``EffectFailed`` (an effect failed for good),
 ``KeyConflict`` (a key reused with another payload), ``AlreadyResolved`` and
-``InvalidResolution`` (from ``resolve``); all are ``LedgerError``s with a stable ``code``.
+``InvalidResolution`` (from ``resolve``); ``ConnectorAlreadyRegistered`` (at start-up: two
+connector classes under one name); all are ``LedgerError``s with a stable ``code``.
 
 Settling an UNKNOWN effect by hand, with evidence::
 
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from ledger.connectors import Connector, connector
 from ledger.errors import (
     AlreadyResolved,
+    ConnectorAlreadyRegistered,
     EffectFailed,
     Final,
     InvalidResolution,
@@ -42,6 +44,7 @@ if TYPE_CHECKING:
 __all__ = [
     "AlreadyResolved",
     "Connector",
+    "ConnectorAlreadyRegistered",
     "EffectFailed",
     "Final",
     "InvalidResolution",

@@ -22,7 +22,7 @@ from __future__ import annotations
 import importlib
 from typing import Any, ClassVar
 
-from ledger.errors import ConnectorNotRegistered
+from ledger.errors import ConnectorAlreadyRegistered, ConnectorNotRegistered
 from ledger.outcomes import Outcome
 
 
@@ -120,16 +120,32 @@ _connectors: dict[str, Connector] = {}
 
 
 def connector(name: str):  # type: ignore[no-untyped-def]
-    """Class decorator: ``@connector("payments.capture") class Capture(Connector): ...``"""
+    """Class decorator: ``@connector("payments.capture") class Capture(Connector): ...``
+
+    Names are unique in a process: a second class under a name already taken raises
+    ``ConnectorAlreadyRegistered`` naming both classes' modules (at start-up, since
+    connectors are registered when their modules are imported)."""
 
     def decorate(cls: type) -> type:
         if not issubclass(cls, Connector):
-            cls = type(cls.__name__, (cls, Connector), {})
+            cls = type(cls.__name__, (cls, Connector), {"__module__": cls.__module__, "__qualname__": cls.__qualname__})
+        existing = _connectors.get(name)
+        if existing is not None and _where(type(existing)) != _where(cls):
+            raise ConnectorAlreadyRegistered(
+                f"connector {name!r} is registered twice: by {_where(type(existing))} and by {_where(cls)}; "
+                f"give one of them another name"
+            )
         cls.name = name
         _connectors[name] = cls()
         return cls
 
     return decorate
+
+
+def _where(cls: type) -> str:
+    """Where a connector class is defined; the same class imported again (a module reloaded)
+    is the same registration, not a second one."""
+    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 def get_connector(name: str) -> Connector:

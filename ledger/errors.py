@@ -45,6 +45,13 @@ class ConnectorNotRegistered(LedgerError):
     code = "connector_not_registered"
 
 
+class ConnectorAlreadyRegistered(LedgerError):
+    """A second connector class was registered under a name another class already has. Raised
+    at import, so at start-up: which one would win would depend on the order apps load in."""
+
+    code = "connector_already_registered"
+
+
 class KeyConflict(LedgerError):
     """The idempotency key was already used with a different payload. Nothing was executed."""
 

@@ -130,8 +130,8 @@ def workflow(
         existing = _registry.get((name, version))
         if existing is not None and existing.definition_hash != definition.definition_hash:
             raise DuplicateWorkflow(
-                f"workflow {name!r} version {version} is already registered from {existing.module} "
-                f"with a different definition; bump the version instead"
+                f"workflow {name!r} version {version} is registered twice, with different definitions: "
+                f"from {existing.module} and from {definition.module}; bump the version or rename one"
             )
         _registry[(name, version)] = definition
         fn.__saga_workflow__ = definition  # type: ignore[attr-defined]

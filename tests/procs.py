@@ -33,7 +33,7 @@ def test_database_url() -> str:
 def worker_env(modules: str, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SAGAS_")}
     env.update(
-        DJANGO_SETTINGS_MODULE="config.settings",
+        DJANGO_SETTINGS_MODULE="config.settings_demo",
         DATABASE_URL=test_database_url(),
         REDIS_URL=settings.REDIS_URL,
         SAGAS_MODULES=modules,

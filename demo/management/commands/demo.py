@@ -48,7 +48,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 from django.db import DatabaseError
 
-from config.storage import is_storage_error
+from core.storage import is_storage_error
 from demo import embedded
 from demo.quick import run_quick
 from demo.supervisor import LEASE_TTL, ROOT, DemoRunning, RunDirLock, Supervisor, forget_rq_worker, shown
@@ -320,11 +320,11 @@ class Command(BaseCommand):
                 self.say(f"{now - t0:6.0f}s  --duration {o['duration']:g}s reached")
                 break
             # While PostgreSQL or Redis is away, tick() backs off; the outage's start and end are
-            # logged once each (config.storage.OUTAGES).
+            # logged once each (core.storage.OUTAGES).
             if load.tick(now):
                 try:
                     if now >= next_kill:
-                        self._kill_worker(rng.choice(self.workers), f"{now - t0:6.0f}s")
+                        self.kill_worker(rng.choice(self.workers), f"{now - t0:6.0f}s")
                         kills += 1
                         next_kill = now + o["kill_every"]
                     if now >= next_status:
@@ -346,7 +346,7 @@ class Command(BaseCommand):
         except DatabaseError:
             pass
 
-    def _kill_worker(self, name: str, elapsed: str) -> None:
+    def kill_worker(self, name: str, elapsed: str) -> None:
         from sagas.models import RunStatus, WorkflowRun
 
         held = list(WorkflowRun.objects.filter(lease_owner__startswith=name, status=RunStatus.RUNNING)
