@@ -47,7 +47,7 @@ def rate_limit(key: ApiKey) -> None:
     global _redis_down
     if not key.rate_per_minute:
         return
-    from sagas.queue import redis_connection
+    from sagas.integration import redis_connection
 
     window = int(time.time() // 60)
     name = f"saga:api:rate:{key.pk}:{window}"

@@ -45,7 +45,7 @@ from console.actors import system_label
 from console.services.actions import Actor, audit_done
 from sagas.errors import InvalidArgument, NotSerializable, RunFinished
 from sagas.models import WorkflowRun
-from sagas.validation import SIGNAL_NAME_CHARS, checked_text
+from sagas.integration import SIGNAL_NAME_CHARS, checked_text
 
 log = logging.getLogger("api.hooks")
 
@@ -165,7 +165,7 @@ def hook_deliver(
     accepted before), ``conflict`` (the run is finished). Only the signature's check touches
     the secret; nothing of the body is parsed before it passed.
     """
-    from sagas.waits import signal_send
+    from sagas.integration import signal_send
 
     if len(body) > MAX_BODY_BYTES:
         raise _refuse(name, ip, "payload-too-large", f"a hook body may hold at most {MAX_BODY_BYTES} bytes")

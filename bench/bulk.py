@@ -50,7 +50,7 @@ def reset() -> None:
     from django.db import connection
 
     from core.append_only import TRUNCATE_ESCAPE_GUC
-    from sagas.queue import redis_connection
+    from sagas.runtime.queue import redis_connection
 
     with connection.cursor() as cur:
         cur.execute(f"SET {TRUNCATE_ESCAPE_GUC} = on")

@@ -59,7 +59,7 @@ def reset_state() -> None:
     from django.db import connection
 
     from core.append_only import TRUNCATE_ESCAPE_GUC
-    from sagas.queue import redis_connection
+    from sagas.runtime.queue import redis_connection
 
     with connection.cursor() as cur:
         # The journal refuses TRUNCATE unless the session says it is a harness emptying its own database.

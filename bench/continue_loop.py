@@ -129,7 +129,7 @@ def _claim_with_history(recorded: int) -> float:
     from django.db import connection
 
     from sagas import start
-    from sagas.engine import Outcome, advance
+    from sagas.replay.engine import Outcome, advance
 
     run = start("bench_loop", {"i": 0, "end": recorded + 1, "every": recorded + 1})
     with connection.cursor() as cur:

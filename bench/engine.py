@@ -192,7 +192,7 @@ def long_run(entries: int) -> tuple[str, float]:
     from django.db import connection
 
     from sagas import start
-    from sagas.engine import advance
+    from sagas.replay.engine import advance
     from sagas.models import WorkflowRun
 
     common.reset_state()
@@ -211,8 +211,9 @@ def long_run(entries: int) -> tuple[str, float]:
 
 
 def replay_time(run_id: str, rounds: int) -> float:
-    from sagas import registry, systemdb
-    from sagas.context import Context
+    from sagas.versions import registry
+    from sagas.store import systemdb
+    from sagas.replay.context import Context
     from sagas.models import WorkflowRun
 
     run = WorkflowRun.objects.get(id=run_id)

@@ -87,7 +87,7 @@ def _wait_listening(proc: subprocess.Popen) -> None:
     """Until the worker (concurrency 1) is registered with RQ as idle: blocked in its dequeue."""
     from rq import Worker
 
-    from sagas.queue import redis_connection
+    from sagas.runtime.queue import redis_connection
 
     def listening() -> bool:
         if proc.poll() is not None:
@@ -329,7 +329,7 @@ class CpuSampler:
         import psycopg
         from django.db import connection
 
-        from sagas.queue import redis_connection
+        from sagas.runtime.queue import redis_connection
 
         connection.ensure_connection()  # its backend is excluded; connecting commits nothing
         self.worker_pids = worker_pids

@@ -25,7 +25,7 @@ per run and kinds as in bench/console.py (one 20,000-entry run with effect pairs
 in the oldest month are all finished, so that month can be dropped whole.
 
 The engine's own code runs on both: queries go through Django's connection with ``search_path``
-set to the schema, so ``sagas.systemdb.append``/``load_journal``/``find_own_entry`` and the
+set to the schema, so ``sagas.store.systemdb.append``/``load_journal``/``find_own_entry`` and the
 console's ``history_timeline`` run unchanged on ``flat``. On ``part`` the append must write the
 partition key: it is ``systemdb._APPEND_SQL`` with the run's ``created_at`` (read from its
 row) written as ``run_created_on`` (derived from the real text; the bench stops if that
@@ -34,7 +34,7 @@ text changed shape). Reads run as today (no key: every partition is probed) and,
 
 Retention removes the oldest month's runs and their journal while one appender keeps writing
 steps on other runs: on ``flat`` in batches of 500 runs (journal rows then run rows, one
-transaction per batch, as ``sagas.retention.archive_due`` does by default); on ``part`` by
+transaction per batch, as ``sagas.retention.archiving.archive_due`` does by default); on ``part`` by
 ``DETACH PARTITION ... CONCURRENTLY`` and ``DROP TABLE`` of the month's journal partition, then
 the same batches for the run rows (the run table is not partitioned). Autovacuum is off on
 these tables (and on the shared server): dead tuples are counted after the deletes and a
@@ -248,7 +248,7 @@ def use(schema: str) -> None:
 
 def partitioned_append_sql() -> str:
     """``systemdb._APPEND_SQL`` writing the partition key too (the run's creation day)."""
-    from sagas import systemdb
+    from sagas.store import systemdb
 
     sql = systemdb._APPEND_SQL
     for old, new in [
@@ -256,7 +256,7 @@ def partitioned_append_sql() -> str:
         ("$6, now()\n", "$6, now(), (r.created_at AT TIME ZONE 'UTC')::date\n"),
     ]:
         if sql.count(old) != 1:
-            raise SystemExit(f"sagas.systemdb._APPEND_SQL changed shape ({old!r} not found once): update "
+            raise SystemExit(f"sagas.store.systemdb._APPEND_SQL changed shape ({old!r} not found once): update "
                              "bench/partition.py's partitioned_append_sql()")
         sql = sql.replace(old, new)
     return sql
@@ -265,9 +265,9 @@ def partitioned_append_sql() -> str:
 def appender(schema: str):  # type: ignore[no-untyped-def]
     """A function appending one step entry to a run, the engine's way, on the current thread's
     connection (whose search_path must be ``schema``)."""
-    from sagas import systemdb
+    from sagas.store import systemdb
     from sagas.errors import LeaseLost
-    from sagas.libpq import Statement
+    from sagas.store.libpq import Statement
 
     if schema == "flat":
         def append(run_id: str, i: int) -> None:
@@ -327,7 +327,7 @@ def append_rounds(conn, size: dict) -> dict[str, dict[str, float]]:  # type: ign
 def read_figures(conn, size: dict) -> dict[str, dict[str, tuple[float, float]]]:  # type: ignore[no-untyped-def]
     """p50/p95 ms per read figure and schema."""
     from console.selectors.history import KIND_GROUPS, history_timeline
-    from sagas import systemdb
+    from sagas.store import systemdb
 
     rng = random.Random(16)
     sample = [md5_run(n) for n in rng.sample(range(2, size["runs"] + 1), size["samples"])]

@@ -22,7 +22,7 @@ the shared server.
    in fixed windows.
 3. **Run list**: a process GETs the console's ``/runs/`` (django.test.Client, a logged-in
    viewer, DEBUG off) every 0.5 s throughout.
-4. **Archive**: ``sagas.retention.archive_due`` in this process (batch size and pause of the
+4. **Archive**: ``sagas.retention.archiving.archive_due`` in this process (batch size and pause of the
    scheduled pass, SAGAS_ARCHIVE_BATCH and SAGAS_ARCHIVE_PAUSE), after a baseline window, one
    batch per call in slices of 50 s with a quiet window of 10 s after each; then the figures
    per phase against the targets (worker throughput drop < 20 % against the baseline before
@@ -453,7 +453,7 @@ def archive_in_slices(archive_due, *, batch_size: int, pause: float, slice_s: fl
     seconds, until nothing is due. The quiet windows measure the worker beside the archiving
     slices under the same load from the rest of the machine (which a before/after baseline
     does not: on a shared machine that load changes more in 20 minutes than archiving does)."""
-    from sagas.retention import ArchiveReport
+    from sagas.retention.archiving import ArchiveReport
 
     total = ArchiveReport()
     while True:
@@ -607,9 +607,9 @@ def verify(kept_before: tuple) -> list[tuple[str, str]]:
 
 
 def read_back(model, sample: int = 200) -> tuple[str, str]:  # type: ignore[no-untyped-def]
-    """Open ``sample`` archived runs from their files (sagas.archive.run_lines): each must give
+    """Open ``sample`` archived runs from their files (sagas.retention.store.run_lines): each must give
     its run line and its 10 journal entries, in order."""
-    from sagas.archive import run_lines, store_for_location
+    from sagas.retention.store import run_lines, store_for_location
 
     rows = sql(f"""SELECT a.run_id::text, a.location, a."offset", a.length FROM {model._meta.db_table} a
                     JOIN bench_expect e ON e.id = a.run_id AND e.category = 'old'
@@ -667,13 +667,13 @@ def main() -> None:  # noqa: PLR0915  (one straight story, printed in order)
     env = common.bench_env(**extra)
     from django.conf import settings
 
-    from sagas.retention import archive_due
+    from sagas.retention.archiving import archive_due
 
     # --smoke: batches of 100, so that its 2,000 runs take more than one archiving slice.
     batch_size = args.batch_size or (100 if args.smoke else settings.SAGAS_ARCHIVE_BATCH)
     pause = args.pause if args.pause is not None else settings.SAGAS_ARCHIVE_PAUSE
 
-    from sagas.queue import redis_connection
+    from sagas.runtime.queue import redis_connection
 
     redis_connection().flushdb()  # Redis db 11: this bench's own
     t0 = time.perf_counter()

@@ -229,7 +229,7 @@ LOGGING = {
 # Extra modules holding @workflow / @connector definitions (comma-separated).
 SAGAS_MODULES = env_list("SAGAS_MODULES")
 SAGAS_QUEUE = env_str("SAGAS_QUEUE", "sagas")
-# django-rq holds the engine's Redis connection (sagas.queue) and serves the queue dashboard
+# django-rq holds the engine's Redis connection (sagas.runtime.queue) and serves the queue dashboard
 # (/django-rq/, staff only). The queue listed is the compensation queue, which every worker
 # reads, so the dashboard shows every worker; the per-version queues (<SAGAS_QUEUE>:<hash16>)
 # are named at run time and made on this entry's connection. 5 s socket timeouts: a Redis
@@ -242,16 +242,16 @@ RQ_QUEUES = {
 SAGAS_LEASE_TTL = env_float("SAGAS_LEASE_TTL", 15.0, minimum=1.0)
 # How often the sweeper (standalone or inside workers) looks for lost work.
 SAGAS_SWEEP_INTERVAL = env_float("SAGAS_SWEEP_INTERVAL", 2.0, minimum=0.1)
-# Crash points for tests, e.g. "after_step:charge" (see sagas/crashpoints.py).
+# Crash points for tests, e.g. "after_step:charge" (see sagas/runtime/crashpoints.py).
 SAGAS_CRASH_AT = env_list("SAGAS_CRASH_AT")
 # Runs one worker process advances at once, one thread each (sagas_worker --concurrency overrides it).
 SAGAS_WORKER_CONCURRENCY = env_int("SAGAS_WORKER_CONCURRENCY", 1, minimum=1)
 
-# Retention (sagas/retention.py, README "Retention and archives"): terminal runs (completed,
+# Retention (sagas/retention/archiving.py, README "Retention and archives"): terminal runs (completed,
 # compensated, cancelled, failed) finished more than SAGAS_RETENTION_DAYS ago (a workflow's own
 # ``retention=`` first) are written to SAGAS_ARCHIVE_URL, one gzip JSON Lines file per UTC day of
 # their finish, then deleted. Other schemes than file:// need SAGAS_ARCHIVE_WRITER, the dotted path
-# of a class taking the URL (sagas.archive.ArchiveStore). Settled effect keys stay SAGAS_EFFECT_KEY_DAYS
+# of a class taking the URL (sagas.retention.store.ArchiveStore). Settled effect keys stay SAGAS_EFFECT_KEY_DAYS
 # after archiving in a key index so a repeat is still deduplicated. Workers (not --no-sweep) archive
 # every SAGAS_ARCHIVE_INTERVAL seconds (0: never), SAGAS_ARCHIVE_BATCH runs per transaction,
 # SAGAS_ARCHIVE_PAUSE seconds apart.

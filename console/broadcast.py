@@ -55,7 +55,7 @@ from console.topics import (
     run_topic,
 )
 from ledger.signals import effect_changed
-from sagas.signals import run_changed
+from sagas.events import run_changed
 
 log = logging.getLogger("console.live")
 

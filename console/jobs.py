@@ -1,5 +1,5 @@
 """The console's background jobs. They go on the queue every engine worker reads
-(``<SAGAS_QUEUE>:compensation``, ``sagas.queue``), so any live worker runs them; they take ids,
+(``<SAGAS_QUEUE>:compensation``, ``sagas.runtime.queue``), so any live worker runs them; they take ids,
 never model instances."""
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ from console.services.limits import clip_text
 from ledger.models import EffectRecord
 from ledger.services import effect_resolved
 from sagas.models import ArchivedRun
-from sagas.retention import ArchivedBatch, runs_archived
+from sagas.integration import ArchivedBatch, runs_archived
 
 
 def _on_effect_resolved(sender: Any, effect: EffectRecord, outcome: str, actor: str, **kwargs: Any) -> None:
@@ -43,7 +43,7 @@ def _on_effect_resolved(sender: Any, effect: EffectRecord, outcome: str, actor: 
 
 def _on_runs_archived(sender: Any, batch: ArchivedBatch, **kwargs: Any) -> None:
     """One ``runs.archived`` entry per retention batch, in the batch's transaction (sent by
-    ``sagas.retention`` after the delete): a failure here rolls the batch back. The tenant is
+    ``sagas.retention.archiving`` after the delete): a failure here rolls the batch back. The tenant is
     the batch's when it has one (else "": shown to those who see every tenant)."""
     count = len(batch.run_ids)
     AuditEntry.objects.create(

@@ -1,4 +1,4 @@
-"""The console's own workflows (found by ``sagas.registry.autodiscover``): ``system.notify``."""
+"""The console's own workflows (found by ``sagas.versions.registry.autodiscover``): ``system.notify``."""
 
 from __future__ import annotations
 

@@ -56,7 +56,7 @@ from demo.providers.faults import FINAL, TIMEOUT_AFTER_WORK, inject
 from ledger.models import EffectKind, EffectRecord, EffectStatus
 from sagas import start
 from sagas.models import OPEN_APPROVAL_STATES, TERMINAL_STATUSES, ApprovalRequest, ApprovalState, RunStatus, WorkflowRun
-from sagas.queue import redis_connection
+from sagas.integration import redis_connection
 
 WORKFLOW = "order_agent"
 BOT_USERNAME = "demo-bot"

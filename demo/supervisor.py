@@ -273,7 +273,7 @@ def forget_rq_worker(name: str) -> None:
     """
     from rq.worker import Worker
 
-    from sagas.queue import redis_connection
+    from sagas.integration import redis_connection
 
     try:
         worker = Worker.find_by_key(Worker.redis_worker_namespace_prefix + name, connection=redis_connection())

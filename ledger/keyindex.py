@@ -8,7 +8,7 @@ nothing is executed; another payload is refused as a reused key. ``keys_purge`` 
 rows, in bounded batches. An expired row that is not purged yet is ignored already.
 
 Runs with an effect whose outcome is open (IN_PROGRESS, UNKNOWN) are not archived
-(``sagas.retention``), so the index never needs to stand for an open outcome. A PENDING
+(``sagas.retention.archiving``), so the index never needs to stand for an open outcome. A PENDING
 effect (never dispatched) leaves no key: a repeat may run it.
 """
 

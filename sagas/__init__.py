@@ -2,7 +2,16 @@
 
 Everything a workflow author or an integrator calls is importable from here (the
 connector API and ``resolve`` from ``ledger``); the submodules are internal and may
-move. Importing ``sagas`` is cheap and touches no Django model: functions import
+move, except the extension modules for tools built on the engine (``sagas.integration``,
+``sagas.models``, ``sagas.selectors``, ``sagas.errors``, ``sagas.events``, ``sagas.agents``,
+``sagas.testing``; ``sagas.integration``'s docstring says what each is for).
+
+Inside, the engine is grouped by concept: ``store`` (the system tables' SQL, journal
+numbering, locks, database roles), ``runtime`` (worker processes, heartbeat, the queue, the
+sweeper, crash points), ``replay`` (the engine loop, ``Context``, the journal cursor,
+continue-as-new), ``versions`` (the registry and definition hashes), ``retention`` (archiving
+and the archive store), ``agents``; waits, compensation, services and selectors are modules
+of their own. Importing ``sagas`` is cheap and touches no Django model: functions import
 what they need when called, so they need Django set up (``django.setup()``, or
 any code running under ``manage.py``) by then.
 
@@ -62,16 +71,16 @@ from sagas.errors import (
     WaitTimedOut,
     WorkflowNotRegistered,
 )
-from sagas.registry import workflow
+from sagas.versions.registry import workflow
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import AbstractBaseUser
 
     from ledger.models import EffectRecord
     from sagas.compensation import PlannedItem
-    from sagas.context import Context
+    from sagas.replay.context import Context
     from sagas.models import ApprovalRequest, RunStatus, WorkflowRun
-    from sagas.readiness import WorkerStatus
+    from sagas.runtime.readiness import WorkerStatus
 
 __all__ = [
     "ActionNotAllowed",
@@ -308,8 +317,8 @@ def workers(*, include_stopped: bool = False) -> list[WorkerStatus]:
     """The workers in the registry, by name, each with the versions it runs and ``live``
     (beating recently); stopped or silent ones only with ``include_stopped``. A worker
     started with ``sagas_worker --ready-file`` also writes a file once it is ready
-    (``sagas.readiness``)."""
-    from sagas.readiness import workers_status
+    (``sagas.runtime.readiness``)."""
+    from sagas.runtime.readiness import workers_status
 
     return workers_status(include_stopped=include_stopped)
 
@@ -317,7 +326,7 @@ def workers(*, include_stopped: bool = False) -> list[WorkerStatus]:
 def __getattr__(attr: str) -> Any:
     # Names whose modules import Django models: loaded on first use, after apps are ready.
     if attr == "Context":
-        from sagas.context import Context
+        from sagas.replay.context import Context
 
         return Context
     if attr == "RunStatus":

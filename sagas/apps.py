@@ -11,7 +11,7 @@ class SagasConfig(AppConfig):
     def ready(self) -> None:
         from django.conf import settings
 
-        from sagas import registry
+        from sagas.versions import registry
 
         registry.autodiscover(list(settings.SAGAS_MODULES))
         from sagas import receivers  # noqa: F401  (connects ledger signals)

@@ -23,11 +23,12 @@ from ledger.connectors import Operation, get_connector
 from ledger.errors import ConnectorNotRegistered, EffectFailed, OutcomeUnknown
 from ledger.models import EffectKind, EffectRecord, EffectStatus
 from ledger.protocol import run_operation
-from sagas import queue, systemdb
-from sagas.crashpoints import crash_point
-from sagas.cursor import JournalCursor
+from sagas.runtime import queue
+from sagas.store import systemdb
+from sagas.runtime.crashpoints import crash_point
+from sagas.replay.cursor import JournalCursor
 from sagas.errors import ActionNotAllowed, CompensationStuck, RunFinished
-from sagas.locks import run_lock
+from sagas.store.locks import run_lock
 from sagas.models import (
     OPEN_APPROVAL_STATES,
     ApprovalRequest,
@@ -42,8 +43,8 @@ from sagas.models import (
     check_compensation_transition,
     check_transition,
 )
-from sagas.signals import send_run_changed
-from sagas.systemdb import dumps
+from sagas.events import send_run_changed
+from sagas.store.systemdb import dumps
 from sagas.validation import FREE_TEXT_CHARS, checked_text
 
 log = logging.getLogger("sagas.compensation")
@@ -120,7 +121,7 @@ def plan_create(*, run: WorkflowRun, reason: str, trigger: str, user: AbstractBa
 def approvals_expire_open(*, run: WorkflowRun, why: str, by: str = "system") -> None:
     """The run's open approvals (PENDING, ESCALATED) become EXPIRED, decided by ``by (why)``:
     the run is being cancelled or compensated, so nobody may decide them any more. Inside
-    the caller's transaction, with the run's row locked first (``sagas.locks``)."""
+    the caller's transaction, with the run's row locked first (``sagas.store.locks``)."""
     ApprovalRequest.objects.filter(run=run, state__in=OPEN_APPROVAL_STATES).update(
         state=ApprovalState.EXPIRED, decided_by_label=f"{by} ({why})", decided_at=timezone.now()
     )
@@ -130,7 +131,7 @@ def compensation_start(*, run_id: str, user: AbstractBaseUser | None, reason: st
     """An operator asks to undo a run's effects. The run leaves any worker (fence +1),
     goes COMPENSATING and is enqueued. Refused for finished runs and running compensations.
 
-    Locks in ``sagas.locks``' order: the run, its open approvals (expired), then the plan."""
+    Locks in ``sagas.store.locks``' order: the run, its open approvals (expired), then the plan."""
     actor = actor or (user.get_username() if user is not None else "system")
     checked_text(reason, what="reason", max_length=FREE_TEXT_CHARS)
     if not reason.strip():
@@ -187,7 +188,7 @@ def compensate_claimed(ctx: JournalCursor) -> None:
             _item_stuck(ctx, plan, item, I.FAILED, "compensation_failed", str(exc))
         except OutcomeUnknown as exc:
             _item_stuck(ctx, plan, item, I.UNKNOWN, "compensation_unknown", exc.message)
-        with transaction.atomic():  # the run's row (fenced append) before the item: sagas.locks' order
+        with transaction.atomic():  # the run's row (fenced append) before the item: sagas.store.locks' order
             ctx.append(K.COMPENSATION_ITEM, name, dumps({"step": item.step_name, "state": I.SUCCEEDED,
                                                            "downstream_ref": record.downstream_ref}))
             item.state = I.SUCCEEDED
@@ -202,7 +203,7 @@ def compensate_claimed(ctx: JournalCursor) -> None:
 
 
 def _item_stuck(ctx: JournalCursor, plan: CompensationPlan, item: CompensationItem, state: str, reason: str, message: str) -> None:
-    with transaction.atomic():  # the plan before its item: sagas.locks' order
+    with transaction.atomic():  # the plan before its item: sagas.store.locks' order
         check_compensation_transition(plan.state, CompensationState.NEEDS_ATTENTION)
         plan.state = CompensationState.NEEDS_ATTENTION
         plan.save(update_fields=["state"])

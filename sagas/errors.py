@@ -164,7 +164,7 @@ class Yield(EngineSignal):
 
 class ContinueAsNew(EngineSignal):
     """``ctx.continue_as_new(state)``: end this run and go on in a fresh run of the same
-    workflow with ``state`` as its input (``sagas.continuation``). ``state`` is already checked
+    workflow with ``state`` as its input (``sagas.replay.continuation``). ``state`` is already checked
     storable JSON (as PostgreSQL will return it)."""
 
     code = "continue_as_new"

@@ -28,7 +28,7 @@ class RunStatus(models.TextChoices):
 
 
 S = RunStatus
-# The one table of legal run transitions. SQL in sagas/systemdb.py derives its
+# The one table of legal run transitions. SQL in sagas/store/systemdb.py derives its
 # ``status = ANY(...)`` guards from it through ``sources()``.
 RUN_TRANSITIONS: dict[str, frozenset[str]] = {
     # PENDING -> NEEDS_ATTENTION: no live worker has the run's code (version_mismatch).
@@ -84,7 +84,7 @@ class WorkflowRun(models.Model):
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     fence = models.BigIntegerField(default=0, help_text="+1 on every claim; every write checks it")
     attempts = models.PositiveIntegerField(default=0, help_text="number of claims")
-    last_seq = models.PositiveIntegerField(default=0, help_text="steps_used and cost_used count the journal up to this seq (sagas.numbering)")
+    last_seq = models.PositiveIntegerField(default=0, help_text="steps_used and cost_used count the journal up to this seq (sagas.store.numbering)")
 
     steps_used = models.PositiveIntegerField(default=0)
     cost_used = models.DecimalField(max_digits=14, decimal_places=6, default=0)
@@ -373,7 +373,7 @@ class CompensationItem(models.Model):
 
 
 class ArchivedRun(models.Model):
-    """A run retention archived and deleted (``sagas.retention``): its lines are in the gzip
+    """A run retention archived and deleted (``sagas.retention.archiving``): its lines are in the gzip
     member at ``offset`` (``length`` bytes) of ``location``; this row, never deleted, says which."""
 
     run_id = models.UUIDField(primary_key=True)

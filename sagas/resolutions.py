@@ -2,7 +2,7 @@
 
 An effect's resolution (a person's, or the reconciler's lookup) is the ledger's; the run
 it belongs to is the engine's. Inside the resolving transaction, the run's row is locked
-before the effect's (``sagas.locks``' order, the same as every other writer), the
+before the effect's (``sagas.store.locks``' order, the same as every other writer), the
 resolution is journaled on the run, and a run parked only because of UNKNOWN effects
 resumes once none remains.
 """
@@ -15,15 +15,16 @@ from ledger.errors import InvalidResolution
 from ledger.journal import KINDS
 from ledger.models import EffectRecord, EffectStatus
 from ledger.protocol import result_payload
-from sagas import queue, systemdb
-from sagas.locks import effect_run_lock, run_lock
+from sagas.runtime import queue
+from sagas.store import systemdb
+from sagas.store.locks import effect_run_lock, run_lock
 from sagas.models import LEASED_STATUSES, JournalKind, RunStatus, WorkflowRun, check_transition
-from sagas.signals import send_run_changed
-from sagas.systemdb import dumps
+from sagas.events import send_run_changed
+from sagas.store.systemdb import dumps
 
 
 def run_lock_for_effect_resolution(*, effect_id: int) -> None:
-    """Before an effect's resolution locks the effect: lock its run (``sagas.locks``' order).
+    """Before an effect's resolution locks the effect: lock its run (``sagas.store.locks``' order).
 
     Called inside the resolving transaction (``ledger.services.effect_resolving``). Refuses,
     before anything is changed, when a worker is advancing the run right now: its own

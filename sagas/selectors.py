@@ -34,7 +34,7 @@ def live_definition_hashes() -> set[str] | None:
 def run_newest_seq(run: WorkflowRun) -> int:
     """The seq of the run's newest journal entry, which is also how many it has (seqs are
     gap-free from 1). ``last_seq`` when no worker holds the run; a lease holder's steps are
-    past ``last_seq`` until they are counted (``sagas.numbering``): one index lookup then."""
+    past ``last_seq`` until they are counted (``sagas.store.numbering``): one index lookup then."""
     if run.status not in LEASED_STATUSES:
         return run.last_seq
     newest = JournalEntry.objects.filter(run_id=run.id).aggregate(m=Max("seq"))["m"]

@@ -14,10 +14,16 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import connection, transaction
 from django.utils import timezone
 
-from sagas import queue, registry, selectors, startdb, systemdb
+from sagas import selectors
+
+from sagas.runtime import queue
+
+from sagas.versions import registry
+
+from sagas.store import startdb, systemdb
 from sagas.compensation import approvals_expire_open, needs_compensation, plan_create, run_move_to_compensating
 from sagas.errors import ActionNotAllowed, RunFinished, StartConflict
-from sagas.locks import run_lock
+from sagas.store.locks import run_lock
 from sagas.models import (
     LEASED_STATUSES,
     TERMINAL_STATUSES,
@@ -31,9 +37,9 @@ from sagas.models import (
     WorkflowVersion,
     check_transition,
 )
-from sagas.signals import send_run_changed
+from sagas.events import send_run_changed
 from sagas.summaries import summary_compute
-from sagas.systemdb import dumps
+from sagas.store.systemdb import dumps
 from sagas.validation import FREE_TEXT_CHARS, checked_text, start_arguments_check, start_name_check
 
 log = logging.getLogger("sagas.services")
@@ -79,7 +85,7 @@ def run_start(
     max_duration: timedelta | None = None,
 ) -> WorkflowRun:
     """Create a PENDING run and its ``started`` journal entry (one statement,
-    ``sagas.startdb.insert_run``) and wake a worker for it after commit.
+    ``sagas.store.startdb.insert_run``) and wake a worker for it after commit.
 
     Every argument is checked before the database is touched (``sagas.validation``:
     ``InvalidArgument``, ``NotSerializable``). Idempotent per ``(tenant, name,
@@ -244,7 +250,7 @@ def run_cancel(*, run_id: str, user: AbstractBaseUser | None, reason: str, compe
     boundary (its write is refused); a waiting run stops at once. With ``compensate`` and
     effects to undo, the run goes COMPENSATING instead of CANCELLED. Open approvals expire.
 
-    Locks in ``sagas.locks``' order: the run, its approvals, then the plan it creates."""
+    Locks in ``sagas.store.locks``' order: the run, its approvals, then the plan it creates."""
     actor = user.get_username() if user is not None else "system"
     checked_text(reason, what="reason", max_length=FREE_TEXT_CHARS)
     if not reason.strip():
@@ -291,7 +297,7 @@ def run_retry(*, run_id: str, user: AbstractBaseUser | None, reason: str) -> Wor
     actor = user.get_username() if user is not None else "system"
     checked_text(reason, what="reason", max_length=FREE_TEXT_CHARS)
     with transaction.atomic():
-        run = run_lock(run_id=run_id)  # then its plan: sagas.locks' order
+        run = run_lock(run_id=run_id)  # then its plan: sagas.store.locks' order
         if run.status != RunStatus.NEEDS_ATTENTION:
             raise ActionNotAllowed(f"only a run that needs attention can be retried; this one is {run.status}")
         target, details = RunStatus.PENDING, {}

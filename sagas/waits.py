@@ -17,8 +17,10 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
 
-from sagas import queue, systemdb
-from sagas.cursor import JournalCursor
+from sagas.runtime import queue
+
+from sagas.store import systemdb
+from sagas.replay.cursor import JournalCursor
 from sagas.errors import (
     AlreadyDecided,
     ApprovalEscalated,
@@ -28,7 +30,7 @@ from sagas.errors import (
     Suspend,
     WaitTimedOut,
 )
-from sagas.locks import approval_lock, run_lock
+from sagas.store.locks import approval_lock, run_lock
 from sagas.models import (
     OPEN_APPROVAL_STATES,
     TERMINAL_STATUSES,
@@ -40,8 +42,8 @@ from sagas.models import (
     check_approval_transition,
     check_transition,
 )
-from sagas.signals import send_run_changed
-from sagas.systemdb import dumps
+from sagas.events import send_run_changed
+from sagas.store.systemdb import dumps
 from sagas.validation import FREE_TEXT_CHARS, SIGNAL_NAME_CHARS, checked_json, checked_text
 
 log = logging.getLogger("sagas.waits")
@@ -91,7 +93,7 @@ def approval(ctx: JournalCursor, name: str, reason: str, timeout: timedelta, on_
 def _decision_or_expiry(ctx: JournalCursor, name: str, requested: dict) -> Any:
     """No decision in the loaded journal: look at the approval now; expire it if due.
 
-    Holds the run's row (fenced, FOR SHARE) before the approval's, in ``sagas.locks``'
+    Holds the run's row (fenced, FOR SHARE) before the approval's, in ``sagas.store.locks``'
     order, so an approver deciding at this moment (run, then approval) queues behind this
     worker instead of deadlocking with it. Runs only when a replay reaches an undecided
     approval, never per step.
@@ -180,7 +182,7 @@ def approval_decide(
     """Approve or reject. Four-eyes: the run's starter cannot decide. A second decision is
     refused and says who decided and when. The decision is journaled and wakes the run.
 
-    Locks the run, then the approval (``sagas.locks``' order, the same as cancelling or
+    Locks the run, then the approval (``sagas.store.locks``' order, the same as cancelling or
     compensating the run, which expire its approvals)."""
     checked_text(comment, what="the comment", max_length=FREE_TEXT_CHARS)
     with transaction.atomic():
@@ -236,7 +238,7 @@ def signal_send(*, run_id: str, name: str, payload: Any = None, actor: str = "ap
 def runs_wake_due(*, limit: int = 1000) -> int:
     """WAITING runs whose ``wake_at`` is due become PENDING (timer fired, deadline reached).
 
-    One transaction per run, holding only that run's row (``sagas.locks``' first lock):
+    One transaction per run, holding only that run's row (``sagas.store.locks``' first lock):
     an approval whose deadline passed is expired by the worker that resumes the run, so
     the sweeper never holds an approval and cannot deadlock with an operator."""
     woken = 0

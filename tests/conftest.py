@@ -98,7 +98,7 @@ def _no_session_left_at_the_end(django_db_setup, django_db_blocker):
 @pytest.fixture(autouse=True)
 def _clean_redis():
     """Each test starts with an empty Redis database (the tests' own, see settings_test)."""
-    from sagas.queue import redis_connection
+    from sagas.runtime.queue import redis_connection
 
     redis_connection().flushdb()
     yield

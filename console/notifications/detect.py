@@ -182,7 +182,7 @@ def connect_signals() -> None:
     """Called by the console app's ``ready``."""
     from django.db.models.signals import post_save
 
-    from sagas.signals import run_changed, swept
+    from sagas.events import run_changed, swept
 
     post_save.connect(forget_endpoints, sender=NotificationEndpoint, dispatch_uid="console.notifications.forget")
     run_changed.connect(on_run_changed, dispatch_uid="console.notifications.run_changed")

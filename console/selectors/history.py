@@ -7,7 +7,7 @@ Reads go through the journal's ``(run_id, seq)`` unique index: a page is one bac
 entry costs nothing unfiltered (the page reads one row more) and one lookup by seq per row under
 a filter, and the pairs cost one more read of the run's paired kinds with the names on the page,
 only when the page shows such an entry. Seqs are gap-free from 1 to the newest
-(``sagas.numbering``, ``sagas.selectors.run_newest_seq``), which the jump to a seq relies on.
+(``sagas.store.numbering``, ``sagas.selectors.run_newest_seq``), which the jump to a seq relies on.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from django.utils import timezone
 
 from console.selectors.runs import HISTORY_PAGE_SIZE
 from ledger.models import EffectRecord
-from sagas.continuation import CONTINUED_AS_NEW
+from sagas.integration import CONTINUED_AS_NEW
 from sagas.models import ApprovalRequest, JournalEntry, JournalKind
 
 K = JournalKind

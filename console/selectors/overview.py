@@ -42,7 +42,7 @@ RUN_QUEUES = (
     ("model_unavailable", "Models unavailable", ("model_unavailable",)),  # an agent's model stayed down
     ("non_determinism", "Non-deterministic runs", ("non_determinism",)),
 )
-# Why a FAILED run failed (WorkflowRun.status_reason, set by sagas.engine), as people say it.
+# Why a FAILED run failed (WorkflowRun.status_reason, set by sagas.replay.engine), as people say it.
 FAILED_REASONS = {
     "step_failed": "a step failed",
     "workflow_error": "the workflow raised an error",

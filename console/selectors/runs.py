@@ -19,7 +19,7 @@ from console.selectors.paging import Cursor, Page, keyset_page
 from console.selectors.search import runs_matching
 from console.selectors.tenancy import User, scope_runs
 from ledger.models import EffectRecord
-from sagas.continuation import chain_place
+from sagas.integration import chain_place
 from sagas.models import (
     ApprovalRequest,
     CompensationPlan,

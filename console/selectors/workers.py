@@ -24,7 +24,7 @@ from django.utils import timezone
 from core.storage import is_redis_error
 from console.selectors.tenancy import User, scope_runs
 from sagas.models import LEASED_STATUSES, RunStatus, WorkerProcess, WorkflowRun, WorkflowVersion
-from sagas.queue import redis_connection
+from sagas.integration import redis_connection
 from sagas.selectors import worker_liveness
 
 SILENT_WINDOW = timedelta(days=1)

@@ -4,7 +4,7 @@ transaction. A denied or refused attempt is audited too (in its own
 transaction, since nothing else is written).
 
 Two people acting on one run at once queue on the run's row: every action takes the locks
-of ``sagas.locks`` in its order (the run, then its approvals, effects and plan) before it
+of ``sagas.store.locks`` in its order (the run, then its approvals, effects and plan) before it
 reads anything, then compares the state it finds with the one the person saw (the form's
 ``expected``). So exactly one of them wins; the other is refused (HTTP 409) with what the
 state is now, and both are audited with the state each really found under the lock.
@@ -72,7 +72,7 @@ class Target:
 
     object_type: str
     object_id: Any
-    lock: Callable[[], Any]  # takes the locks in sagas.locks' order, inside the action's transaction
+    lock: Callable[[], Any]  # takes the locks in sagas.store.locks' order, inside the action's transaction
     snapshot: Callable[[], dict[str, Any]]  # what the audit log shows as before/after; has "state"
     stale: Callable[[dict[str, Any], str], str]  # the refusal when the state is not the one seen
     same: Callable[[str, str], bool] = operator.eq  # (seen, now) -> is it the state the person saw?

@@ -43,9 +43,8 @@ from console.services.queues import approval_act, effect_manual_resolve
 from console.services.runs import run_cancel_act, run_retry_act
 from console.services.tenancy import OUTSIDE_TENANTS, NotFound
 from ledger.services import RESOLUTION_OUTCOMES
-from sagas import queue
-from sagas.context import shutdown_requested
-from sagas.signals import swept
+from sagas.integration import compensation_queue_name, get_queue, shutdown_requested
+from sagas.events import swept
 
 log = logging.getLogger("console.bulk")
 
@@ -186,7 +185,7 @@ def enqueue(batch_id: int) -> bool:
     """Put a job for the batch on the queue every worker reads (``<SAGAS_QUEUE>:compensation``).
     False (logged) when Redis is away: the sweeper enqueues it later."""
     try:
-        queue.get_queue(queue.compensation_queue_name()).enqueue(
+        get_queue(compensation_queue_name()).enqueue(
             JOB, batch_id, job_timeout=-1, result_ttl=0, failure_ttl=24 * 3600, description=f"bulk batch {batch_id}",
         )
     except redis.RedisError as exc:

@@ -10,9 +10,8 @@ from console.services.actions import Actor, Incomplete, Refused, Target, at_time
 from ledger.models import EffectRecord, EffectStatus
 from ledger.reconcile import reconcile_effect
 from ledger.services import effect_resolve
-from sagas.locks import approval_lock, effect_lock
+from sagas.integration import approval_decide, approval_lock, effect_lock
 from sagas.models import OPEN_APPROVAL_STATES, ApprovalRequest
-from sagas.waits import approval_decide
 
 # --- targets: locks, snapshots and what to say when the page was stale -------------------------
 

@@ -1,6 +1,6 @@
 """Operator actions on a run: cancel, retry, compensate (each through ``actions.perform``).
 
-The run is locked (``sagas.locks.run_lock``) and compared with the status the operator saw;
+The run is locked (``sagas.store.locks.run_lock``) and compared with the status the operator saw;
 a run that moved on is refused with what last moved it.
 """
 
@@ -9,10 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 from console.services.actions import Actor, Target, at_time, perform
-from sagas.compensation import compensation_start
-from sagas.locks import run_lock
+from sagas.integration import compensation_start, run_cancel, run_lock, run_retry
 from sagas.models import JournalEntry, WorkflowRun
-from sagas.services import run_cancel, run_retry
 
 
 def _run_last_change(run: WorkflowRun) -> str:

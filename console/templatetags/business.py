@@ -20,7 +20,7 @@ from django import template
 
 from core import redaction
 from console.templatetags.payloads import show_controls
-from sagas.summaries import ERROR_KEY
+from sagas.integration import ERROR_KEY
 
 register = template.Library()
 

@@ -37,7 +37,7 @@ from console.views.run_detail import (
     header_context,
     run_page,
 )
-from sagas.compensation import compensation_preview
+from sagas.integration import compensation_preview
 from sagas.models import RunStatus, WorkflowRun
 
 

@@ -1,6 +1,6 @@
-"""The page of an archived run: read-only, from its archive file (``sagas.archive``).
+"""The page of an archived run: read-only, from its archive file (``sagas.retention.store``).
 
-Retention (``sagas.retention``) deleted the run's rows; ``ArchivedRun`` says when and to which
+Retention (``sagas.retention.archiving``) deleted the run's rows; ``ArchivedRun`` says when and to which
 file, and where in it the run's gzip member is. The page reads that one member and shows
 the run as archived: its header, history (journal), effects, approvals and compensation.
 Nothing can be done to it. Every value is shown redacted and escaped, as on a live run's page.
@@ -18,7 +18,7 @@ from django.shortcuts import render
 
 from core.redaction import redact_text
 from console.selectors.tenancy import scope
-from sagas.archive import run_lines, store_for_location
+from sagas.integration import run_lines, store_for_location
 from sagas.models import ArchivedRun
 
 log = logging.getLogger("console.archive")

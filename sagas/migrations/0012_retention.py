@@ -5,7 +5,7 @@
   terminal (COMPLETED, FAILED, CANCELLED, COMPENSATED) and have an archive row, with their
   journal, effect records, approvals and compensation plan (and items). It runs as its
   owner (``SECURITY DEFINER``, the role that migrates), so the runtime role, which holds no
-  DELETE on the journal (``sagas.dbroles``), needs only EXECUTE on it. It sets the
+  DELETE on the journal (``sagas.store.dbroles``), needs only EXECUTE on it. It sets the
   transaction-local setting ``saga_console.archive_delete`` around its journal DELETE, and
   resets it before returning.
 * The journal's row trigger (``sagas_journal_append_only``, migration 0002) does not fire

@@ -7,8 +7,8 @@ without it, for the fenced INSERT alone (bench/README.md, "Issue 16 targets, 202
 What it guarded holds without it:
 
 * an entry cannot name a run that does not exist: every INSERT of an entry selects the run's
-  row in the same statement (``sagas.systemdb``'s fenced statements and ``append_event``,
-  ``sagas.startdb``) or in the same transaction with the row locked (the services);
+  row in the same statement (``sagas.store.systemdb``'s fenced statements and ``append_event``,
+  ``sagas.store.startdb``) or in the same transaction with the row locked (the services);
 * a run cannot be deleted while it has entries: ``sagas_run_delete_guard`` refuses it, with
   the error code a foreign key gives (23503). Retention deletes the journal first
   (``sagas_archive_delete``), so its path is unchanged; the ORM's ``PROTECT`` still stops

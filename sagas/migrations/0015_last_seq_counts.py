@@ -13,6 +13,6 @@ class Migration(migrations.Migration):
         migrations.AlterField(
             model_name='workflowrun',
             name='last_seq',
-            field=models.PositiveIntegerField(default=0, help_text='steps_used and cost_used count the journal up to this seq (sagas.numbering)'),
+            field=models.PositiveIntegerField(default=0, help_text='steps_used and cost_used count the journal up to this seq (sagas.store.numbering)'),
         ),
     ]

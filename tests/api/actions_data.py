@@ -1,5 +1,5 @@
 """Test data of the API's action tests: a workflow that waits for an approval (driven in-process
-with ``sagas.engine.advance``), runs in given states, and an in-process caller."""
+with ``sagas.replay.engine.advance``), runs in given states, and an in-process caller."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from django.test import Client
 
 from api.models import ApiKey
 from sagas import Context, start, workflow
-from sagas.engine import advance
+from sagas.replay.engine import advance
 from sagas.models import ApprovalRequest, RunStatus, WorkflowRun
 
 SECRET = "hunter2-do-not-show"

@@ -33,9 +33,9 @@ from console.services.runs import run_compensate_act
 from demo.providers.faults import inject
 from ledger.models import EffectRecord
 from sagas import start
-from sagas.engine import advance
+from sagas.replay.engine import advance
 from sagas.models import ApprovalRequest, ApprovalState, ArchivedRun, RunStatus, WorkflowRun, WorkflowVersion
-from sagas.retention import archive_due
+from sagas.retention.archiving import archive_due
 from tests.browser.a11y import Sweep, wait_live
 from tests.browser.conftest import _password_hash
 from tests.ledger import wf_orders, wf_sagas  # noqa: F401  (register the workflows here too)

@@ -11,7 +11,7 @@ import pytest
 from playwright.sync_api import expect
 
 from sagas.models import ApprovalRequest, ApprovalState, RunStatus
-from sagas.signals import send_run_changed_now
+from sagas.events import send_run_changed_now
 from tests.console.queue_data import make_approval, make_run
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -20,8 +20,8 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from ledger import Connector, Timeout, Unknown, connector
 from sagas import Context, start, workflow
 from sagas.agents import effect_tool, run_agent
-from sagas.engine import advance
-from sagas import registry
+from sagas.replay.engine import advance
+from sagas.versions import registry
 from sagas.models import WorkflowRun, WorkflowVersion
 
 AGENT = "order"

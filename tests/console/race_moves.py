@@ -16,7 +16,7 @@ from console.models import AuditEntry
 from ledger import Connector, Timeout, connector
 from ledger.models import EffectRecord
 from sagas import Context, start, workflow
-from sagas.engine import advance
+from sagas.replay.engine import advance
 from sagas.models import (
     ApprovalRequest,
     RunStatus,

@@ -14,7 +14,7 @@ from django.urls import reverse
 from console.models import AuditEntry
 from ledger import Connector, connector
 from sagas import Context, start, workflow
-from sagas.engine import advance
+from sagas.replay.engine import advance
 from sagas.models import (
     RunStatus,
     WorkflowRun,

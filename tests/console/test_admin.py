@@ -15,7 +15,7 @@ from console.models import AuditEntry
 from ledger.models import EffectRecord, EffectStatus
 from sagas import start
 from sagas.models import JournalEntry, RunStatus, WorkflowRun
-from sagas.registry import workflow
+from sagas.versions.registry import workflow
 
 pytestmark = pytest.mark.django_db
 

@@ -12,7 +12,7 @@ from django.utils import timezone
 from console.models import AuditEntry, AuditOutcome
 from console.user_audit import ACTION as ROLE_CHANGES  # the fixture's role grants
 from sagas import start
-from sagas.engine import advance
+from sagas.replay.engine import advance
 from sagas.models import (
     ApprovalRequest,
     ApprovalState,

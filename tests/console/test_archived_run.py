@@ -10,9 +10,9 @@ from django.utils import timezone
 
 from console.models import TenantScope
 from sagas import start
-from sagas.engine import advance
+from sagas.replay.engine import advance
 from sagas.models import ArchivedRun, RunStatus, WorkflowRun
-from sagas.retention import archive_due
+from sagas.retention.archiving import archive_due
 from tests.console.conftest import client_for
 from tests.console.run_data import IMG, IMG_ESCAPED, SCRIPT, SCRIPT_ESCAPED, run_url, text
 from tests.sagas import wf_retention  # noqa: F401  (registers ret_order)
@@ -57,7 +57,7 @@ def test_it_hides_an_archived_run_outside_the_users_tenants(people, archived):
 
 
 def test_it_says_so_when_the_archive_file_is_gone(people, archived):
-    from sagas.archive import FileStore
+    from sagas.retention.store import FileStore
 
     FileStore.path_of(archived.location).unlink()
     response = client_for(people["viewer"]).get(run_url(type("R", (), {"id": archived.run_id})))

@@ -26,7 +26,7 @@ from console.selectors.conversation import conversation
 from console.views import run_detail
 from ledger.models import EffectRecord
 from sagas import approve, reject
-from sagas.engine import advance
+from sagas.replay.engine import advance
 from sagas.models import ApprovalRequest, JournalEntry, RunStatus
 from tests.console.conftest import client_for
 from tests.console.conversation_data import agent_run, version_registered

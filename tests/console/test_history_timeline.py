@@ -97,7 +97,7 @@ def test_it_jumps_to_the_page_holding_an_entry_with_its_anchor(people):
     with CaptureQueriesContext(connection) as queries:
         page = text(client.get(f"{url}?before=151"))
     # The page, the newer link, and (the run is RUNNING: its holder's newest steps may not be
-    # counted in last_seq yet, sagas.numbering) one index lookup of its newest entry.
+    # counted in last_seq yet, sagas.store.numbering) one index lookup of its newest entry.
     journal_reads = [q["sql"] for q in queries if 'FROM "sagas_journalentry"' in q["sql"]]
     assert len(journal_reads) == 3 and sum('MAX("sagas_journalentry"."seq")' in q for q in journal_reads) == 1
     assert sorted(rows(page)) == list(range(51, 151)) and 'id="seq-120"' in page

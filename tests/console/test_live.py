@@ -27,10 +27,10 @@ from console import broadcast as live_broadcast
 from console import consumers, live, roles, topics
 from console.models import AuditEntry
 from sagas import start
-from sagas.engine import Outcome, advance
+from sagas.replay.engine import Outcome, advance
 from sagas.models import WorkflowRun
-from sagas.registry import workflow
-from sagas.signals import PROGRESS_INTERVAL, run_changed
+from sagas.versions.registry import workflow
+from sagas.events import PROGRESS_INTERVAL, run_changed
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -23,8 +23,8 @@ from console import roles
 from console.services.actions import Actor
 from console.services.queues import effect_manual_resolve
 from sagas import start
-from sagas.engine import Outcome, advance
-from sagas.registry import workflow
+from sagas.replay.engine import Outcome, advance
+from sagas.versions.registry import workflow
 from tests.console.queue_data import make_effect, make_run
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -20,7 +20,7 @@ from django.utils import timezone
 from console.models import AuditOutcome
 from ledger.models import EffectRecord, EffectStatus
 from sagas import start
-from sagas.engine import advance
+from sagas.replay.engine import advance
 from sagas.models import (
     ApprovalRequest,
     ApprovalState,

@@ -11,7 +11,7 @@ from django.urls import reverse
 
 from console.models import AuditOutcome
 from sagas import start
-from sagas.engine import advance
+from sagas.replay.engine import advance
 from sagas.models import (
     CompensationItemState,
     CompensationPlan,

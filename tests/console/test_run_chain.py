@@ -10,7 +10,7 @@ from django.urls import reverse
 
 from console import live
 from sagas import Context, start, workflow
-from sagas.engine import Outcome, advance
+from sagas.replay.engine import Outcome, advance
 from sagas.models import WorkflowRun
 from tests.console.conftest import client_for
 from tests.console.run_data import SCRIPT, SCRIPT_ESCAPED, run_url, text

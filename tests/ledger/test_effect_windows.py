@@ -10,7 +10,7 @@ from demo.providers.selectors import executions
 from ledger.models import EffectRecord, EffectStatus
 from sagas import start
 from sagas.models import JournalEntry, RunStatus, WorkflowRun
-from sagas.queue import enqueue_advance
+from sagas.runtime.queue import enqueue_advance
 from tests.ledger import wf_orders  # noqa: F401
 from tests.procs import wait_until
 

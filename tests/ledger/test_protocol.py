@@ -28,7 +28,7 @@ from ledger.errors import EffectFailed, KeyConflict, OutcomeUnknown, ReplayDiver
 from ledger.journal import COMPENSATION_KINDS, EFFECT_KINDS, FenceLost, Journal
 from ledger.models import EffectRecord, EffectStatus
 from ledger.protocol import run_effect, run_operation
-from sagas.cursor import JournalCursor
+from sagas.replay.cursor import JournalCursor
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

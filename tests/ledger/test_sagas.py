@@ -21,7 +21,7 @@ from sagas.models import (
     RunStatus,
     WorkflowRun,
 )
-from sagas.queue import get_queue, queue_name_for, redis_connection
+from sagas.runtime.queue import get_queue, queue_name_for, redis_connection
 from sagas.services import run_cancel
 from sagas.waits import approval_decide, signal_send
 from tests.ledger import wf_sagas  # noqa: F401

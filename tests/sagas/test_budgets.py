@@ -9,7 +9,7 @@ import pytest
 from django.utils import timezone
 
 from sagas import start, workflow
-from sagas.engine import Outcome, advance
+from sagas.replay.engine import Outcome, advance
 from sagas.models import JournalEntry, RunStatus, WorkflowRun
 from tests.procs import wait_until
 

@@ -10,8 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from sagas import DuplicateWorkflow, registry, start
-from sagas.definition_hash import definition_hash, definition_source
+from sagas import DuplicateWorkflow, start
+
+from sagas.versions import registry
+from sagas.versions.definition_hash import definition_hash, definition_source
 from sagas.models import RunStatus, WorkflowRun, WorkflowVersion
 from tests.procs import wait_until
 
@@ -152,8 +154,8 @@ def test_it_resumes_a_run_started_before_the_whole_module_hash_under_its_old_fun
     with any other hash is still refused."""
     import hashlib
 
-    from sagas.definition_hash import function_source
-    from sagas.engine import Outcome, advance
+    from sagas.versions.definition_hash import function_source
+    from sagas.replay.engine import Outcome, advance
     from tests.sagas import wf_helper_a
 
     definition = registry.get("helper_edited", 1)

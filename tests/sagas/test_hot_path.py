@@ -13,15 +13,17 @@ import pytest
 from django.db import connection, transaction
 from rq.job import Job
 
-from sagas import signal, start, systemdb
-from sagas.engine import Outcome, advance
+from sagas import signal, start
+
+from sagas.store import systemdb
+from sagas.replay.engine import Outcome, advance
 from sagas.errors import StartConflict
 from sagas.models import JournalEntry, RunStatus, WorkflowRun
-from sagas.queue import (
+from sagas.runtime.queue import (
     compensation_queue_name, enqueue_advance, get_queue, marker_key, queue_name_for, redis_connection,
 )
-from sagas.registry import workflow
-from sagas.rqworker import SagaWorker
+from sagas.versions.registry import workflow
+from sagas.runtime.rqworker import SagaWorker
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -178,7 +180,7 @@ def hot_naps(ctx, spec):
 @pytest.fixture
 def causes():
     """The causes of run_changed signals sent while the test runs, in order."""
-    from sagas.signals import run_changed
+    from sagas.events import run_changed
 
     seen: list[str] = []
 
@@ -191,7 +193,7 @@ def causes():
 
 
 def test_a_claim_is_announced_only_if_the_run_is_still_under_way_a_moment_later(causes):
-    from sagas.heartbeat import CLAIM_SIGNAL_DELAY
+    from sagas.runtime.heartbeat import CLAIM_SIGNAL_DELAY
 
     quick = start("hot_naps", {"nap": 0})
     causes.clear()

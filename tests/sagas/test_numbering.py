@@ -1,4 +1,4 @@
-"""Numbering and counting when a step writes only its journal entry (``sagas.numbering``).
+"""Numbering and counting when a step writes only its journal entry (``sagas.store.numbering``).
 
 Each race is made to happen on every run: one writer's transaction is held open at the
 moment that matters, and the other is started and waited for until PostgreSQL shows it
@@ -21,10 +21,12 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from sagas import numbering, start, systemdb
+from sagas import start
+
+from sagas.store import numbering, systemdb
 from sagas.errors import LeaseLost
 from sagas.models import JournalEntry, RunStatus, WorkflowRun
-from sagas.registry import workflow
+from sagas.versions.registry import workflow
 from sagas.services import run_cancel
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -51,7 +51,7 @@ from sagas import (
     start,
     workflow,
 )
-from sagas.engine import advance
+from sagas.replay.engine import advance
 
 pytestmark = pytest.mark.django_db(transaction=True)
 ROOT = Path(__file__).resolve().parents[2]

@@ -11,7 +11,7 @@ from rq import Worker
 
 from sagas import start
 from sagas.models import JournalEntry, RunStatus, WorkflowRun
-from sagas.queue import redis_connection
+from sagas.runtime.queue import redis_connection
 from tests.procs import wait_until, worker_env
 from tests.sagas import wf_engine  # noqa: F401  (registers the workflows in this process)
 

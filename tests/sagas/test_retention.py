@@ -19,8 +19,8 @@ from django.utils import timezone
 from console.models import AuditEntry
 from ledger.models import EffectKeyIndex, EffectRecord
 from sagas import approve, get_run, start
-from sagas.archive import FileStore, member_lines, run_lines, store_for_location
-from sagas.engine import advance
+from sagas.retention.store import FileStore, member_lines, run_lines, store_for_location
+from sagas.replay.engine import advance
 from sagas.models import (
     ApprovalRequest,
     ArchivedRun,
@@ -30,7 +30,7 @@ from sagas.models import (
     RunStatus,
     WorkflowRun,
 )
-from sagas.retention import archive_due, due_count, retention_for
+from sagas.retention.archiving import archive_due, due_count, retention_for
 from tests.sagas.wf_retention import charges
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -223,7 +223,7 @@ def test_a_storage_failure_before_the_commit_loses_nothing(archive_dir, monkeypa
         real_pwrite(fd, data[: len(data) // 2], offset)  # half of it went to disk, then the disk was full
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr("sagas.archive.os.pwrite", disk_full)
+    monkeypatch.setattr("sagas.retention.store.os.pwrite", disk_full)
     with pytest.raises(OSError, match="No space left"):
         archive_due()
     monkeypatch.undo()

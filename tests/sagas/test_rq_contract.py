@@ -1,6 +1,6 @@
-"""What sagas.rqworker relies on in RQ beyond its documented use, pinned so that an RQ
+"""What sagas.runtime.rqworker relies on in RQ beyond its documented use, pinned so that an RQ
 upgrade that changes it fails here, by name, rather than as a worker that hangs on
-SIGTERM or cannot restart (see the module docstring of sagas.rqworker)."""
+SIGTERM or cannot restart (see the module docstring of sagas.runtime.rqworker)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from rq import SimpleWorker
 from rq.job import Job
 from rq.suspension import resume, suspend
 
-from sagas.queue import get_queue, redis_connection
-from sagas.rqworker import ThreadWorker
+from sagas.runtime.queue import get_queue, redis_connection
+from sagas.runtime.rqworker import ThreadWorker
 from tests.procs import wait_until
 
 

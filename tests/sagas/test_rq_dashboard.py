@@ -10,7 +10,7 @@ from django.contrib.auth.models import Group
 from django.test import Client
 
 from console.roles import OPERATOR, ensure_groups
-from sagas.queue import compensation_queue_name, enqueue_advance, get_queue
+from sagas.runtime.queue import compensation_queue_name, enqueue_advance, get_queue
 
 pytestmark = pytest.mark.django_db
 
@@ -36,7 +36,7 @@ def test_it_shows_staff_the_compensation_queue_and_its_jobs():
     [job_id] = get_queue(compensation_queue_name()).job_ids
     jobs = client.get("/django-rq/queues/0/")
     assert jobs.status_code == 200
-    assert job_id in jobs.content.decode() and "sagas.jobs.advance" in jobs.content.decode()
+    assert job_id in jobs.content.decode() and "sagas.runtime.jobs.advance" in jobs.content.decode()
     job = client.get(f"/django-rq/queues/0/{job_id}/")
     assert job.status_code == 200 and run_id in job.content.decode()
 

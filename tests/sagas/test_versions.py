@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from sagas import registry, start
+from sagas import start
+
+from sagas.versions import registry
 from sagas.models import JournalEntry, RunStatus, WorkflowRun, WorkflowVersion
 from tests.procs import wait_until
 from tests.sagas import wf_multi_new, wf_versions_a  # noqa: F401  (register in this process)

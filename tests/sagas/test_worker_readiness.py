@@ -11,7 +11,8 @@ from datetime import datetime
 import pytest
 
 import sagas
-from sagas import registry, start
+from sagas import start
+from sagas.versions import registry
 from sagas.models import RunStatus, WorkflowRun
 from tests.procs import wait_until
 from tests.sagas import wf_engine  # noqa: F401  (registers the workflows in this process)

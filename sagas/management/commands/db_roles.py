@@ -1,4 +1,4 @@
-"""Print, or apply, the grants of the least-privilege runtime role (``sagas.dbroles``).
+"""Print, or apply, the grants of the least-privilege runtime role (``sagas.store.dbroles``).
 
 Run it as the tables' owner (the ``DATABASE_URL`` that ``migrate`` uses), after every
 ``migrate``::
@@ -12,7 +12,7 @@ from __future__ import annotations
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connection, transaction
 
-from sagas.dbroles import quote, role_problems, runtime_grants, schema_read
+from sagas.store.dbroles import quote, role_problems, runtime_grants, schema_read
 
 
 class Command(BaseCommand):

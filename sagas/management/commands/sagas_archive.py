@@ -1,4 +1,4 @@
-"""Archive and delete the finished runs that are due now (``sagas.retention``), on demand.
+"""Archive and delete the finished runs that are due now (``sagas.retention.archiving``), on demand.
 
 Workers do this on their own every ``SAGAS_ARCHIVE_INTERVAL`` seconds; this command does one
 whole pass now and prints what it did::
@@ -16,7 +16,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from ledger.keyindex import keys_purge
-from sagas.retention import archive_due, due_count
+from sagas.retention.archiving import archive_due, due_count
 
 
 class Command(BaseCommand):

@@ -3,7 +3,7 @@ from __future__ import annotations
 from django.conf import settings
 
 from core.commands import PassLoopCommand
-from sagas import recovery
+from sagas.runtime import recovery
 
 
 class Command(PassLoopCommand):

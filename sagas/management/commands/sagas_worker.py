@@ -8,12 +8,14 @@ from django.db import connection, connections
 from django.utils import timezone
 
 from core.storage import retry_storage
-from sagas import queue, readiness, recovery, registry, services
-from sagas.identity import set_worker_id, worker_id
-from sagas.rqworker import SagaWorker
-from sagas.worker import MAX_CONCURRENCY, BackgroundThread, WorkerPool
+from sagas import services
+from sagas.runtime import queue, readiness, recovery
+from sagas.versions import registry
+from sagas.runtime.identity import set_worker_id, worker_id
+from sagas.runtime.rqworker import SagaWorker
+from sagas.runtime.worker import MAX_CONCURRENCY, BackgroundThread, WorkerPool
 
-log = logging.getLogger("sagas.worker")
+log = logging.getLogger("sagas.runtime.worker")
 
 
 class Command(BaseCommand):
@@ -32,7 +34,7 @@ class Command(BaseCommand):
         parser.add_argument(
             "--ready-file",
             default=None,
-            help="write this JSON file once registered and taking jobs; removed on a clean exit (sagas.readiness)",
+            help="write this JSON file once registered and taking jobs; removed on a clean exit (sagas.runtime.readiness)",
         )
 
     def handle(self, *args, **options):  # type: ignore[no-untyped-def]

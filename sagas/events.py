@@ -30,7 +30,7 @@ from typing import Any
 from django.db import connection, transaction
 from django.dispatch import Signal
 
-log = logging.getLogger("sagas.signals")
+log = logging.getLogger("sagas.events")
 
 run_changed = Signal()
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 from django.db import close_old_connections
 
 from core.storage import wait_for_database
-from sagas import engine, queue
-from sagas.context import shutdown_requested
+from sagas.replay import engine
+from sagas.runtime import queue
+from sagas.replay.context import shutdown_requested
 from sagas.errors import StorageUnavailable
 
 

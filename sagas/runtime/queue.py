@@ -37,7 +37,7 @@ from rq import Queue
 
 from core.storage import OUTAGES, REDIS, note_failure
 
-log = logging.getLogger("sagas.queue")
+log = logging.getLogger("sagas.runtime.queue")
 
 MARKER_PREFIX = "sagas:queued:"
 # How long a queued wake-up is trusted. A worker SIGKILLed between dequeuing a job and
@@ -45,7 +45,7 @@ MARKER_PREFIX = "sagas:queued:"
 # sweeper (the chaos test caught a run stuck for 300 s). When it lapses under a long
 # backlog, the sweeper adds a duplicate job, which is harmless (claims are atomic).
 MARKER_TTL_SECONDS = 20
-ADVANCE_JOB = "sagas.jobs.advance"
+ADVANCE_JOB = "sagas.runtime.jobs.advance"
 
 
 def queue_name_for(definition_hash: str) -> str:

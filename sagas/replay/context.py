@@ -10,7 +10,7 @@ Contract: every ``ctx`` call takes the next position in the run's journal.
   returned only once it is durable, and it is returned as JSON round-trips it,
   so first execution and replay see identical values.
 
-The cursor underneath (positions, fenced appends, budgets) is ``sagas.cursor``'s
+The cursor underneath (positions, fenced appends, budgets) is ``sagas.replay.cursor``'s
 ``JournalCursor``, which ``Context`` extends; ``ctx.effect`` runs the ledger's protocol
 (``ledger.protocol``) against it.
 """
@@ -33,8 +33,8 @@ from ledger.connectors import get_connector
 from ledger.errors import OutcomeUnknown, PayloadNotJSON, ReplayDiverged
 from ledger.protocol import run_effect
 from sagas import waits
-from sagas.crashpoints import crash_point
-from sagas.cursor import JournalCursor, shutdown_requested
+from sagas.runtime.crashpoints import crash_point
+from sagas.replay.cursor import JournalCursor, shutdown_requested
 from sagas.errors import (
     ContinueAsNew,
     EffectUnknown,
@@ -44,7 +44,7 @@ from sagas.errors import (
     StorageUnavailable,
 )
 from sagas.models import JournalKind
-from sagas.systemdb import ClaimedRun, Entry, dumps
+from sagas.store.systemdb import ClaimedRun, Entry, dumps
 from sagas.validation import checked_json
 
 K = JournalKind
@@ -84,7 +84,7 @@ class Context(JournalCursor):
 
     Also the run's ``run_id``, ``workflow_name``, ``version``, ``tenant``, ``business_key``,
     ``attempt`` (claims so far), ``input``, and ``replaying``, ``steps_used``, ``cost_used``.
-    The cursor methods it inherits (``sagas.cursor``) are for the engine, not for workflows."""
+    The cursor methods it inherits (``sagas.replay.cursor``) are for the engine, not for workflows."""
 
     def __init__(
         self, *, run: ClaimedRun, journal: list[Entry], worker_id: str, approve_irreversible: bool = True
@@ -203,7 +203,7 @@ class Context(JournalCursor):
         otherwise grow, and be replayed, without end. Never returns; call it where the
         workflow would return (``return ctx.continue_as_new(state)`` reads well).
 
-        Contract (``sagas.continuation``), in one transaction under this worker's fence: this
+        Contract (``sagas.replay.continuation``), in one transaction under this worker's fence: this
         run becomes COMPLETED (``status_reason`` ``continued_as_new``, result
         ``{"continued_as": "<new run id>"}``, journal entry ``continued_as_new``) and the new
         run is created PENDING, linked both ways (``continued_to`` / ``continued_from``). The

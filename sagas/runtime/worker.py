@@ -1,5 +1,5 @@
 """A worker process's threads: ``WorkerPool`` (N RQ workers, one thread each) and the
-``BackgroundThread`` (registry beat and sweeper). The RQ workers are in ``sagas.rqworker``.
+``BackgroundThread`` (registry beat and sweeper). The RQ workers are in ``sagas.runtime.rqworker``.
 
 On SIGTERM/SIGINT the worker stops taking jobs, and a run in progress is handed
 back (PENDING, re-enqueued) at its next step boundary instead of finishing.
@@ -27,12 +27,14 @@ from django.db import connection
 from redis import Redis
 
 from core.storage import is_storage_error, note_failure, note_success
-from sagas import recovery, retention, services
-from sagas.context import shutdown_requested
-from sagas.identity import set_thread_worker_id
-from sagas.rqworker import ThreadWorker
+from sagas import services
+from sagas.runtime import recovery
+from sagas.retention import archiving
+from sagas.replay.context import shutdown_requested
+from sagas.runtime.identity import set_thread_worker_id
+from sagas.runtime.rqworker import ThreadWorker
 
-log = logging.getLogger("sagas.worker")
+log = logging.getLogger("sagas.runtime.worker")
 
 # Threads per process: each holds a database connection, plus one per run in
 # progress for its lease heartbeat.
@@ -55,7 +57,7 @@ class BackgroundThread(threading.Thread):
 
     def run(self) -> None:
         if self.sweep:  # the scheduled retention pass, in a thread of its own (a pass may be long)
-            retention.ArchiveThread(stop=self.stop_event).start()
+            archiving.ArchiveThread(stop=self.stop_event).start()
         try:
             while not self.stop_event.wait(self.interval):
                 try:

@@ -1,7 +1,7 @@
 """The engine's hot-path SQL on its system tables (runs and journal).
 
 Every write a worker makes is one statement that checks the run's ``fence`` in its WHERE
-clause, and every entry is numbered as ``sagas.numbering`` says (the newest seq plus one,
+clause, and every entry is numbered as ``sagas.store.numbering`` says (the newest seq plus one,
 the unique ``(run_id, seq)`` index deciding between writers), so that:
 
 * a pure step costs exactly one commit of one row, its journal entry (autocommit, one
@@ -28,9 +28,9 @@ import psycopg
 from django.db import DEFAULT_DB_ALIAS, connections
 
 from sagas.errors import LeaseLost
-from sagas.libpq import Statement
+from sagas.store.libpq import Statement
 from sagas.models import LEASED_STATUSES, RunStatus, sources
-from sagas.numbering import COUNTED_AND_NEXT, COUNTED_TO_NEWEST, NEXT_SEQ, numbered
+from sagas.store.numbering import COUNTED_AND_NEXT, COUNTED_TO_NEWEST, NEXT_SEQ, numbered
 
 
 @dataclass(frozen=True)
@@ -212,7 +212,7 @@ def append(run_id: str, *, fence: int, kind: str, name: str, payload: str, worke
 
     ``payload`` is JSON text. Raises ``LeaseLost`` when the fence moved on. The run's row is
     left alone: its counters catch up at the next renewal, suspend, finish or claim
-    (``sagas.numbering``). Inside a transaction the run's row is held FOR SHARE first, so the
+    (``sagas.store.numbering``). Inside a transaction the run's row is held FOR SHARE first, so the
     entry cannot lose its seq to a claim or an event and abort the caller's transaction.
     """
     params = [run_id, fence, kind, name, payload, worker]
@@ -244,7 +244,7 @@ def append_event(run_id: str, *, kind: str, name: str, payload: str, worker: str
     Not fenced: these writers do not hold the run. The UPDATE takes the run's row lock, so
     it serializes with claims, finishes and appends inside a worker's transaction; a lease
     holder's autocommit step may take the seq first, and then it is numbered again
-    (``sagas.numbering``). It counts the lease holder's steps so far and moves ``last_seq``
+    (``sagas.store.numbering``). It counts the lease holder's steps so far and moves ``last_seq``
     to its own entry. Joins the caller's transaction, if any.
     """
     params = {"run": run_id, "kind": kind, "name": name, "payload": payload, "worker": worker}

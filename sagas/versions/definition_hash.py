@@ -34,7 +34,7 @@ import tokenize
 from collections.abc import Callable
 from typing import Any
 
-_WORKFLOW_MODULES = ("sagas", "sagas.registry")
+_WORKFLOW_MODULES = ("sagas", "sagas.versions.registry")
 
 
 def function_source(fn: Callable[..., Any]) -> str:

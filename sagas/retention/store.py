@@ -155,7 +155,7 @@ def store_for(url: str | None = None) -> ArchiveStore:
     if not settings.SAGAS_ARCHIVE_WRITER:
         raise ImproperlyConfigured(
             f"SAGAS_ARCHIVE_URL={url!r}: only file:// is built in; set SAGAS_ARCHIVE_WRITER to the dotted "
-            "path of a class taking the URL (see sagas.archive.ArchiveStore)"
+            "path of a class taking the URL (see sagas.retention.store.ArchiveStore)"
         )
     store: ArchiveStore = import_string(settings.SAGAS_ARCHIVE_WRITER)(url)
     return store

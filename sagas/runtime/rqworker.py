@@ -1,5 +1,5 @@
 """The engine's RQ workers: ``SagaWorker`` (the main thread's) and ``ThreadWorker`` (one of
-a ``WorkerPool``'s threads, see ``sagas.worker``), both ``SimpleWorker``s.
+a ``WorkerPool``'s threads, see ``sagas.runtime.worker``), both ``SimpleWorker``s.
 
 Why ``SimpleWorker`` (no fork per job): the process that dequeues is the process
 that runs the workflow code, so killing it kills the run's execution for
@@ -46,11 +46,11 @@ from rq.timeouts import TimerDeathPenalty
 from rq.worker import WorkerStatus
 
 from core.storage import OUTAGES, REDIS, is_redis_error, wait_for_redis
-from sagas import jobs
-from sagas.context import shutdown_requested
-from sagas.queue import ADVANCE_JOB, marker_key
+from sagas.runtime import jobs
+from sagas.replay.context import shutdown_requested
+from sagas.runtime.queue import ADVANCE_JOB, marker_key
 
-log = logging.getLogger("sagas.worker")
+log = logging.getLogger("sagas.runtime.worker")
 
 _REDIS_ERRORS = (redis.ConnectionError, redis.TimeoutError)
 
@@ -265,7 +265,7 @@ class LeanAdvanceJobs:
     CPU per job (measured over 500 jobs that did nothing), as much as a 20-step run's own work.
     An ``advance`` job needs none of it: PostgreSQL holds the truth, the run's lease (not RQ)
     notices a dead worker, and the job has no result (``result_ttl=0``). So here it costs two
-    round trips around ``sagas.jobs.advance_now``: one before (clear the run's wake-up marker,
+    round trips around ``sagas.runtime.jobs.advance_now``: one before (clear the run's wake-up marker,
     state busy) and one after (delete the job, state idle, the worker's counters).
 
     What is given up, for these jobs only: the job is not in the started-job registry or its

@@ -56,7 +56,7 @@ from django.conf import settings
 from pydantic_core import to_jsonable_python
 
 from ledger.errors import EffectFailed
-from sagas.agent_bridge import Bridge, journaled
+from sagas.agents.bridge import Bridge, journaled
 from sagas.errors import ApprovalRejected, ModelUnavailable
 
 # ToolDefinition.metadata key naming the connector of an effect tool.

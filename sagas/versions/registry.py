@@ -4,7 +4,7 @@ A definition is identified by ``(name, version)``. A run records the definition'
 ``definition_hash`` when it starts; runs are routed only to workers registered with that
 hash, and a worker refuses to resume a run under another one (``VersionMismatch``).
 
-The hash covers the source of the workflow's whole module (``sagas.definition_hash``):
+The hash covers the source of the workflow's whole module (``sagas.versions.definition_hash``):
 its imports, constants, helpers and classes and the workflow function itself, but not the
 other ``@workflow`` definitions in it, nor comments, docstrings or blank lines. Editing a
 helper in the module therefore gives the workflow a new hash, as editing the function
@@ -24,11 +24,11 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from sagas.definition_hash import definition_hash, definition_source, function_source
+from sagas.versions.definition_hash import definition_hash, definition_source, function_source
 from sagas.errors import DuplicateWorkflow, WorkflowNotRegistered
 from sagas.summaries import Spec, summary_spec_check
 
-log = logging.getLogger("sagas.registry")
+log = logging.getLogger("sagas.versions.registry")
 
 ON_FAILURE_CHOICES = ("compensate", "park")
 
@@ -53,7 +53,7 @@ class WorkflowDefinition:
     # What a person needs to know about a run (sagas.summaries): a function of the input, or
     # a tuple of input field names; None: no summary.
     summary: Callable[[Any], Any] | tuple[str, ...] | None = None
-    # How long its finished runs are kept before retention archives them (sagas.retention);
+    # How long its finished runs are kept before retention archives them (sagas.retention.archiving);
     # None: the SAGAS_RETENTION_DAYS setting.
     retention: timedelta | None = None
 
@@ -97,7 +97,7 @@ def workflow(
     and hash. A malformed ``summary`` (neither) raises ``ValueError`` here.
 
     ``retention``: how long after it finishes a run of this definition is kept before
-    retention archives and deletes it (``sagas.retention``); default: ``SAGAS_RETENTION_DAYS``.
+    retention archives and deletes it (``sagas.retention.archiving``); default: ``SAGAS_RETENTION_DAYS``.
     """
     if not name or not isinstance(name, str):
         raise ValueError("workflow name must be a non-empty string")

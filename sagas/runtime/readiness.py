@@ -24,7 +24,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from sagas.registry import WorkflowDefinition
+from sagas.versions.registry import WorkflowDefinition
 
 
 def ready_file_write(

@@ -1,6 +1,6 @@
 """The statement that starts a run: the run row and its ``started`` journal entry at once.
 
-Written as ``sagas.systemdb``'s statements are (raw SQL, server-side binding, prepared
+Written as ``sagas.store.systemdb``'s statements are (raw SQL, server-side binding, prepared
 after a few uses): ``run_start`` is the path every start takes, from the API, the console
 and ``sagas.start``.
 """
@@ -12,7 +12,7 @@ from decimal import Decimal
 
 from django.db import connection
 
-from sagas.systemdb import cursor
+from sagas.store.systemdb import cursor
 
 # ``created_at`` is the statement's clock, not the transaction's (``now()``): runs started one after
 # another in one transaction keep the order they were started in, newest first in every list, as

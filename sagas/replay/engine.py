@@ -4,8 +4,8 @@
 conditional UPDATE (a worker that loses the race returns quietly), checks the
 definition hash, loads the journal in one query, runs the workflow function from
 the top with a replaying ``Context``, and records how it ended, all under the
-claim's fence. A heartbeat thread (``sagas.heartbeat``) extends the lease while the
-function runs; ``sagas.identity`` names the worker in leases and the journal.
+claim's fence. A heartbeat thread (``sagas.runtime.heartbeat``) extends the lease while the
+function runs; ``sagas.runtime.identity`` names the worker in leases and the journal.
 
 What is guaranteed: a journaled step is never executed again by any worker; a
 worker that lost its lease records nothing more. What is not: a step whose
@@ -23,10 +23,14 @@ from django.conf import settings
 from django.db import InterfaceError, OperationalError
 
 from core.storage import is_storage_error, note_failure, note_success, wait_for_database
-from sagas import continuation, queue, registry, signals, systemdb
+from sagas.replay import continuation
+from sagas.runtime import queue
+from sagas.versions import registry
+from sagas import events
+from sagas.store import systemdb
 from sagas.compensation import compensate_claimed, needs_compensation, plan_for_failure
-from sagas.context import Context
-from sagas.crashpoints import crash_point
+from sagas.replay.context import Context
+from sagas.runtime.crashpoints import crash_point
 from sagas.errors import (
     ApprovalRejected,
     ContinueAsNew,
@@ -39,12 +43,12 @@ from sagas.errors import (
     VersionMismatch,
     Yield,
 )
-from sagas.heartbeat import Heartbeat
-from sagas.identity import worker_id
+from sagas.runtime.heartbeat import Heartbeat
+from sagas.runtime.identity import worker_id
 from sagas.models import JournalKind, RunStatus
-from sagas.systemdb import ClaimedRun, dumps
+from sagas.store.systemdb import ClaimedRun, dumps
 
-log = logging.getLogger("sagas.engine")
+log = logging.getLogger("sagas.replay.engine")
 K = JournalKind
 
 
@@ -98,7 +102,7 @@ def advance(run_id: str, *, owner: str | None = None) -> Outcome:
         after = _STATUS_AFTER[outcome]
         if outcome == Outcome.YIELDED and run.status == RunStatus.COMPENSATING:
             after = RunStatus.COMPENSATING  # handed back, still compensating
-        signals.send_run_changed(run.id, after, cause=outcome.value)
+        events.send_run_changed(run.id, after, cause=outcome.value)
     return outcome
 
 
@@ -313,7 +317,7 @@ def _storage_lost(run: ClaimedRun, owner: str, beat: Heartbeat, exc: BaseExcepti
             raise
         note_failure(again, doing=f"handing back run {run.id}")
         return Outcome.STORAGE_UNAVAILABLE
-    signals.send_run_changed(run.id, status, cause="yielded")
+    events.send_run_changed(run.id, status, cause="yielded")
     return Outcome.STORAGE_UNAVAILABLE
 
 

@@ -1,6 +1,6 @@
 """Hot-path statements sent straight through libpq: ``Statement``.
 
-``sagas.systemdb`` runs its three per-run statements (the claim, a step's append, the finish)
+``sagas.store.systemdb`` runs its three per-run statements (the claim, a step's append, the finish)
 this way. Each is prepared once per connection under its own name (``PQprepare``) and executed
 with ``PQexecPrepared``, its parameters sent as text and its row read as PostgreSQL's text, which
 the caller parses. psycopg's cursor spends about 100 µs of CPU per execute converting the query
@@ -38,7 +38,7 @@ class Statement:
     in autocommit), reading the same text.
 
     Errors are psycopg's (from the result's SQLSTATE) raised inside Django's error wrapper, as
-    ``sagas.systemdb.cursor()``'s are: they come out as ``django.db`` errors, and a dead
+    ``sagas.store.systemdb.cursor()``'s are: they come out as ``django.db`` errors, and a dead
     connection is dropped by the caller's ``note_failure``.
     """
 

@@ -9,10 +9,11 @@ import time
 from django.db import connection
 
 from core.storage import is_storage_error, note_failure, note_success
-from sagas import signals, systemdb
-from sagas.cursor import JournalCursor
+from sagas import events
+from sagas.store import systemdb
+from sagas.replay.cursor import JournalCursor
 
-log = logging.getLogger("sagas.engine")
+log = logging.getLogger("sagas.replay.engine")
 
 # Seconds after a claim before it is announced (``run_changed``, cause "claimed"), if the
 # run is still under way.
@@ -27,7 +28,7 @@ class Heartbeat:
 
     It also watches the journal position of the ``Context`` given to ``watch``: while
     it moves, ``run_changed`` (cause "progress") is sent at most once per
-    ``signals.PROGRESS_INTERVAL``, from this thread, so the step loop itself stays
+    ``events.PROGRESS_INTERVAL``, from this thread, so the step loop itself stays
     one commit per step with nothing else.
 
     And it announces the claim (``run_changed``, cause "claimed") ``CLAIM_SIGNAL_DELAY``
@@ -66,22 +67,22 @@ class Heartbeat:
         if self._ctx is not None:  # the claim's signal stands for the progress made so far
             self._seen_seq = self._ctx.last_seq
         self._progress_sent = time.monotonic()
-        signals.send_run_changed_now(self.run_id, self.status, cause="claimed")
+        events.send_run_changed_now(self.run_id, self.status, cause="claimed")
 
     def _report_progress(self) -> None:
         ctx = self._ctx
         if ctx is None or ctx.last_seq == self._seen_seq:
             return
         now = time.monotonic()
-        if now - self._progress_sent < signals.PROGRESS_INTERVAL:
+        if now - self._progress_sent < events.PROGRESS_INTERVAL:
             return
         self._seen_seq, self._progress_sent = ctx.last_seq, now
-        signals.send_run_changed_now(self.run_id, self.status, cause="progress")
+        events.send_run_changed_now(self.run_id, self.status, cause="progress")
 
     def _next_report(self) -> float:
         if self._announce_at is not None:
             return max(0.0, self._announce_at - time.monotonic())
-        return signals.PROGRESS_INTERVAL
+        return events.PROGRESS_INTERVAL
 
     def __enter__(self) -> Heartbeat:
         _keeper().serve(self)

@@ -11,7 +11,7 @@ need the reconciler or a person, so the run waits until they are settled).
 1. select up to ``batch_size`` due runs, oldest finish first, ``FOR UPDATE SKIP LOCKED`` (two
    archivers never take the same run, and neither waits for the other);
 2. write their lines (run, journal, effects, approvals, compensation plan and items:
-   ``sagas.archive``) as one gzip member per UTC day of their finish, durably
+   ``sagas.retention.store``) as one gzip member per UTC day of their finish, durably
    (``ArchiveStore.append`` returns after fsync);
 3. record an ``ArchivedRun`` per run (file, member offset and length), index their settled
    effect keys for ``SAGAS_EFFECT_KEY_DAYS`` (``ledger.keyindex``), delete the runs through
@@ -42,11 +42,11 @@ from django.dispatch import Signal
 from django.utils import timezone
 
 from ledger.keyindex import keys_keep, keys_purge
-from sagas import registry
-from sagas.archive import ArchiveStore, member_bytes, store_for
+from sagas.versions import registry
+from sagas.retention.store import ArchiveStore, member_bytes, store_for
 from sagas.models import TERMINAL_STATUSES, ArchivedRun
 
-log = logging.getLogger("sagas.retention")
+log = logging.getLogger("sagas.retention.archiving")
 
 # Sent inside each batch's transaction, after its runs are deleted: ``batch`` (an
 # ``ArchivedBatch``). A receiver that raises rolls the batch back (nothing is deleted):

@@ -16,7 +16,7 @@ PostgreSQL is the truth; Redis only carries wake-ups. One pass:
 * re-queries UNKNOWN effects that have a lookup (the ledger's reconciler) and
   wakes their runs when the answer is conclusive: ``reconciled``.
 
-Then it sends ``signals.swept`` with its report, for listeners that catch up from PostgreSQL
+Then it sends ``events.swept`` with its report, for listeners that catch up from PostgreSQL
 (the console's notifications).
 
 Enqueueing twice is harmless (claims are atomic), so the sweeper needs no lock
@@ -33,10 +33,12 @@ from django.conf import settings
 from django.db import connection
 
 from ledger.reconcile import reconcile_due
-from sagas import queue, selectors, services, signals, waits
+from sagas import selectors, services, waits
+from sagas.runtime import queue
+from sagas import events
 from sagas.models import LEASED_STATUSES, RunStatus
 
-log = logging.getLogger("sagas.recovery")
+log = logging.getLogger("sagas.runtime.recovery")
 
 SWEEP_LOCK_ID = 0x5A6A_0001
 BATCH = 1000
@@ -109,7 +111,7 @@ def sweep() -> SweepReport:
     report.woken = waits.runs_wake_due()
     reconciled = reconcile_due()
     report.reconciled = reconciled.succeeded + reconciled.not_executed
-    signals.send_swept(report)
+    events.send_swept(report)
     return report
 
 

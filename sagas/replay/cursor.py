@@ -31,11 +31,11 @@ from django.db import connection
 from django.utils import timezone
 
 from core.storage import Backoff, is_database_error, note_failure, note_success
-from sagas import systemdb
-from sagas.crashpoints import crash_point
+from sagas.store import systemdb
+from sagas.runtime.crashpoints import crash_point
 from sagas.errors import BudgetExceeded, NonDeterminismError, StorageUnavailable, Yield
 from sagas.models import CALL_KINDS, JournalKind
-from sagas.systemdb import ClaimedRun, Entry
+from sagas.store.systemdb import ClaimedRun, Entry
 
 T = TypeVar("T")
 
@@ -174,7 +174,7 @@ class JournalCursor:
             raise Yield("worker shutting down")
 
     def crash_point(self, point: str, name: str) -> None:
-        """Ends the process here if ``SAGAS_CRASH_AT`` names this point (``sagas.crashpoints``)."""
+        """Ends the process here if ``SAGAS_CRASH_AT`` names this point (``sagas.runtime.crashpoints``)."""
         crash_point(point, name)
 
     # --- writes ------------------------------------------------------------------
@@ -182,7 +182,7 @@ class JournalCursor:
     def append(self, kind: str, name: str, payload: str, *, steps: int = 0, cost: float = 0.0) -> int:
         """Append an entry (``payload``: its JSON text) under the fence; returns its seq.
         ``steps`` and ``cost`` count against the run's budget here at once; the run's row
-        counts them from the journal itself (``sagas.numbering``), so a step's ``cost`` must
+        counts them from the journal itself (``sagas.store.numbering``), so a step's ``cost`` must
         be in its payload.
         Outside a transaction a write the database failed is retried (see ``durably``): a
         step's result survives a PostgreSQL restart. ``LeaseLost`` if the fence moved on."""

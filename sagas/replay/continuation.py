@@ -22,7 +22,7 @@ Guarantees:
 Decisions (see ``Context.continue_as_new``): the successor runs the newest registered version;
 budgets and ``started_at`` are the chain's; business key ``<first key>#<position>``.
 
-Crash points (``sagas.crashpoints``): ``continue_as_new_uncommitted`` (inside the transaction,
+Crash points (``sagas.runtime.crashpoints``): ``continue_as_new_uncommitted`` (inside the transaction,
 the old run finished but the successor not yet inserted) and ``after_continue_as_new``
 (committed, successor not yet woken).
 """
@@ -37,17 +37,19 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from sagas import queue, registry
-from sagas.crashpoints import crash_point
+from sagas.runtime import queue
+
+from sagas.versions import registry
+from sagas.runtime.crashpoints import crash_point
 from sagas.errors import LeaseLost
 from sagas.models import JournalEntry, JournalKind, RunStatus, WorkflowRun
 from sagas.services import version_sync
-from sagas.signals import send_run_changed
+from sagas.events import send_run_changed
 from sagas.summaries import summary_compute
-from sagas.systemdb import ClaimedRun, finish
+from sagas.store.systemdb import ClaimedRun, finish
 from sagas.validation import BUSINESS_KEY_CHARS
 
-log = logging.getLogger("sagas.continuation")
+log = logging.getLogger("sagas.replay.continuation")
 
 # The old run's status_reason and the journal kind of its last entry.
 CONTINUED_AS_NEW = "continued_as_new"

@@ -1,0 +1,60 @@
+"""What operator tools built on the engine use beyond the public API: the extension module.
+
+The console and the HTTP API steer runs through these, next to ``sagas``'s public functions.
+They are kept stable like the public API; everything else under ``sagas`` is internal and may
+move. The other extension modules are ``sagas.models`` (the tables, to read), ``sagas.selectors``
+(reads), ``sagas.errors``, ``sagas.events`` (Django signals about runs, for live pages),
+``sagas.agents`` (pydantic-ai) and ``sagas.testing`` (for tests of your own workflows).
+
+* Locks, in the engine's one lock order (run, then its approvals, effects and plan): an action
+  that checks the state a person saw takes them first (``run_lock``, ``approval_lock``,
+  ``effect_lock``).
+* Actions that take a user and a reason, each one transaction: ``run_cancel``, ``run_retry``,
+  ``compensation_start``, ``compensation_preview``, ``approval_decide``, ``signal_send``.
+* The wake-up transport: ``redis_connection``, and ``get_queue(compensation_queue_name())``,
+  the queue every worker reads (for jobs of your own, which take ids).
+* Reading what the engine keeps:
+  ``chain_place`` and ``CONTINUED_AS_NEW`` (runs that continued as new), ``ERROR_KEY`` (a
+  summary that could not be computed), the archive (``store_for_location``, ``run_lines``,
+  ``ArchivedBatch``, ``runs_archived``), ``shutdown_requested`` (a worker is stopping).
+* Checks of what callers pass: ``checked_text``, ``SIGNAL_NAME_CHARS``.
+"""
+
+from __future__ import annotations
+
+from sagas.compensation import compensation_preview, compensation_start
+from sagas.replay.context import shutdown_requested
+from sagas.replay.continuation import CONTINUED_AS_NEW, chain_place
+from sagas.retention.archiving import ArchivedBatch, runs_archived
+from sagas.retention.store import run_lines, store_for_location
+from sagas.runtime.queue import compensation_queue_name, get_queue, redis_connection
+from sagas.services import run_cancel, run_retry
+from sagas.store.locks import approval_lock, effect_lock, run_lock
+from sagas.summaries import ERROR_KEY
+from sagas.validation import SIGNAL_NAME_CHARS, checked_text
+from sagas.waits import approval_decide, signal_send
+
+__all__ = [
+    "CONTINUED_AS_NEW",
+    "ERROR_KEY",
+    "SIGNAL_NAME_CHARS",
+    "ArchivedBatch",
+    "approval_decide",
+    "approval_lock",
+    "chain_place",
+    "checked_text",
+    "compensation_preview",
+    "compensation_queue_name",
+    "compensation_start",
+    "effect_lock",
+    "get_queue",
+    "redis_connection",
+    "run_cancel",
+    "run_lines",
+    "run_lock",
+    "run_retry",
+    "runs_archived",
+    "shutdown_requested",
+    "signal_send",
+    "store_for_location",
+]
