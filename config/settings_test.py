@@ -87,7 +87,17 @@ if _test_redis.rstrip("/") == _dev_redis.rstrip("/"):
     raise ImproperlyConfigured("TEST_REDIS_URL must differ from REDIS_URL: the tests flush their Redis database")
 os.environ["REDIS_URL"] = _test_redis
 
+from django.conf import global_settings  # noqa: E402
+
 from config.settings_demo import *  # noqa: E402,F403
+
+# The suite's own app: its flush command empties the tables between transactional tests with
+# DELETEs instead of Django's TRUNCATE (tests/harness/management/commands/flush.py).
+INSTALLED_APPS = [*INSTALLED_APPS, "tests.harness"]  # noqa: F405
+
+# Passwords: the product's algorithm with few iterations (tests/harness/hashers.py), so that
+# creating a user costs the tests no half-second; daphne and the workers verify these hashes.
+PASSWORD_HASHERS = ["tests.harness.hashers.QuickPBKDF2PasswordHasher", *global_settings.PASSWORD_HASHERS]
 
 SAGAS_LEASE_TTL = 3.0
 SAGAS_SWEEP_INTERVAL = 0.5
