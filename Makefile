@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 # The demo and the local worker/sweeper run as development (settings: DEBUG is off unless set).
 DEV    := DEBUG=$${DEBUG:-1}
 
-.PHONY: install test demo demo-quick bench bench-chaos bench-faults bench-agents worker sweep clean
+.PHONY: install test demo demo-quick docs bench bench-chaos bench-faults bench-agents worker sweep clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -37,6 +37,12 @@ demo: $(DEMO_STAMP)
 
 demo-quick: $(DEMO_STAMP)
 	$(DEV) $(PY) manage.py demo --quick
+
+# The documentation site (mkdocs.yml, docs/) at http://127.0.0.1:8001 (8000 is the demo's console),
+# reloaded on every edit.
+# make test builds it with --strict (tests/docs/test_site.py).
+docs: $(STAMP)
+	$(PY) -m mkdocs serve --dev-addr 127.0.0.1:8001
 
 bench: $(STAMP)
 	$(PY) bench/engine.py
