@@ -11,7 +11,7 @@ DEV    := DEBUG=$${DEBUG:-1}
 # The demo app (example workflows, simulated providers) is installed only by these settings.
 DEMO_SETTINGS := DJANGO_SETTINGS_MODULE=config.settings_demo
 
-.PHONY: install test demo demo-quick bench bench-chaos bench-faults bench-agents worker sweep clean
+.PHONY: install test demo demo-quick docs bench bench-chaos bench-faults bench-agents worker sweep clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -39,6 +39,12 @@ demo: $(DEMO_STAMP)
 
 demo-quick: $(DEMO_STAMP)
 	$(DEV) $(DEMO_SETTINGS) $(PY) manage.py demo --quick
+
+# The documentation site (mkdocs.yml, docs/) at http://127.0.0.1:8001 (8000 is the demo's console),
+# reloaded on every edit.
+# make test builds it with --strict (tests/docs/test_site.py).
+docs: $(STAMP)
+	$(PY) -m mkdocs serve --dev-addr 127.0.0.1:8001
 
 bench: $(STAMP)
 	$(PY) bench/engine.py
