@@ -1,4 +1,4 @@
-"""README.md's "Durable agents" example runs as written: its workflow module, its ``start`` and
+"""The agents guide's example (docs/guides/agents.md, "A complete example") runs as written: its workflow module, its ``start`` and
 ``approve`` lines, and its worker command with the ``SAGAS_MODEL_PRICES`` it shows, against the
 real simulated providers. The code is read from the README at test time, so the two cannot drift."""
 
@@ -22,8 +22,8 @@ from tests.procs import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-README = Path(__file__).resolve().parents[2] / "README.md"
-SECTION = "## Durable agents"
+README = Path(__file__).resolve().parents[2] / "docs" / "guides" / "agents.md"
+SECTION = "## A complete example"
 MODULE_MARKER = "# support/workflows.py"
 START_MARKER = "from sagas import start, approve"
 LATER_MARKER = "# ... once the run is WAITING for the shipment:"
@@ -31,7 +31,7 @@ LATER_MARKER = "# ... once the run is WAITING for the shipment:"
 
 def section() -> str:
     text = README.read_text()
-    assert text.count(f"\n{SECTION}\n") == 1, f"README.md has no single {SECTION!r} section"
+    assert text.count(f"\n{SECTION}\n") == 1, f"{README.name} has no single {SECTION!r} section"
     return text.split(f"\n{SECTION}\n", 1)[1].split("\n## ", 1)[0]
 
 
