@@ -44,8 +44,8 @@ from api.models import Hook, HookReceipt
 from console.actors import system_label
 from console.services.actions import Actor, audit_done
 from sagas.errors import InvalidArgument, NotSerializable, RunFinished
-from sagas.models import WorkflowRun
 from sagas.integration import SIGNAL_NAME_CHARS, checked_text
+from sagas.models import WorkflowRun
 
 log = logging.getLogger("api.hooks")
 

@@ -57,7 +57,7 @@ def run_settled(run: WorkflowRun) -> bool:
 
 
 class _Waiter:
-    __slots__ = ("run_id", "loop", "event")
+    __slots__ = ("event", "loop", "run_id")
 
     def __init__(self, run_id: str) -> None:
         self.run_id = run_id

@@ -50,7 +50,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import common  # noqa: E402
+from bench import common
 
 VARIANTS = (  # (label, variant)
     ("plain pydantic-ai, restarted from scratch", "plain"),

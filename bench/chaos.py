@@ -35,7 +35,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import common  # noqa: E402
+from bench import common
 
 STRATEGIES = (  # (label, workflow)
     ("restart from scratch", "chaos_restart"),

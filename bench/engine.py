@@ -54,7 +54,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import common, dbos, engine_extra  # noqa: E402
+from bench import common, dbos, engine_extra
 
 STEPS_PER_RUN = 20
 PGBENCH_TABLE = "bench_pgbench_insert"  # pgbench's own, in the bench database
@@ -192,8 +192,8 @@ def long_run(entries: int) -> tuple[str, float]:
     from django.db import connection
 
     from sagas import start
-    from sagas.replay.engine import advance
     from sagas.models import WorkflowRun
+    from sagas.replay.engine import advance
 
     common.reset_state()
     run = start("bench_long", {"steps": entries})
@@ -211,10 +211,10 @@ def long_run(entries: int) -> tuple[str, float]:
 
 
 def replay_time(run_id: str, rounds: int) -> float:
-    from sagas.versions import registry
-    from sagas.store import systemdb
-    from sagas.replay.context import Context
     from sagas.models import WorkflowRun
+    from sagas.replay.context import Context
+    from sagas.store import systemdb
+    from sagas.versions import registry
 
     run = WorkflowRun.objects.get(id=run_id)
     definition = registry.get("bench_long", 1)

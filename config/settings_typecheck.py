@@ -10,4 +10,4 @@ import os
 
 os.environ.setdefault("DEBUG", "1")
 
-from config.settings_demo import *  # noqa: E402,F403
+from config.settings_demo import *  # noqa: F403

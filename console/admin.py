@@ -28,10 +28,10 @@ from django.apps import apps
 from django.contrib import admin
 from django.http import HttpRequest
 
-from core.redacted_admin import RedactedFieldsAdmin
 from console import roles
 from console.models import AuditEntry, BulkBatch, BulkItem
 from console.selectors.tenancy import tenants_of
+from core.redacted_admin import RedactedFieldsAdmin
 
 log = logging.getLogger("console.admin")
 

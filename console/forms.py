@@ -19,8 +19,8 @@ from typing import Any
 
 from django import forms
 from django.contrib.auth.forms import AuthenticationForm
-from django.core.validators import MaxLengthValidator
 from django.core.exceptions import ValidationError
+from django.core.validators import MaxLengthValidator
 from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
 

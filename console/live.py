@@ -32,9 +32,9 @@ from dataclasses import dataclass
 from django.contrib.auth.models import AbstractBaseUser
 from django.template.loader import render_to_string
 
-from core.storage import is_storage_error
 from console import topics
 from console.views import audit, bulk, overview, queues, run_detail, run_list, versions, workers
+from core.storage import is_storage_error
 
 FragmentFn = Callable[[AbstractBaseUser, dict[str, str]], str]
 

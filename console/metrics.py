@@ -52,9 +52,9 @@ from django.utils import timezone
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
-from core.storage import is_redis_error
 from console.selectors.overview import queue_lines
 from console.selectors.workers import SILENT_WINDOW
+from core.storage import is_redis_error
 from sagas.models import RunStatus
 from sagas.selectors import worker_liveness
 

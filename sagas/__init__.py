@@ -78,8 +78,8 @@ if TYPE_CHECKING:
 
     from ledger.models import EffectRecord
     from sagas.compensation import PlannedItem
-    from sagas.replay.context import Context
     from sagas.models import ApprovalRequest, RunStatus, WorkflowRun
+    from sagas.replay.context import Context
     from sagas.runtime.readiness import WorkerStatus
 
 __all__ = [

@@ -23,12 +23,8 @@ from ledger.connectors import Operation, get_connector
 from ledger.errors import ConnectorNotRegistered, EffectFailed, OutcomeUnknown
 from ledger.models import EffectKind, EffectRecord, EffectStatus
 from ledger.protocol import run_operation
-from sagas.runtime import queue
-from sagas.store import systemdb
-from sagas.runtime.crashpoints import crash_point
-from sagas.replay.cursor import JournalCursor
 from sagas.errors import ActionNotAllowed, CompensationStuck, RunFinished
-from sagas.store.locks import run_lock
+from sagas.events import send_run_changed
 from sagas.models import (
     OPEN_APPROVAL_STATES,
     ApprovalRequest,
@@ -43,7 +39,11 @@ from sagas.models import (
     check_compensation_transition,
     check_transition,
 )
-from sagas.events import send_run_changed
+from sagas.replay.cursor import JournalCursor
+from sagas.runtime import queue
+from sagas.runtime.crashpoints import crash_point
+from sagas.store import systemdb
+from sagas.store.locks import run_lock
 from sagas.store.systemdb import dumps
 from sagas.validation import FREE_TEXT_CHARS, checked_text
 

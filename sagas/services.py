@@ -15,15 +15,9 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from sagas import selectors
-
-from sagas.runtime import queue
-
-from sagas.versions import registry
-
-from sagas.store import startdb, systemdb
 from sagas.compensation import approvals_expire_open, needs_compensation, plan_create, run_move_to_compensating
 from sagas.errors import ActionNotAllowed, RunFinished, StartConflict
-from sagas.store.locks import run_lock
+from sagas.events import send_run_changed
 from sagas.models import (
     LEASED_STATUSES,
     TERMINAL_STATUSES,
@@ -37,10 +31,13 @@ from sagas.models import (
     WorkflowVersion,
     check_transition,
 )
-from sagas.events import send_run_changed
-from sagas.summaries import summary_compute
+from sagas.runtime import queue
+from sagas.store import startdb, systemdb
+from sagas.store.locks import run_lock
 from sagas.store.systemdb import dumps
+from sagas.summaries import summary_compute
 from sagas.validation import FREE_TEXT_CHARS, checked_text, start_arguments_check, start_name_check
+from sagas.versions import registry
 
 log = logging.getLogger("sagas.services")
 

@@ -17,10 +17,6 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
 
-from sagas.runtime import queue
-
-from sagas.store import systemdb
-from sagas.replay.cursor import JournalCursor
 from sagas.errors import (
     AlreadyDecided,
     ApprovalEscalated,
@@ -30,7 +26,7 @@ from sagas.errors import (
     Suspend,
     WaitTimedOut,
 )
-from sagas.store.locks import approval_lock, run_lock
+from sagas.events import send_run_changed
 from sagas.models import (
     OPEN_APPROVAL_STATES,
     TERMINAL_STATUSES,
@@ -42,7 +38,10 @@ from sagas.models import (
     check_approval_transition,
     check_transition,
 )
-from sagas.events import send_run_changed
+from sagas.replay.cursor import JournalCursor
+from sagas.runtime import queue
+from sagas.store import systemdb
+from sagas.store.locks import approval_lock, run_lock
 from sagas.store.systemdb import dumps
 from sagas.validation import FREE_TEXT_CHARS, SIGNAL_NAME_CHARS, checked_json, checked_text
 

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from datetime import datetime, timedelta
-from datetime import timezone as dt_timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db import transaction
@@ -15,7 +14,6 @@ from ninja import Field, Query, Router, Schema, Status
 from api.auth import actor_ip
 from api.errors import Problem
 from api.routes.common import MAX_PAGE, Text, console_action, next_link, parse_cursor, run_id_of
-from core.redaction import redact
 from console import roles
 from console.models import AuditEntry, AuditOutcome
 from console.selectors.runs import HISTORY_PAGE_SIZE, RUNS_PAGE_SIZE, RunFilters, run_get, run_history_page, runs_page
@@ -24,6 +22,7 @@ from console.services.actions import Actor, audit_denied, audit_done
 from console.services.limits import clip_text
 from console.services.runs import run_cancel_act, run_compensate_act, run_retry_act
 from console.services.tenancy import OUTSIDE_TENANTS, check_tenant
+from core.redaction import redact
 from sagas.errors import (
     InvalidArgument,
     NotSerializable,
@@ -191,7 +190,7 @@ def _summary(run: WorkflowRun) -> dict[str, Any]:
 
 def _aware(when: datetime | None) -> datetime | None:
     """A time without a zone is UTC (the console shows UTC)."""
-    return when.replace(tzinfo=dt_timezone.utc) if when is not None and when.tzinfo is None else when
+    return when.replace(tzinfo=UTC) if when is not None and when.tzinfo is None else when
 
 
 @router.get("", response=RunList, summary="Runs of the key's tenants, newest first, a page at a time")

@@ -12,8 +12,8 @@ from typing import Any
 
 from django.conf import settings
 
-from core.redaction import redact_text
 from console.notifications.models import NotificationFormat, NotificationKind
+from core.redaction import redact_text
 
 MAX_DETAIL = 300
 

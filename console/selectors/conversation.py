@@ -38,9 +38,9 @@ from typing import Any
 
 from django.db.models import Q
 
-from core.redaction import redact_json, redact_text
 from console.selectors.runs import HISTORY_PAGE_SIZE
 from console.templatetags.payloads import PREVIEW_CHARS, SECRET_MARGIN, pruned  # the payload previews' own cut
+from core.redaction import redact_json, redact_text
 from ledger.models import EffectKind, EffectRecord
 from sagas.models import ApprovalRequest, ApprovalState, JournalEntry, WorkflowRun, WorkflowVersion
 

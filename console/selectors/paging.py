@@ -14,8 +14,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from datetime import datetime, timedelta
-from datetime import timezone as dt_timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any, Generic, TypeVar
 
 from django.db import connection
@@ -25,7 +24,7 @@ from django.db.models.expressions import RawSQL
 T = TypeVar("T")
 Key = int | uuid.UUID
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=dt_timezone.utc)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 MAX_CURSOR_CHARS = 80  # the longest encode_cursor writes is 53
 _MICRO = timedelta(microseconds=1)
 

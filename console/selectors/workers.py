@@ -21,10 +21,10 @@ from datetime import datetime, timedelta
 from django.db.models import Count, Min, Q
 from django.utils import timezone
 
-from core.storage import is_redis_error
 from console.selectors.tenancy import User, scope_runs
-from sagas.models import LEASED_STATUSES, RunStatus, WorkerProcess, WorkflowRun, WorkflowVersion
+from core.storage import is_redis_error
 from sagas.integration import redis_connection
+from sagas.models import LEASED_STATUSES, RunStatus, WorkerProcess, WorkflowRun, WorkflowVersion
 from sagas.selectors import worker_liveness
 
 SILENT_WINDOW = timedelta(days=1)

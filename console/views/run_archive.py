@@ -16,8 +16,8 @@ from typing import Any
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
-from core.redaction import redact_text
 from console.selectors.tenancy import scope
+from core.redaction import redact_text
 from sagas.integration import run_lines, store_for_location
 from sagas.models import ArchivedRun
 

@@ -32,7 +32,6 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
-from core.redaction import redact_text
 from console import roles
 from console.selectors.conversation import run_conversation
 from console.selectors.history import history_timeline, timeline_rows
@@ -46,8 +45,9 @@ from console.selectors.runs import (
     run_history_since,
 )
 from console.views.base import get_run_for_user, live_context, viewer_required
-from console.views.run_archive import archived_get, run_archived_page
 from console.views.notices import page_messages
+from console.views.run_archive import archived_get, run_archived_page
+from core.redaction import redact_text
 from sagas.models import (
     OPEN_APPROVAL_STATES,
     TERMINAL_STATUSES,

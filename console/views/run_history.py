@@ -27,11 +27,11 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
-from core.redaction import redact
 from console.history_forms import HistoryPageForm
 from console.selectors.history import history_jump_before, history_timeline, kinds_for
 from console.selectors.runs import run_history_batches
 from console.views.base import get_run_for_user, viewer_required
+from core.redaction import redact
 from sagas.models import WorkflowRun
 from sagas.selectors import run_newest_seq
 

@@ -33,8 +33,6 @@ from ledger.connectors import get_connector
 from ledger.errors import OutcomeUnknown, PayloadNotJSON, ReplayDiverged
 from ledger.protocol import run_effect
 from sagas import waits
-from sagas.runtime.crashpoints import crash_point
-from sagas.replay.cursor import JournalCursor, shutdown_requested
 from sagas.errors import (
     ContinueAsNew,
     EffectUnknown,
@@ -44,6 +42,8 @@ from sagas.errors import (
     StorageUnavailable,
 )
 from sagas.models import JournalKind
+from sagas.replay.cursor import JournalCursor, shutdown_requested
+from sagas.runtime.crashpoints import crash_point
 from sagas.store.systemdb import ClaimedRun, Entry, dumps
 from sagas.validation import checked_json
 
@@ -52,7 +52,7 @@ K = JournalKind
 F = TypeVar("F", bound=Callable[..., Any])
 
 # ``shutdown_requested`` is the cursor's; the worker sets it on SIGTERM (imported from here).
-__all__ = ["Context", "IRREVERSIBLE_APPROVAL_TIMEOUT", "shutdown_requested"]
+__all__ = ["IRREVERSIBLE_APPROVAL_TIMEOUT", "Context", "shutdown_requested"]
 
 # The automatic gate before an irreversible connector escalates after this long.
 IRREVERSIBLE_APPROVAL_TIMEOUT = timedelta(hours=24)

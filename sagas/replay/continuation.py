@@ -37,17 +37,16 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from sagas.runtime import queue
-
-from sagas.versions import registry
-from sagas.runtime.crashpoints import crash_point
 from sagas.errors import LeaseLost
-from sagas.models import JournalEntry, JournalKind, RunStatus, WorkflowRun
-from sagas.services import version_sync
 from sagas.events import send_run_changed
-from sagas.summaries import summary_compute
+from sagas.models import JournalEntry, JournalKind, RunStatus, WorkflowRun
+from sagas.runtime import queue
+from sagas.runtime.crashpoints import crash_point
+from sagas.services import version_sync
 from sagas.store.systemdb import ClaimedRun, finish
+from sagas.summaries import summary_compute
 from sagas.validation import BUSINESS_KEY_CHARS
+from sagas.versions import registry
 
 log = logging.getLogger("sagas.replay.continuation")
 

@@ -10,8 +10,8 @@ from django.db import connection
 
 from core.storage import is_storage_error, note_failure, note_success
 from sagas import events
-from sagas.store import systemdb
 from sagas.replay.cursor import JournalCursor
+from sagas.store import systemdb
 
 log = logging.getLogger("sagas.replay.engine")
 

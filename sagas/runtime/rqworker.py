@@ -34,7 +34,7 @@ import sys
 import threading
 import time
 import traceback
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import redis
 from redis.client import Pipeline
@@ -46,8 +46,8 @@ from rq.timeouts import TimerDeathPenalty
 from rq.worker import WorkerStatus
 
 from core.storage import OUTAGES, REDIS, is_redis_error, wait_for_redis
-from sagas.runtime import jobs
 from sagas.replay.context import shutdown_requested
+from sagas.runtime import jobs
 from sagas.runtime.queue import ADVANCE_JOB, marker_key
 
 log = logging.getLogger("sagas.runtime.worker")
@@ -279,7 +279,7 @@ class LeanAdvanceJobs:
             super().execute_job(job, queue)  # type: ignore[misc]
             return
         run_id = str(job.args[0])
-        job.started_at = datetime.now(timezone.utc)
+        job.started_at = datetime.now(UTC)
         with self.connection.pipeline(transaction=False) as before:
             before.delete(marker_key(run_id))
             self.set_state(WorkerStatus.BUSY, pipeline=before)
@@ -290,7 +290,7 @@ class LeanAdvanceJobs:
         try:
             jobs.advance_now(run_id)
         except Exception:
-            job.ended_at = datetime.now(timezone.utc)
+            job.ended_at = datetime.now(UTC)
             exc_info = sys.exc_info()
             self.handle_exception(job, *exc_info)
             self.handle_job_failure(
@@ -299,7 +299,7 @@ class LeanAdvanceJobs:
             )
             self.set_state(WorkerStatus.IDLE)
             return
-        job.ended_at = datetime.now(timezone.utc)
+        job.ended_at = datetime.now(UTC)
         with self.connection.pipeline(transaction=False) as after:
             after.delete(job.key)  # result_ttl=0: RQ deletes it too
             after.lrem(queue.intermediate_queue_key, 1, job.id)  # RQ's one-queue dequeue parks it there

@@ -10,10 +10,10 @@ from django.utils import timezone
 from core.storage import retry_storage
 from sagas import services
 from sagas.runtime import queue, readiness, recovery
-from sagas.versions import registry
 from sagas.runtime.identity import set_worker_id, worker_id
 from sagas.runtime.rqworker import SagaWorker
 from sagas.runtime.worker import MAX_CONCURRENCY, BackgroundThread, WorkerPool
+from sagas.versions import registry
 
 log = logging.getLogger("sagas.runtime.worker")
 
