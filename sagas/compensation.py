@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from uuid import UUID
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
@@ -91,7 +92,7 @@ def compensation_preview(*, run: WorkflowRun) -> list[PlannedItem]:
     return items
 
 
-def plan_create(*, run: WorkflowRun, reason: str, trigger: str, user: AbstractBaseUser | None, actor: str) -> CompensationPlan:
+def plan_create(*, run: WorkflowRun, reason: str, trigger: str, user: User | None, actor: str) -> CompensationPlan:
     """Create the plan (inside the caller's transaction, run row locked)."""
     if CompensationPlan.objects.filter(run=run).exists():
         raise ActionNotAllowed(f"run {run.id} already has a compensation plan")
@@ -127,7 +128,7 @@ def approvals_expire_open(*, run: WorkflowRun, why: str, by: str = "system") -> 
     )
 
 
-def compensation_start(*, run_id: str, user: AbstractBaseUser | None, reason: str, actor: str = "") -> CompensationPlan:
+def compensation_start(*, run_id: str, user: User | None, reason: str, actor: str = "") -> CompensationPlan:
     """An operator asks to undo a run's effects. The run leaves any worker (fence +1),
     goes COMPENSATING and is enqueued. Refused for finished runs and running compensations.
 
@@ -166,7 +167,7 @@ def compensate_claimed(ctx: JournalCursor) -> None:
     Returns when every item is done (the caller marks the run COMPENSATED). Raises
     ``CompensationStuck`` when an item failed or is UNKNOWN.
     """
-    plan = CompensationPlan.objects.get(run_id=ctx.run_id)
+    plan = CompensationPlan.objects.get(run_id=UUID(ctx.run_id))
     if plan.state != CompensationState.RUNNING:
         with transaction.atomic():
             check_compensation_transition(plan.state, CompensationState.RUNNING)

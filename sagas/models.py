@@ -61,6 +61,10 @@ def sources(new: str) -> list[str]:
 
 
 class WorkflowRun(models.Model):
+    # Not a column: set on the run sagas.start() returns, True when that call created it and
+    # False when a run with the same business key was already there.
+    created_now: bool
+
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     workflow_name = models.CharField(max_length=200)
     version = models.PositiveIntegerField()

@@ -83,7 +83,8 @@ class Statement:
         if self.name not in prepared:
             _check(conn.pgconn.prepare(self.name, self.sql.encode()), conn)
             prepared.add(self.name)
-        return conn.pgconn.exec_prepared(self.name, values)
+        # None is SQL NULL, as for exec_params; psycopg's annotation of exec_prepared alone leaves it out.
+        return conn.pgconn.exec_prepared(self.name, values)  # type: ignore[arg-type]
 
 
 def _text(value: Any) -> bytes | None:
