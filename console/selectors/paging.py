@@ -18,7 +18,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Generic, TypeVar
 
 from django.db import connection
-from django.db.models import BooleanField, Model, QuerySet
+from django.db.models import BooleanField, Field, Model, QuerySet
 from django.db.models.expressions import RawSQL
 
 T = TypeVar("T")
@@ -78,7 +78,7 @@ def keyset_page(qs: QuerySet[Any], *, field: str, descending: bool, cursor: Curs
     if cursor is not None:
         quote = connection.ops.quote_name
         table = quote(model._meta.db_table)
-        column, pk_column = quote(model._meta.get_field(field).column), quote(model._meta.pk.column)
+        column, pk_column = quote(_column(model, field)), quote(_column(model, "pk"))
         qs = qs.filter(RawSQL(f"({table}.{column}, {table}.{pk_column}) {'<' if descending else '>'} (%s, %s)",
                               (cursor.at, cursor.pk), output_field=BooleanField()))
     qs = qs.order_by(f"-{field}", "-pk") if descending else qs.order_by(field, "pk")
@@ -86,3 +86,11 @@ def keyset_page(qs: QuerySet[Any], *, field: str, descending: bool, cursor: Curs
     more = len(rows) > size
     rows = rows[:size]
     return Page(items=rows, next=Cursor(at=getattr(rows[-1], field), pk=rows[-1].pk) if more else None, total=total)
+
+
+def _column(model: type[Model], name: str) -> str:
+    """The table column of ``model``'s field ``name`` ("pk": its primary key's)."""
+    field = model._meta.pk if name == "pk" else model._meta.get_field(name)
+    if not isinstance(field, Field) or not field.column:
+        raise ValueError(f"{model.__name__}.{name} is not a column")
+    return field.column

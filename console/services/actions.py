@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import transaction
 
 from console import roles
@@ -57,7 +57,7 @@ class Actor:
     """Who acts: a person, or an automated actor acting with a user's roles (``system``: its name,
     such as "approver-bot"; the audit log names it ``system: approver-bot``, ``console.actors``)."""
 
-    user: AbstractBaseUser
+    user: User
     ip: str | None
     system: str = ""
 

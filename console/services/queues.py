@@ -62,7 +62,10 @@ def _effect_stale(now: dict[str, Any], seen: str) -> str:
 
 
 def _effect_target(effect_id: int, *, lock: bool = True) -> Target:
-    return Target("effect", effect_id, lock=(lambda: effect_lock(effect_id=effect_id)) if lock else (lambda: None),
+    def locker() -> Any:
+        return effect_lock(effect_id=effect_id) if lock else None
+
+    return Target("effect", effect_id, lock=locker,
                   snapshot=lambda: _effect_snapshot(effect_id), stale=_effect_stale)
 
 
