@@ -11,6 +11,7 @@ import logging
 import time
 from typing import Any
 
+from django.contrib.auth.models import User
 from django.http import HttpRequest
 from django.utils import timezone
 from ninja.security import HttpBearer
@@ -24,6 +25,14 @@ log = logging.getLogger("api")
 _redis_down = False
 # last_used_at is written at most this often per key (a write per request would be a hot row).
 LAST_USED_EVERY_S = 60
+
+
+class ApiRequest(HttpRequest):
+    """A request that ``ApiKeyAuth`` let in, as the type checker sees it (at run time it is
+    Django's own): ``auth`` is the caller's ``ApiKey`` and ``user`` that key's user."""
+
+    auth: ApiKey
+    user: User
 
 
 class ApiKeyAuth(HttpBearer):
