@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import AbstractBaseUser, Group
+from django.contrib.auth.models import Group, User
 from django.db import connection
 from django.db.models import Count
 from django.utils import timezone
@@ -103,7 +103,7 @@ def make_order(n: int, batch: str, rng: random.Random) -> dict:
     }
 
 
-def bot_user() -> AbstractBaseUser:
+def bot_user() -> User:
     """The approver bot: an approver who cannot log in. Its decisions carry its name."""
     roles.ensure_groups()
     user, created = get_user_model().objects.get_or_create(username=BOT_USERNAME)
@@ -114,7 +114,7 @@ def bot_user() -> AbstractBaseUser:
     return user
 
 
-def bot_approve(approval_id: int, bot: AbstractBaseUser) -> bool:
+def bot_approve(approval_id: int, bot: User) -> bool:
     """Approve as the demo's approver bot, through the console's action frame like a person's
     decision: role and four-eyes checked, and one audit entry by ``system: approver-bot`` in the
     decision's transaction. False when it was not approved (someone was quicker, or the run
