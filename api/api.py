@@ -1,6 +1,7 @@
 """The JSON API, ``/api/v1/`` (django-ninja): the same services, role checks and audit as the
 console, for the programs around it. OpenAPI at ``/api/v1/openapi.json`` for staff and for
-any active API key (a client generator needs it); interactive docs at ``/api/v1/docs`` for staff. Each group of endpoints is a router in ``api/routes/``."""
+any active API key (a client generator needs it); interactive docs at ``/api/v1/docs`` for staff.
+Each group of endpoints is a router in ``api/routes/``."""
 
 from __future__ import annotations
 

@@ -184,7 +184,7 @@ def hook_deliver(
     if not isinstance(event_id, str) or len(event_id) > 200 or "\x00" in event_id:
         raise _refuse(hook.name, ip, "validation", "event_id must be a string of at most 200 characters")
     run = _run_named(hook, doc, ip)
-    payload = doc["payload"] if "payload" in doc else doc
+    payload = doc.get("payload", doc)
     if event_id and HookReceipt.objects.filter(hook=hook, event_id=event_id).exists():
         return _duplicate(hook, run, event_id, ip)
     actor = Actor(user=None, ip=ip, system=f"hook {hook.name}")  # type: ignore[arg-type]  # no user: the secret

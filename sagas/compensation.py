@@ -50,7 +50,7 @@ from sagas.validation import FREE_TEXT_CHARS, checked_text
 
 log = logging.getLogger("sagas.compensation")
 K = JournalKind
-I = CompensationItemState
+ItemState = CompensationItemState
 
 
 @dataclass(frozen=True)
@@ -104,7 +104,7 @@ def plan_create(*, run: WorkflowRun, reason: str, trigger: str, user: User | Non
         CompensationItem(
             plan=plan, position=item.position, effect_id=item.effect_id, step_name=item.step_name,
             connector=item.connector, compensation_key=item.compensation_key,
-            state=I.PENDING if item.reversible else I.IRREVERSIBLE,
+            state=ItemState.PENDING if item.reversible else ItemState.IRREVERSIBLE,
         )
         for item in preview
     )
@@ -174,7 +174,7 @@ def compensate_claimed(ctx: JournalCursor) -> None:
             plan.state = CompensationState.RUNNING
             plan.save(update_fields=["state"])
     for item in plan.items.order_by("position"):
-        if item.state in (I.SUCCEEDED, I.IRREVERSIBLE):
+        if item.state in (ItemState.SUCCEEDED, ItemState.IRREVERSIBLE):
             continue
         original = EffectRecord.objects.get(id=item.effect_id)
         op = Operation(get_connector(item.connector), "compensation")
@@ -186,13 +186,13 @@ def compensate_claimed(ctx: JournalCursor) -> None:
                 ctx, op, name=name, key=item.compensation_key, payload=payload, connector_name=item.connector
             )
         except EffectFailed as exc:
-            _item_stuck(ctx, plan, item, I.FAILED, "compensation_failed", str(exc))
+            _item_stuck(ctx, plan, item, ItemState.FAILED, "compensation_failed", str(exc))
         except OutcomeUnknown as exc:
-            _item_stuck(ctx, plan, item, I.UNKNOWN, "compensation_unknown", exc.message)
+            _item_stuck(ctx, plan, item, ItemState.UNKNOWN, "compensation_unknown", exc.message)
         with transaction.atomic():  # the run's row (fenced append) before the item: sagas.store.locks' order
-            ctx.append(K.COMPENSATION_ITEM, name, dumps({"step": item.step_name, "state": I.SUCCEEDED,
+            ctx.append(K.COMPENSATION_ITEM, name, dumps({"step": item.step_name, "state": ItemState.SUCCEEDED,
                                                            "downstream_ref": record.downstream_ref}))
-            item.state = I.SUCCEEDED
+            item.state = ItemState.SUCCEEDED
             item.compensation_effect_id = record.id
             item.save(update_fields=["state", "compensation_effect_id"])
             send_run_changed(ctx.run_id, RunStatus.COMPENSATING, cause=K.COMPENSATION_ITEM)
@@ -203,7 +203,9 @@ def compensate_claimed(ctx: JournalCursor) -> None:
         plan.save(update_fields=["state", "finished_at"])
 
 
-def _item_stuck(ctx: JournalCursor, plan: CompensationPlan, item: CompensationItem, state: str, reason: str, message: str) -> None:
+def _item_stuck(
+    ctx: JournalCursor, plan: CompensationPlan, item: CompensationItem, state: str, reason: str, message: str
+) -> None:
     with transaction.atomic():  # the plan before its item: sagas.store.locks' order
         check_compensation_transition(plan.state, CompensationState.NEEDS_ATTENTION)
         plan.state = CompensationState.NEEDS_ATTENTION
@@ -213,7 +215,8 @@ def _item_stuck(ctx: JournalCursor, plan: CompensationPlan, item: CompensationIt
         item.compensation_effect_id = record.id if record else None
         item.save(update_fields=["state", "compensation_effect_id"])
     raise CompensationStuck(
-        f"compensating {item.step_name!r} ({item.connector}) {'failed' if state == I.FAILED else 'has an unknown outcome'}: "
+        f"compensating {item.step_name!r} ({item.connector}) "
+        f"{'failed' if state == ItemState.FAILED else 'has an unknown outcome'}: "
         f"{message}. Later compensations wait; nothing is skipped.",
         reason=reason, step=item.step_name, connector=item.connector, key=item.compensation_key,
         effect_id=item.compensation_effect_id,

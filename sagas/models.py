@@ -88,7 +88,9 @@ class WorkflowRun(models.Model):
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     fence = models.BigIntegerField(default=0, help_text="+1 on every claim; every write checks it")
     attempts = models.PositiveIntegerField(default=0, help_text="number of claims")
-    last_seq = models.PositiveIntegerField(default=0, help_text="steps_used and cost_used count the journal up to this seq (sagas.store.numbering)")
+    last_seq = models.PositiveIntegerField(
+        default=0, help_text="steps_used and cost_used count the journal up to this seq (sagas.store.numbering)"
+    )
 
     steps_used = models.PositiveIntegerField(default=0)
     cost_used = models.DecimalField(max_digits=14, decimal_places=6, default=0)

@@ -135,7 +135,9 @@ def perform(
     tenant = check_tenant(actor, action, target.object_type, target.object_id, reason=reason) or ""
     if not roles.can(actor.user, action):
         audit_denied(actor, action, target.object_type, target.object_id, reason=reason)
-        raise Denied(f"{actor.label} may not {action.replace('.', ' ')}: it needs the {roles.ACTION_ROLES[action]} role")
+        raise Denied(
+            f"{actor.label} may not {action.replace('.', ' ')}: it needs the {roles.ACTION_ROLES[action]} role"
+        )
     seen: dict[str, Any] | None = None
     acting = _acting.set(True)
     try:

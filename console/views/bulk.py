@@ -136,7 +136,8 @@ def bulk_confirm(request: ConsoleRequest, token: Any) -> HttpResponse:
     typed = {key: str(request.POST.get(key, "")) for key in ("reason", "outcome", "downstream_ref")}
     try:
         batch = batch_confirm(
-            actor_of(request), token=batch.token, reason=typed["reason"], confirmed=request.POST.get("confirm") == "yes",
+            actor_of(request), token=batch.token, reason=typed["reason"],
+            confirmed=request.POST.get("confirm") == "yes",
             outcome=typed["outcome"], evidence=typed["downstream_ref"],
         )
     except Denied as exc:

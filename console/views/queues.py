@@ -131,7 +131,8 @@ def _effects_context(user: User, form: EffectFilterForm) -> dict[str, Any]:
         "filter_query": filtered,
         "filtered": bool(filtered),
         "first_url": f"{base}?{filtered}" if filtered else base,
-        "next_url": f"{base}?{urlencode(form.link_params(after=page.next_cursor))}" if page and page.next_cursor else "",
+        "next_url": (f"{base}?{urlencode(form.link_params(after=page.next_cursor))}"
+                     if page and page.next_cursor else ""),
         "can_query": roles.can(user, "effect.query"),
         "can_resolve": roles.can(user, "effect.resolve"),
         "outcomes": RESOLVE_OUTCOMES,

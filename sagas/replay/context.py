@@ -23,7 +23,7 @@ import random as _random
 import uuid as _uuid
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Any, NoReturn, TypeVar
+from typing import Any, NoReturn, TypeVar, cast
 
 from django.db import InterfaceError, OperationalError
 from django.utils import timezone
@@ -74,7 +74,7 @@ def _engine_call(method: F) -> F:
             note_failure(exc, doing=f"advancing run {self.run_id}")
             raise StorageUnavailable(f"{method.__name__}: {type(exc).__name__}: {exc}") from exc
 
-    return wrapper  # type: ignore[return-value]
+    return cast(F, wrapper)
 
 
 class Context(JournalCursor):
@@ -184,7 +184,8 @@ class Context(JournalCursor):
         """
         if self.approve_irreversible and get_connector(connector_name).irreversible:
             waits.approval(
-                self, f"approve:{name}", reason=f"Irreversible: {connector_name} ({name}) cannot be undone once it runs",
+                self, f"approve:{name}",
+                reason=f"Irreversible: {connector_name} ({name}) cannot be undone once it runs",
                 timeout=IRREVERSIBLE_APPROVAL_TIMEOUT,
             )
         try:

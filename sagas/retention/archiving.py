@@ -336,7 +336,9 @@ class ArchiveThread(threading.Thread):
                     if report is not None and report.runs:
                         log.info("retention: %s", report)
                 except Exception:
-                    log.exception("archive pass failed; nothing of its failed batch was deleted; retrying next interval")
+                    log.exception(
+                        "archive pass failed; nothing of its failed batch was deleted; retrying next interval"
+                    )
                     connection.close()
         finally:
             connection.close()

@@ -140,4 +140,4 @@ def queued_markers(run_ids: list[str]) -> set[str]:
         note_failure(exc, doing="sweeping")
         return set(run_ids)
     OUTAGES.up(REDIS)
-    return {run_id for run_id, flag in zip(run_ids, present) if flag}
+    return {run_id for run_id, flag in zip(run_ids, present, strict=True) if flag}
