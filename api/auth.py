@@ -66,7 +66,7 @@ def rate_limit(key: ApiKey) -> None:
         pipe.incr(name)
         pipe.expire(name, 120)
         count = int(pipe.execute()[0])
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         if not is_redis_error(exc):
             raise
         if not _redis_down:

@@ -52,7 +52,7 @@ class Bridge:
         def loop_thread() -> None:
             try:
                 outcome["value"] = asyncio.run(main())
-            except BaseException as exc:  # noqa: BLE001 (handed to the workflow's thread)
+            except BaseException as exc:  # any: handed to the workflow's thread
                 outcome["error"] = exc
             finally:
                 self.requests.put(done)
