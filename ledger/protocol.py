@@ -1,4 +1,4 @@
-"""The effect protocol: intent, dispatch, settle, recover (DESIGN §6).
+"""The effect protocol: intent, dispatch, settle, recover.
 
 Written against a ``ledger.journal.Journal`` (the caller's history: a workflow run's, in
 the engine), so it can be read, tested and reused without a workflow.

@@ -1,4 +1,4 @@
-"""Sagas: undo a run's completed effects, newest first (DESIGN §8).
+"""Sagas: undo a run's completed effects, newest first.
 
 A plan has one item per SUCCEEDED effect of the run, newest first. An item whose
 connector can undo it compensates through the ledger with the key

@@ -1,4 +1,4 @@
-"""Journaled waits: approvals, timers and signals (DESIGN §7).
+"""Journaled waits: approvals, timers and signals.
 
 A waiting run holds no worker: ``Suspend`` unwinds the workflow and the engine
 marks the run WAITING with ``wake_at``. What wakes it: a decision, a signal
