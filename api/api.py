@@ -1,6 +1,7 @@
 """The JSON API, ``/api/v1/`` (django-ninja): the same services, role checks and audit as the
 console, for the programs around it. OpenAPI at ``/api/v1/openapi.json`` for staff and for
-any active API key (a client generator needs it); interactive docs at ``/api/v1/docs`` for staff. Each group of endpoints is a router in ``api/routes/``."""
+any active API key (a client generator needs it); interactive docs at ``/api/v1/docs`` for staff.
+Each group of endpoints is a router in ``api/routes/``."""
 
 from __future__ import annotations
 
@@ -8,17 +9,18 @@ from collections.abc import Callable
 from functools import wraps
 from typing import Any
 
-from django.contrib.admin.views.decorators import staff_member_required
 from django.conf import settings
+from django.contrib.admin.views.decorators import staff_member_required
 from django.core.exceptions import ObjectDoesNotExist, PermissionDenied, RequestDataTooBig
 from django.http import Http404, HttpRequest, HttpResponse
 from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 
 from api.auth import ApiKeyAuth
-from api.keys import apikey_check
 from api.errors import Problem, problem_response
+from api.keys import apikey_check
 from core.storage import is_storage_error
+
 
 def _staff_or_api_key(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
     """The docs for staff (a person's session); the OpenAPI document also for an active API key."""

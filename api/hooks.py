@@ -44,8 +44,8 @@ from api.models import Hook, HookReceipt
 from console.actors import system_label
 from console.services.actions import Actor, audit_done
 from sagas.errors import InvalidArgument, NotSerializable, RunFinished
-from sagas.models import WorkflowRun
 from sagas.integration import SIGNAL_NAME_CHARS, checked_text
+from sagas.models import WorkflowRun
 
 log = logging.getLogger("api.hooks")
 
@@ -184,7 +184,7 @@ def hook_deliver(
     if not isinstance(event_id, str) or len(event_id) > 200 or "\x00" in event_id:
         raise _refuse(hook.name, ip, "validation", "event_id must be a string of at most 200 characters")
     run = _run_named(hook, doc, ip)
-    payload = doc["payload"] if "payload" in doc else doc
+    payload = doc.get("payload", doc)
     if event_id and HookReceipt.objects.filter(hook=hook, event_id=event_id).exists():
         return _duplicate(hook, run, event_id, ip)
     actor = Actor(user=None, ip=ip, system=f"hook {hook.name}")  # type: ignore[arg-type]  # no user: the secret

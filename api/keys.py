@@ -9,7 +9,7 @@ import secrets
 from datetime import datetime
 
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import AbstractBaseUser, Group
+from django.contrib.auth.models import Group, User
 from django.db import transaction
 from django.utils import timezone
 
@@ -34,7 +34,7 @@ def api_user_name(name: str) -> str:
 
 
 def apikey_create(
-    *, name: str, role: str, tenants: list[str] | None = None, created_by: AbstractBaseUser | None = None,
+    *, name: str, role: str, tenants: list[str] | None = None, created_by: User | None = None,
     expires_at: datetime | None = None, rate_per_minute: int = 600,
 ) -> tuple[ApiKey, str]:
     """A new key and its plain text (shown once). ``role``: viewer, operator or approver;
@@ -88,7 +88,7 @@ class NotStaff(Exception):
     """Only staff expire or revoke keys (HTTP 403)."""
 
 
-def is_staff(user: AbstractBaseUser) -> bool:
+def is_staff(user: User) -> bool:
     return bool(user.is_authenticated and (user.is_staff or user.is_superuser))
 
 

@@ -13,7 +13,7 @@ from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
@@ -21,7 +21,7 @@ from api.keys import EXPIRE, REVOKE, NotStaff, apikey_end, is_staff
 from api.models import ApiKey, Hook
 from console.forms import MAX_TEXT_CHARS, Problems, text_field
 from console.services.actions import Refused
-from console.views.base import actor_of
+from console.views.base import ConsoleRequest, actor_of
 
 # The state's badge, in the colours the console already gives these meanings (console.css).
 _BADGE = {"ACTIVE": "COMPLETED", "EXPIRED": "NEEDS_ATTENTION", "REVOKED": "FAILED"}
@@ -32,7 +32,7 @@ class KeyEndForm(Problems, forms.Form):
     confirm = forms.BooleanField(error_messages={"required": "Tick the box to confirm; nothing was changed."})
 
 
-def _page(request: HttpRequest, *, status: int = 200, problems: list[str] | None = None) -> HttpResponse:
+def _page(request: ConsoleRequest, *, status: int = 200, problems: list[str] | None = None) -> HttpResponse:
     keys = list(ApiKey.objects.select_related("user__tenant_scope", "created_by").order_by("name"))
     rows: list[dict[str, Any]] = []
     for key in keys:
@@ -46,13 +46,13 @@ def _page(request: HttpRequest, *, status: int = 200, problems: list[str] | None
 
 @require_GET
 @login_required
-def api_keys(request: HttpRequest) -> HttpResponse:
+def api_keys(request: ConsoleRequest) -> HttpResponse:
     if not is_staff(request.user):
         raise PermissionDenied("only staff see API keys")
     return _page(request)
 
 
-def _end(request: HttpRequest, key_id: int, action: str) -> HttpResponse:
+def _end(request: ConsoleRequest, key_id: int, action: str) -> HttpResponse:
     form = KeyEndForm(request.POST)
     reason = str(request.POST.get("reason", "")).strip()
     if is_staff(request.user):
@@ -74,11 +74,11 @@ def _end(request: HttpRequest, key_id: int, action: str) -> HttpResponse:
 
 @require_POST
 @login_required
-def api_key_expire(request: HttpRequest, key_id: int) -> HttpResponse:
+def api_key_expire(request: ConsoleRequest, key_id: int) -> HttpResponse:
     return _end(request, key_id, EXPIRE)
 
 
 @require_POST
 @login_required
-def api_key_revoke(request: HttpRequest, key_id: int) -> HttpResponse:
+def api_key_revoke(request: ConsoleRequest, key_id: int) -> HttpResponse:
     return _end(request, key_id, REVOKE)

@@ -57,7 +57,7 @@ def run_settled(run: WorkflowRun) -> bool:
 
 
 class _Waiter:
-    __slots__ = ("run_id", "loop", "event")
+    __slots__ = ("event", "loop", "run_id")
 
     def __init__(self, run_id: str) -> None:
         self.run_id = run_id
@@ -147,7 +147,7 @@ class RunStatusListener:
                         for notify in conn.notifies(timeout=IDLE_CHECK_S):
                             self._dispatch(notify.payload)
                         conn.execute("SELECT 1")  # a dead connection raises here if notifies() did not
-            except Exception as exc:  # noqa: BLE001 - any failure: waiters fall back to their timeout
+            except Exception as exc:  # any failure: waiters fall back to their timeout
                 if self.listening.is_set() or self.connects == 0:
                     log.warning("run status listener: connection lost (%s); waits end at their timeout "
                                 "until it reconnects", str(exc).strip()[:200])

@@ -39,8 +39,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import common  # noqa: E402
-from bench.servers import free_port  # noqa: E402
+from bench import common
+from bench.servers import free_port
 
 SIZES = {
     "full": dict(sequential=1000, clients=8, per_client=250, polls=64, db="saga_bench_api", redis=2),

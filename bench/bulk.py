@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import common  # noqa: E402
+from bench import common
 
 SIZES = {"full": dict(items=10_000, db="saga_bench_bulk", redis=12, workers=2, concurrency=2),
          "smoke": dict(items=200, db="saga_bench_bulk_smoke", redis=11, workers=1, concurrency=2)}
@@ -120,7 +120,7 @@ class Pushes:
             try:
                 await asyncio.wait_for(layer.receive(channel), timeout=0.5)
                 self.count += 1
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
 
 

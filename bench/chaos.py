@@ -1,13 +1,13 @@
-"""Seed 002's crash table, reproduced with the real engine, real worker processes and real SIGKILLs.
+"""A simulated crash table, reproduced with the real engine, real worker processes and real SIGKILLs.
 
     .venv/bin/python bench/chaos.py            # 400 runs per cell, 3 strategies x 3 crash chances
     .venv/bin/python bench/chaos.py --smoke    # 8 runs per strategy at chance 0.20 (the test suite runs it)
 
-Seed 002 simulated, in memory, 400 runs of a 7-step agent (model cost 8.0 per run
+A simulation ran, in memory, 400 runs of a 7-step agent (model cost 8.0 per run
 without crashes, 3 effects) under three strategies. Here each run is a real workflow
 run (``bench/chaos_workflows.py``) advanced by a pool of ``sagas_worker`` processes
 against the real simulated providers. A step that really executes crashes with the
-cell's chance, at one of seed 002's three positions (before the work, after it but
+cell's chance, at one of the simulation's three positions (before the work, after it but
 before its result is recorded, after that): the worker SIGKILLs itself, the pool
 forks a replacement, and the run is picked up by another worker when its lease
 expires (as in production, through the sweeper).
@@ -35,17 +35,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import common  # noqa: E402
+from bench import common
 
 STRATEGIES = (  # (label, workflow)
     ("restart from scratch", "chaos_restart"),
     ("journal, no idempotency key", "chaos_journal"),
     ("journal + ledger and keys", "chaos_keyed"),
 )
-# Seed 002's simulated figures: cost per run by crash chance (restart, journal), and at 0.08
+# The simulation's figures: cost per run by crash chance (restart, journal), and at 0.08
 # (cost, restarts, duplicates) per strategy.
-SEED_COST = {0.02: (9.02, 8.06), 0.08: (11.94, 8.24), 0.20: (25.50, 8.53)}
-SEED_AT_008 = {"chaos_restart": (12.43, 0.86, 243), "chaos_journal": (8.22, 0.63, 35),
+SIMULATED_COST = {0.02: (9.02, 8.06), 0.08: (11.94, 8.24), 0.20: (25.50, 8.53)}
+SIMULATED_AT_008 = {"chaos_restart": (12.43, 0.86, 243), "chaos_journal": (8.22, 0.63, 35),
                "chaos_keyed": (8.22, 0.63, 0)}
 LEASE_TTL, SWEEP_INTERVAL = 1.0, 0.25  # the settings' minimum TTL: a crashed run waits least
 SETTLED = ("COMPLETED", "FAILED", "CANCELLED", "COMPENSATED", "NEEDS_ATTENTION")  # nothing moves without a person
@@ -184,9 +184,9 @@ def draw(cells: list[Cell], path: Path) -> None:
     for label, workflow in STRATEGIES:
         points = sorted((c.chance, c.cost_per_run) for c in cells if c.workflow == workflow)
         ax.plot([x for x, _ in points], [y for _, y in points], marker="o", label=f"{label} (measured)")
-    chances = sorted(SEED_COST)
-    for i, label in enumerate(("restart (seed 002, simulated)", "journal (seed 002, simulated)")):
-        ax.plot(chances, [SEED_COST[x][i] for x in chances], linestyle="--", color="grey", alpha=0.6,
+    chances = sorted(SIMULATED_COST)
+    for i, label in enumerate(("restart (simulated)", "journal (simulated)")):
+        ax.plot(chances, [SIMULATED_COST[x][i] for x in chances], linestyle="--", color="grey", alpha=0.6,
                 marker="x", label=label)
     ax.axhline(8.0, color="black", linewidth=0.6, linestyle=":", label="no crashes (8.0)")
     ax.set_xlabel("crash chance per step")
@@ -201,24 +201,24 @@ def draw(cells: list[Cell], path: Path) -> None:
 
 def print_tables(cells: list[Cell], workers: int) -> None:
     rows = [("strategy", "crash chance", "model cost per run", "model calls repeated", "restarts per run",
-             "duplicate effects", "runs lost", "seed 002 at 0.08 (cost, restarts, dup.)", "wall time")]
+             "duplicate effects", "runs lost", "simulated at 0.08 (cost, restarts, dup.)", "wall time")]
     for c in cells:
-        seed = SEED_AT_008[c.workflow] if c.chance == 0.08 else None
+        sim = SIMULATED_AT_008[c.workflow] if c.chance == 0.08 else None
         rows.append((c.label, f"{c.chance:.2f}", f"{c.cost_per_run:.2f}", str(c.model_repeats),
                      f"{c.restarts_per_run:.2f}", str(c.duplicates), str(c.lost),
-                     f"{seed[0]:.2f}, {seed[1]:.2f}, {seed[2]}" if seed else "-", f"{c.seconds:.0f} s"))
+                     f"{sim[0]:.2f}, {sim[1]:.2f}, {sim[2]}" if sim else "-", f"{c.seconds:.0f} s"))
     common.print_table(
         f"Chaos ({cells[0].runs} runs per cell, {workers} worker processes, lease TTL {LEASE_TTL:g} s, "
         f"sweep every {SWEEP_INTERVAL:g} s)", rows,
     )
     by = {(c.workflow, c.chance): c for c in cells}
-    rows = [("crash chance", "restart: seed 002", "restart: measured", "journal: seed 002", "journal: measured",
+    rows = [("crash chance", "restart: simulated", "restart: measured", "journal: simulated", "journal: measured",
              "product: measured")]
     for chance in sorted({c.chance for c in cells}):
-        seed = SEED_COST.get(chance, (float("nan"),) * 2)
+        sim = SIMULATED_COST.get(chance, (float("nan"),) * 2)
         got = [by.get((w, chance)) for _, w in STRATEGIES]
-        rows.append((f"{chance:.2f}", f"{seed[0]:.2f}", *(f"{g.cost_per_run:.2f}" if g else "-" for g in got[:1]),
-                     f"{seed[1]:.2f}", *(f"{g.cost_per_run:.2f}" if g else "-" for g in got[1:])))
+        rows.append((f"{chance:.2f}", f"{sim[0]:.2f}", *(f"{g.cost_per_run:.2f}" if g else "-" for g in got[:1]),
+                     f"{sim[1]:.2f}", *(f"{g.cost_per_run:.2f}" if g else "-" for g in got[1:])))
     common.print_table("Model cost per run by crash chance (no crashes: 8.00)", rows)
 
 

@@ -1,6 +1,6 @@
 """The chaos benchmark's agent, written three ways (registered by SAGAS_MODULES=bench.chaos_workflows).
 
-The shape is seed 002's: a 7-step agent, four model calls that bill 2.0 each (8.0
+The shape is the simulated crash table's (``bench/chaos.py``): a 7-step agent, four model calls that bill 2.0 each (8.0
 per run when nothing crashes) and three effects, against the real simulated
 providers. The three workflows differ only in how a step is made durable:
 
@@ -11,7 +11,7 @@ providers. The three workflows differ only in how a step is made durable:
   (``ctx.effect``) under stable keys.
 
 Crashes: each step that really executes in this process crashes with chance
-``BENCH_CRASH_CHANCE``, at one of the three positions seed 002 names, picked at
+``BENCH_CRASH_CHANCE``, at one of the simulation's three positions, picked at
 random: before the work, after the work but before its result is recorded, or after
 it is recorded. The crash is a SIGKILL of the worker process by itself. A step
 replayed from the journal, or an effect settled by recovery, runs nothing and so
@@ -34,7 +34,7 @@ from ledger import connector
 from sagas import Context, workflow
 
 PRICE = 2.0  # per model call; four calls make 8.0 per run
-SHAPE = (  # (step, kind): seed 002's 7 steps, 3 of them effects
+SHAPE = (  # (step, kind): the simulation's 7 steps, 3 of them effects
     ("plan", "model"), ("capture", "payments"), ("choose", "model"), ("reserve", "inventory"),
     ("label", "model"), ("ship", "shipping"), ("summarise", "model"),
 )

@@ -33,7 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import common  # noqa: E402
+from bench import common
 
 SIZES = {
     # runs, total journal entries (approximate), entries of the long run, requests, live updates
@@ -346,7 +346,7 @@ def page_figures(size: dict) -> list[tuple[str, str, float, float, str]]:
         ("approvals inbox", "/approvals/", "-"),
         ("audit log, unfiltered", "/audit/", "< 100 ms"),
         ("audit log, actor=olga", "/audit/?actor=olga", "< 100 ms"),
-        # Pages of issue 13.
+        # The overview, workers and notifications pages.
         ("overview", "/", "-"),
         ("workers", "/workers/", "< 100 ms"),
         ("notification deliveries", "/notifications/", "< 100 ms"),

@@ -36,7 +36,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import common  # noqa: E402
+from bench import common
 
 LOOP_DB = os.environ.get("BENCH_LOOP_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/saga_bench_loop")
 LOOP_REDIS = os.environ.get("BENCH_LOOP_REDIS_URL", "redis://127.0.0.1:6379/12")

@@ -18,7 +18,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import common  # noqa: E402
+from bench import common
 
 ROOT = common.ROOT
 VENV = ROOT / ".bench" / "dbos"

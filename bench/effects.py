@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import common  # noqa: E402
+from bench import common
 
 PROVIDER_DB = common.BENCH_DB.rsplit("/", 1)[0] + "/saga_bench_providers"
 

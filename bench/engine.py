@@ -1,11 +1,11 @@
 """Engine throughput, commit cost, replay, dispatch, recovery and scaling, beside DBOS Transact
-and ``pgbench``, and the table of issue 16's targets.
+and ``pgbench``, and the table of the engine's targets (``print_targets``).
 
     .venv/bin/python bench/engine.py              # full sizes: 19 minutes at load 4-7 on 2 cores
     .venv/bin/python bench/engine.py --no-dbos    # the same without DBOS's rounds
     .venv/bin/python bench/engine.py --smoke      # tiny sizes (run by the test suite)
 
-Prints two tables, the engine's figures and issue 16's targets. Figures:
+Prints two tables, the engine's figures and its targets. Figures:
 
 * the cost of a durable commit on this PostgreSQL at this minute: ``pgbench`` with one
   client INSERTing one row into a table of its own in the bench database
@@ -54,12 +54,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import common, dbos, engine_extra  # noqa: E402
+from bench import common, dbos, engine_extra
 
 STEPS_PER_RUN = 20
 PGBENCH_TABLE = "bench_pgbench_insert"  # pgbench's own, in the bench database
 PGBENCH_SCRIPT = f"INSERT INTO {PGBENCH_TABLE} (payload) VALUES ('{{\"value\": 42}}');\n"
-LOOP_TURNS, LOOP_EVERY = 100_000, 200  # the continue_as_new loop of issue 16
+LOOP_TURNS, LOOP_EVERY = 100_000, 200  # the continue_as_new loop whose per-turn time must stay flat
 FLAT = 1.2  # the loop counts as flat when its last 1,000 turns' median is within 20 % of its first's
 
 
@@ -192,8 +192,8 @@ def long_run(entries: int) -> tuple[str, float]:
     from django.db import connection
 
     from sagas import start
-    from sagas.replay.engine import advance
     from sagas.models import WorkflowRun
+    from sagas.replay.engine import advance
 
     common.reset_state()
     run = start("bench_long", {"steps": entries})
@@ -211,10 +211,10 @@ def long_run(entries: int) -> tuple[str, float]:
 
 
 def replay_time(run_id: str, rounds: int) -> float:
-    from sagas.versions import registry
-    from sagas.store import systemdb
-    from sagas.replay.context import Context
     from sagas.models import WorkflowRun
+    from sagas.replay.context import Context
+    from sagas.store import systemdb
+    from sagas.versions import registry
 
     run = WorkflowRun.objects.get(id=run_id)
     definition = registry.get("bench_long", 1)
@@ -351,7 +351,7 @@ def main() -> None:
 
 def print_targets(results: dict[int, list[Round]], commit_rates: list[Pgbench], extra: engine_extra.Extra,
                   loop: dict | str, loop_turns: int) -> None:
-    """Issue 16's targets, each with what this run measured and whether it is met."""
+    """The engine's targets, each with what this run measured and whether it is met."""
 
     def verdict(ok: bool | None) -> str:
         return "-" if ok is None else ("met" if ok else "NOT met")
@@ -365,7 +365,7 @@ def print_targets(results: dict[int, list[Round]], commit_rates: list[Pgbench], 
     idle_p95 = [r.p95_ms for r in extra.idle]
     loaded_p95 = [r.p95_ms for r in extra.loaded]
     rows: list[tuple[str, ...]] = [
-        ("issue 16 target", "measured in this run", "target", "met?"),
+        ("engine target", "measured in this run", "target", "met?"),
         ("pure steps/s per worker process, concurrency 1, / pgbench one-client commits/s",
          f"{steps[1]:.0f} / {pg_tps:.0f} = {_pct(ratio[1])} (median of per-round ratios)", ">= 40 %",
          verdict(ratio[1] >= 0.40)),
@@ -389,7 +389,7 @@ def print_targets(results: dict[int, list[Round]], commit_rates: list[Pgbench], 
                      f"flat (last <= {FLAT:g}x first)", verdict(last <= FLAT * first)))
     else:
         rows.append(("continue_as_new loop: per-turn median, first / last 1,000 turns", loop, "flat", "-"))
-    common.print_table("Issue 16 targets (this run)", rows)
+    common.print_table("Engine targets (this run)", rows)
     if isinstance(loop, dict):
         print("continue_as_new loop: " + json.dumps(loop))
 

@@ -28,7 +28,7 @@ from typing import Self
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import common  # noqa: E402
+from bench import common
 
 PURE_STEPS = 20  # steps of one bench_pure20 run
 SWEEP_INTERVAL = 2.0  # the product default

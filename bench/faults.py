@@ -63,10 +63,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import psycopg  # noqa: E402
+import psycopg
 
-from bench import common  # noqa: E402
-from bench.servers import PostgresServer, RedisServer  # noqa: E402
+from bench import common
+from bench.servers import PostgresServer, RedisServer
 
 ENGINE_DB = "saga_bench_faults"
 PROVIDERS_DB = os.environ.get(

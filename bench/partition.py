@@ -50,12 +50,12 @@ import random
 import sys
 import threading
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import common  # noqa: E402
+from bench import common
 
 SIZES = {
     "full": dict(runs=1_000_000, entries=10_000_000, long=20_000, appends=5_000, rounds=3, samples=400,
@@ -63,8 +63,8 @@ SIZES = {
     "smoke": dict(runs=2_000, entries=20_000, long=2_000, appends=300, rounds=1, samples=20,
                   long_samples=3, pages=3, window=1.0, db="saga_bench_partition_smoke"),
 }
-START = datetime(2026, 8, 1, tzinfo=timezone.utc)  # runs are created from here ...
-END = datetime(2026, 12, 1, tzinfo=timezone.utc)  # ... to here; "now" is after it
+START = datetime(2026, 8, 1, tzinfo=UTC)  # runs are created from here ...
+END = datetime(2026, 12, 1, tzinfo=UTC)  # ... to here; "now" is after it
 MONTHS = ["2026-08-01", "2026-09-01", "2026-10-01", "2026-11-01", "2026-12-01", "2027-01-01", "2027-02-01"]
 DROPPED = ("2026-08-01", "2026-09-01")  # the month retention removes
 BATCH = 500  # runs per retention batch (archive_due's default)
@@ -265,8 +265,8 @@ def partitioned_append_sql() -> str:
 def appender(schema: str):  # type: ignore[no-untyped-def]
     """A function appending one step entry to a run, the engine's way, on the current thread's
     connection (whose search_path must be ``schema``)."""
-    from sagas.store import systemdb
     from sagas.errors import LeaseLost
+    from sagas.store import systemdb
     from sagas.store.libpq import Statement
 
     if schema == "flat":
@@ -452,7 +452,7 @@ def delete_runs_in_batches(conn, schema: str, *,  # type: ignore[no-untyped-def]
     """Delete the dropped month's runs (and their entries, with ``journal``) 500 runs a transaction,
     in creation order; (runs, entries, batches, seconds in the journal DELETEs)."""
     low, high = DROPPED
-    last = (datetime(1970, 1, 1, tzinfo=timezone.utc), "00000000-0000-0000-0000-000000000000")
+    last = (datetime(1970, 1, 1, tzinfo=UTC), "00000000-0000-0000-0000-000000000000")
     runs = entries = batches = 0
     journal_s = 0.0
     while True:

@@ -52,7 +52,7 @@ from urllib.parse import unquote, urlparse
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import common, servers  # noqa: E402
+from bench import common, servers
 
 DB = "saga_bench_retention"
 REDIS_URL = "redis://127.0.0.1:6379/11"

@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -23,8 +24,8 @@ from config.env import (
     env_float,
     env_int,
     env_list,
-    env_prices,
     env_origins,
+    env_prices,
     env_proxy_header,
     env_str,
     parse_database_url,
@@ -235,7 +236,7 @@ SAGAS_QUEUE = env_str("SAGAS_QUEUE", "sagas")
 # are named at run time and made on this entry's connection. 5 s socket timeouts: a Redis
 # that stops answering is an outage to ride out, not a worker hung on a dead socket.
 _RQ_URL = REDIS_URL + ("&" if "?" in REDIS_URL else "?") + "socket_connect_timeout=5&socket_timeout=5"
-RQ_QUEUES = {
+RQ_QUEUES: dict[str, dict[str, Any]] = {
     f"{SAGAS_QUEUE}:compensation": {"URL": _RQ_URL, "DEFAULT_TIMEOUT": -1},
 }
 # A worker's claim on a run lasts this long unless its heartbeat renews it.

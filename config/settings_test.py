@@ -31,7 +31,7 @@ _OWN_ENV = ("REDIS_URL", "TEST_DATABASE_NAME")
 
 def _take_slot() -> int:
     for slot in range(len(_REDIS_DBS)):
-        handle = open(f"/tmp/saga-console-test-slot-{slot}.lock", "a")
+        handle = open(f"/tmp/saga-console-test-slot-{slot}.lock", "a")  # noqa: SIM115  (held: the lock lasts as long as it)
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:

@@ -14,6 +14,7 @@ from typing import Any
 from django.contrib import admin
 from django.contrib.auth import get_user_model
 from django.contrib.auth.admin import UserAdmin
+from django.contrib.auth.models import User
 from django.db import transaction
 from django.http import HttpRequest, HttpResponse
 
@@ -35,7 +36,8 @@ class ConsoleUserAdmin(UserAdmin):
 
     def changeform_view(self, request: HttpRequest, object_id: str | None = None, form_url: str = "",
                         extra_context: dict[str, Any] | None = None) -> HttpResponse:
-        with transaction.atomic(), role_changes(request.user):
+        actor = request.user if isinstance(request.user, User) else None  # the admin has only staff users
+        with transaction.atomic(), role_changes(actor):
             return super().changeform_view(request, object_id, form_url, extra_context)
 
 

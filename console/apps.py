@@ -12,9 +12,9 @@ class ConsoleConfig(AppConfig):
         from console import admin_users, auth_audit, system_audit, user_audit
         from console.admin import apply_viewer_policy
         from console.broadcast import connect_signals
-        from console.services.bulk import connect_signals as connect_bulk
         from console.notifications import admin as notifications_admin  # noqa: F401  (registers its models)
         from console.notifications.detect import connect_signals as connect_notifications
+        from console.services.bulk import connect_signals as connect_bulk
 
         connect_signals()
         connect_bulk()

@@ -45,10 +45,10 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.contrib.auth import HASH_SESSION_KEY, get_user_model
 from django.utils.crypto import constant_time_compare
 
-from core.storage import OUTAGES, REDIS, is_storage_error, note_failure
 from console import live, roles
 from console.selectors.tenancy import may_see
 from console.topics import group_for, user_topic
+from core.storage import OUTAGES, REDIS, is_storage_error, note_failure
 from sagas.models import WorkflowRun
 
 log = logging.getLogger("console.live")

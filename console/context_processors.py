@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+from typing import Any
+
+from django.http import HttpRequest
 from django.urls import reverse
 
 from console import roles
@@ -15,10 +18,10 @@ NAV = [
 ]
 
 
-def console(request):  # type: ignore[no-untyped-def]
+def console(request: HttpRequest) -> dict[str, Any]:
     if not getattr(request, "user", None) or not request.user.is_authenticated:
         return {}
-    items = []
+    items: list[dict[str, Any]] = []
     for label, name in NAV:
         url = reverse(name)
         items.append({"label": label, "url": url, "current": request.path.startswith(url)})

@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 from django import forms
 from django.contrib.auth.forms import AuthenticationForm
-from django.core.validators import MaxLengthValidator
 from django.core.exceptions import ValidationError
+from django.core.validators import MaxLengthValidator
 from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
 
@@ -215,7 +215,8 @@ class RunFilterForm(FilterParams, PageForm):
         return self._when("to", end=True)
 
     def clean(self) -> dict[str, Any]:
-        data = super().clean()
+        super().clean()
+        data = self.cleaned_data
         if data.get("version") is not None and not data.get("workflow"):
             self.add_error("version", "Version: choose a workflow too; version numbers belong to a workflow.")
         created_from, created_to = data.get("from"), data.get("to")
@@ -257,7 +258,8 @@ class AuditFilterForm(PageForm):
     after = CursorField(key=int)
 
     def clean(self) -> dict[str, Any]:
-        data = super().clean()
+        super().clean()
+        data = self.cleaned_data
         since, until = data.get("since"), data.get("until")
         if since and until and since >= until:
             raise ValidationError("the start of the time range must be before its end")
@@ -326,7 +328,8 @@ class ApprovalDecideForm(ActionForm):
     confirm = text_field("Confirmation", 20)
 
     def clean(self) -> dict[str, Any]:
-        data = super().clean()
+        super().clean()
+        data = self.cleaned_data
         if data.get("decision") == "reject":
             if not (data.get("comment") or "").strip():
                 self.add_error("comment", self.REASON_REQUIRED)
@@ -342,5 +345,5 @@ class LoginForm(AuthenticationForm):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        username = self.fields["username"]
+        username = cast(forms.CharField, self.fields["username"])  # AuthenticationForm's UsernameField
         username.validators.append(MaxLengthValidator(username.max_length or 150))

@@ -76,7 +76,8 @@ class EffectFilterForm(FilterParams, EffectsPageForm):
         return AGES[text][1]
 
     def clean(self) -> dict[str, Any]:
-        data = super().clean()
+        super().clean()
+        data = self.cleaned_data
         for name in ("q", "connector", "workflow", "tenant"):
             if name in data:
                 data[name] = data[name].strip()

@@ -29,14 +29,14 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.template.loader import render_to_string
 
-from core.storage import is_storage_error
 from console import topics
 from console.views import audit, bulk, overview, queues, run_detail, run_list, versions, workers
+from core.storage import is_storage_error
 
-FragmentFn = Callable[[AbstractBaseUser, dict[str, str]], str]
+FragmentFn = Callable[[User, dict[str, str]], str]
 
 log = logging.getLogger("console.live")
 
@@ -81,7 +81,7 @@ FRAGMENTS: dict[str, Fragment] = _by_name(
 _noted: set[tuple[str, str]] = set()  # (fragment, why) already logged by this process
 
 
-def render_fragment(name: str, user: AbstractBaseUser, params: dict[str, str]) -> str:
+def render_fragment(name: str, user: User, params: dict[str, str]) -> str:
     """Fragment ``name`` as pushed: its HTML, or the stale notice when that would be more than
     ``PUSH_MAX_BYTES`` or its rendering failed. Storage errors are raised (the consumer handles
     outages)."""

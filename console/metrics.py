@@ -42,7 +42,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 from functools import lru_cache
-from typing import Any
+from typing import Any, cast
 
 import redis
 from django.conf import settings
@@ -52,9 +52,9 @@ from django.utils import timezone
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
-from core.storage import is_redis_error
 from console.selectors.overview import queue_lines
 from console.selectors.workers import SILENT_WINDOW
+from core.storage import is_redis_error
 from sagas.models import RunStatus
 from sagas.selectors import worker_liveness
 
@@ -207,6 +207,11 @@ def _final_counts(totals: JournalTotals) -> None:
     totals.final_at = time.time()
 
 
+def _stored(conn: redis.Redis, key: str) -> bytes | None:
+    # redis-py types its commands for the sync and asyncio clients at once; this one is sync.
+    return cast("bytes | None", conn.get(key))
+
+
 def journal_totals() -> JournalTotals | None:
     """The shared running totals, advanced to now, with the final statuses' counts; None when
     Redis does not answer (the counters and those counts are then left out of the scrape, not
@@ -216,12 +221,12 @@ def journal_totals() -> JournalTotals | None:
     try:
         try:
             with conn.lock(f"{key}:lock", timeout=30, blocking_timeout=LOCK_WAIT):
-                totals = totals_advance(JournalTotals.loads(conn.get(key)))
+                totals = totals_advance(JournalTotals.loads(_stored(conn, key)))
                 _final_counts(totals)
                 conn.set(key, totals.dumps())
                 return totals
         except redis.exceptions.LockError:
-            return JournalTotals.loads(conn.get(key))
+            return JournalTotals.loads(_stored(conn, key))
     except Exception as exc:
         if is_redis_error(exc):
             return None

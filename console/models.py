@@ -46,7 +46,8 @@ class AuditEntry(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.created_at:%Y-%m-%d %H:%M:%S} {self.actor_label} {self.action} {self.object_type}:{self.object_id} [{self.outcome}]"
+        return (f"{self.created_at:%Y-%m-%d %H:%M:%S} {self.actor_label} {self.action} "
+                f"{self.object_type}:{self.object_id} [{self.outcome}]")
 
 
 class TenantScope(models.Model):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, Group
+from django.contrib.auth.models import AnonymousUser, Group, User
 
 VIEWER, OPERATOR, APPROVER = "viewer", "operator", "approver"
 ROLES = (VIEWER, OPERATOR, APPROVER)
@@ -26,22 +26,22 @@ def ensure_groups() -> None:
         Group.objects.get_or_create(name=name)
 
 
-def roles_of(user: AbstractBaseUser | AnonymousUser) -> set[str]:
+def roles_of(user: User | AnonymousUser) -> set[str]:
     if not user.is_authenticated:
         return set()
     if user.is_superuser:
         return set(ROLES)
-    cached = getattr(user, "_console_roles", None)
-    if cached is None:
-        cached = set(user.groups.filter(name__in=ROLES).values_list("name", flat=True))
-        user._console_roles = cached
-    return cached
+    cache = vars(user)
+    if "_console_roles" not in cache:
+        cache["_console_roles"] = set(user.groups.filter(name__in=ROLES).values_list("name", flat=True))
+    roles: set[str] = cache["_console_roles"]
+    return roles
 
 
-def can(user: AbstractBaseUser | AnonymousUser, action: str) -> bool:
+def can(user: User | AnonymousUser, action: str) -> bool:
     return ACTION_ROLES[action] in roles_of(user)
 
 
-def can_view(user: AbstractBaseUser | AnonymousUser) -> bool:
+def can_view(user: User | AnonymousUser) -> bool:
     """Anyone with a role may read every page (auditors are viewers)."""
     return bool(roles_of(user))

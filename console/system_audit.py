@@ -22,8 +22,8 @@ from console.services.actions import in_action
 from console.services.limits import clip_text
 from ledger.models import EffectRecord
 from ledger.services import effect_resolved
-from sagas.models import ArchivedRun
 from sagas.integration import ArchivedBatch, runs_archived
+from sagas.models import ArchivedRun
 
 
 def _on_effect_resolved(sender: Any, effect: EffectRecord, outcome: str, actor: str, **kwargs: Any) -> None:

@@ -3,8 +3,8 @@
 
 A topic is a name: ``runs`` (any run changed), ``effects``, ``approvals``, ``audit``,
 ``overview``, ``run.<uuid>`` for one run, and ``user.<id>`` for one user's access (their
-password, roles, tenants or active flag changed: their open sockets check it again). Each topic is one channel-layer group
-(``live.<topic>``), and an event on it says only "look again" (``EVENT_TYPE``).
+password, roles, tenants or active flag changed: their open sockets check it again). Each topic
+is one channel-layer group (``live.<topic>``), and an event on it says only "look again" (``EVENT_TYPE``).
 """
 
 from __future__ import annotations

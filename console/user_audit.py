@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import AbstractBaseUser, Group
+from django.contrib.auth.models import Group, User
 from django.db.models import QuerySet
 from django.db.models.signals import m2m_changed, post_delete, post_save, pre_delete, pre_save
 
@@ -49,16 +49,16 @@ ORDINARY: State = {"groups": [], "is_active": True, "is_staff": False, "is_super
 
 @dataclass
 class _Batch:
-    actor: AbstractBaseUser | None
+    actor: User | None
     label: str
     before: dict[int, State | None] = field(default_factory=dict)  # None: created in the batch
 
 
-_actor: ContextVar[tuple[AbstractBaseUser | None, str] | None] = ContextVar("console_role_actor", default=None)
+_actor: ContextVar[tuple[User | None, str] | None] = ContextVar("console_role_actor", default=None)
 _batch: ContextVar[_Batch | None] = ContextVar("console_role_batch", default=None)
 
 
-def _who() -> tuple[AbstractBaseUser | None, str]:
+def _who() -> tuple[User | None, str]:
     current = _actor.get()
     if current is None:
         return None, SYSTEM
@@ -66,7 +66,7 @@ def _who() -> tuple[AbstractBaseUser | None, str]:
 
 
 @contextmanager
-def acting_as(user: AbstractBaseUser | None = None, *, label: str = "") -> Iterator[None]:
+def acting_as(user: User | None = None, *, label: str = "") -> Iterator[None]:
     """Role changes made inside are audited as made by ``user`` (or ``label``)."""
     token = _actor.set((user, user.get_username() if user is not None else (label or SYSTEM)))
     try:
@@ -76,7 +76,7 @@ def acting_as(user: AbstractBaseUser | None = None, *, label: str = "") -> Itera
 
 
 @contextmanager
-def role_changes(user: AbstractBaseUser | None = None, *, label: str = "") -> Iterator[None]:
+def role_changes(user: User | None = None, *, label: str = "") -> Iterator[None]:
     """Collect the role changes made inside, as ``user`` (or ``label``), and write one entry per
     user whose role state differs at the end. Use it inside the change's transaction."""
     with acting_as(user, label=label):
@@ -121,7 +121,7 @@ def _describe(before: State, after: State) -> str:
     return "; ".join(parts)
 
 
-def _record(pk: int, before: State | None, actor: AbstractBaseUser | None, label: str) -> None:
+def _record(pk: int, before: State | None, actor: User | None, label: str) -> None:
     after = role_state(pk)
     if after is None or after == (before or ORDINARY):
         return

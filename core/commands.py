@@ -13,7 +13,7 @@ import threading
 import time
 from typing import Any
 
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandParser
 from django.db import connection
 
 from core.storage import Backoff, is_storage_error, note_failure, note_success
@@ -24,7 +24,7 @@ class PassLoopCommand(BaseCommand):
     stopped_label = "loop"
     default_interval = 1.0
 
-    def add_arguments(self, parser):  # type: ignore[no-untyped-def]
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--loop", action="store_true", help="keep running passes until SIGTERM/SIGINT")
         parser.add_argument("--interval", type=float, default=None, help="seconds between passes")
 
@@ -35,7 +35,7 @@ class PassLoopCommand(BaseCommand):
     def interval(self) -> float:
         return self.default_interval
 
-    def handle(self, *args, **options):  # type: ignore[no-untyped-def]
+    def handle(self, *args: Any, **options: Any) -> None:
         interval = options["interval"] or self.interval()
         stop = threading.Event()
         if options["loop"]:

@@ -30,6 +30,7 @@ import random
 import threading
 import time
 from collections.abc import Callable
+from typing import TypeVar
 
 import psycopg
 import redis
@@ -202,7 +203,10 @@ def note_success(resource: str = POSTGRES) -> None:
     OUTAGES.up(resource)
 
 
-def retry_storage(fn: Callable[[], object], *, stop: threading.Event | None = None, doing: str = "") -> object:
+_T = TypeVar("_T")
+
+
+def retry_storage(fn: Callable[[], _T], *, stop: threading.Event | None = None, doing: str = "") -> _T | None:
     """Call ``fn`` until it does not fail with a storage error (other errors propagate).
 
     For idempotent reads and writes in long-lived loops (sweeper, reconciler, load

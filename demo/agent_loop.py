@@ -43,7 +43,7 @@ def _script(messages: list[Any], info: Any) -> Any:
     from pydantic_ai.usage import RequestUsage
 
     prompt = next(part.content for message in messages for part in getattr(message, "parts", [])
-                  if isinstance(part, UserPromptPart))
+                  if isinstance(part, UserPromptPart) and isinstance(part.content, str))
     sku = prompt.split("shelf ", 1)[1].split(" ", 1)[0]
     level = int(prompt.split(" is at ", 1)[1].split("%", 1)[0])
     answer = f"reorder {sku}" if level < REORDER_BELOW else f"ok {sku}"

@@ -107,7 +107,7 @@ def lookup(prefix: str, key: str, ref_field: str) -> Outcome:
     """
     try:
         response = send("GET", prefix + quote(key, safe=""))
-    except Exception as exc:  # noqa: BLE001  (any failure of the query itself leaves the outcome unknown)
+    except Exception as exc:  # any failure of the query itself leaves the outcome unknown
         return Unknown(f"status query failed: {type(exc).__name__}: {exc}")
     body = response.body or {}
     if response.status == 200 and body.get("status") == "succeeded" and isinstance(body.get("response"), dict):

@@ -42,21 +42,21 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import AbstractBaseUser, Group
+from django.contrib.auth.models import Group, User
 from django.db import connection
 from django.db.models import Count
 from django.utils import timezone
 
-from core.storage import OUTAGES, POSTGRES, REDIS, Backoff, is_storage_error, note_failure, note_success
 from console import roles
 from console.services.actions import Actor, Denied, Refused
 from console.services.queues import approval_act
+from core.storage import OUTAGES, POSTGRES, REDIS, Backoff, is_storage_error, note_failure, note_success
 from demo.models import ProviderFault
 from demo.providers.faults import FINAL, TIMEOUT_AFTER_WORK, inject
 from ledger.models import EffectKind, EffectRecord, EffectStatus
 from sagas import start
-from sagas.models import OPEN_APPROVAL_STATES, TERMINAL_STATUSES, ApprovalRequest, ApprovalState, RunStatus, WorkflowRun
 from sagas.integration import redis_connection
+from sagas.models import OPEN_APPROVAL_STATES, TERMINAL_STATUSES, ApprovalRequest, ApprovalState, RunStatus, WorkflowRun
 
 WORKFLOW = "order_agent"
 BOT_USERNAME = "demo-bot"
@@ -103,7 +103,7 @@ def make_order(n: int, batch: str, rng: random.Random) -> dict:
     }
 
 
-def bot_user() -> AbstractBaseUser:
+def bot_user() -> User:
     """The approver bot: an approver who cannot log in. Its decisions carry its name."""
     roles.ensure_groups()
     user, created = get_user_model().objects.get_or_create(username=BOT_USERNAME)
@@ -114,7 +114,7 @@ def bot_user() -> AbstractBaseUser:
     return user
 
 
-def bot_approve(approval_id: int, bot: AbstractBaseUser) -> bool:
+def bot_approve(approval_id: int, bot: User) -> bool:
     """Approve as the demo's approver bot, through the console's action frame like a person's
     decision: role and four-eyes checked, and one audit entry by ``system: approver-bot`` in the
     decision's transaction. False when it was not approved (someone was quicker, or the run
@@ -266,9 +266,7 @@ class LoadGenerator:
         run = start(WORKFLOW, order, business_key=order["id"], tenant=_TENANTS[n % len(_TENANTS)],
                     started_via="demo")
         self.started, self._order = n, None
-        if n % 3 != 0:
-            self._for_bot.add(str(run.id))
-        elif ApprovalRequest.objects.filter(state__in=OPEN_APPROVAL_STATES).count() >= HUMAN_APPROVAL_CAP:
+        if n % 3 != 0 or ApprovalRequest.objects.filter(state__in=OPEN_APPROVAL_STATES).count() >= HUMAN_APPROVAL_CAP:
             self._for_bot.add(str(run.id))
 
     def _fault_wanted(self, provider: str, operation: str) -> bool:

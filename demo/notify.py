@@ -19,7 +19,8 @@ def demo_endpoint_configure(*, providers_url: str) -> NotificationEndpoint:
     endpoint, _ = NotificationEndpoint.objects.update_or_create(
         name=DEMO_ENDPOINT_NAME,
         defaults={"url": providers_url.rstrip("/") + "/webhook/receive", "format": NotificationFormat.GENERIC,
-                  "kinds": [k for k in NotificationKind.values if k != NotificationKind.APPROVAL_WAITING], "tenants": [], "active": True,
+                  "kinds": [k for k in NotificationKind.values if k != NotificationKind.APPROVAL_WAITING],
+                  "tenants": [], "active": True,
                   "secret": settings.DEMO_WEBHOOK_SECRET},
     )
     return endpoint

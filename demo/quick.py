@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from django.core.management.base import CommandError
 
@@ -32,9 +32,9 @@ def run_quick(cmd: Command) -> None:
              f"lease TTL {LEASE_TTL}s")
 
     batch = time.strftime("%H%M%S")
-    runs = {}
+    runs: dict[str, str] = {}
     for i in range(1, o["runs"] + 1):
-        order = {"id": f"order-{batch}-{i:02d}", "sku": f"SKU-{i % 4 + 1}", "qty": i % 3 + 1}
+        order: dict[str, Any] = {"id": f"order-{batch}-{i:02d}", "sku": f"SKU-{i % 4 + 1}", "qty": i % 3 + 1}
         run = start("order_fulfilment", order, business_key=order["id"], started_via="demo")
         runs[str(run.id)] = order["id"]
     cmd.say(f"started {len(runs)} order_fulfilment runs\n")

@@ -37,7 +37,7 @@ from ledger.errors import (
 from ledger.outcomes import NotExecuted, Outcome, Pending, Succeeded, Unknown
 
 if TYPE_CHECKING:
-    from django.contrib.auth.models import AbstractBaseUser
+    from django.contrib.auth.models import User
 
     from ledger.models import EffectRecord
 
@@ -67,7 +67,7 @@ def resolve(
     effect_id: int,
     outcome: str,
     note: str,
-    user: AbstractBaseUser | None = None,
+    user: User | None = None,
     actor: str = "",
     downstream_ref: str = "",
     result: dict[str, Any] | None = None,

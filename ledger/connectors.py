@@ -20,7 +20,8 @@ approval gate unless the workflow opts out).
 from __future__ import annotations
 
 import importlib
-from typing import Any, ClassVar
+from collections.abc import Callable
+from typing import Any, ClassVar, TypeVar, cast
 
 from ledger.errors import ConnectorAlreadyRegistered, ConnectorNotRegistered
 from ledger.outcomes import Outcome
@@ -119,25 +120,33 @@ class Operation:
 _connectors: dict[str, Connector] = {}
 
 
-def connector(name: str):  # type: ignore[no-untyped-def]
+_C = TypeVar("_C")
+
+
+def connector(name: str) -> Callable[[type[_C]], type[_C]]:
     """Class decorator: ``@connector("payments.capture") class Capture(Connector): ...``
 
     Names are unique in a process: a second class under a name already taken raises
     ``ConnectorAlreadyRegistered`` naming both classes' modules (at start-up, since
     connectors are registered when their modules are imported)."""
 
-    def decorate(cls: type) -> type:
-        if not issubclass(cls, Connector):
-            cls = type(cls.__name__, (cls, Connector), {"__module__": cls.__module__, "__qualname__": cls.__qualname__})
+    def decorate(cls: type[_C]) -> type[_C]:
+        registered: type[Connector]
+        if issubclass(cls, Connector):
+            registered = cls
+        else:  # a class of cls and Connector: still a cls to whoever uses the name
+            registered = cast("type[Connector]", type(
+                cls.__name__, (cls, Connector), {"__module__": cls.__module__, "__qualname__": cls.__qualname__}
+            ))
         existing = _connectors.get(name)
-        if existing is not None and _where(type(existing)) != _where(cls):
+        if existing is not None and _where(type(existing)) != _where(registered):
             raise ConnectorAlreadyRegistered(
-                f"connector {name!r} is registered twice: by {_where(type(existing))} and by {_where(cls)}; "
+                f"connector {name!r} is registered twice: by {_where(type(existing))} and by {_where(registered)}; "
                 f"give one of them another name"
             )
-        cls.name = name
-        _connectors[name] = cls()
-        return cls
+        registered.name = name
+        _connectors[name] = registered()
+        return cast("type[_C]", registered)
 
     return decorate
 

@@ -1,4 +1,4 @@
-"""The journal interface the ledger's protocol is written against (DESIGN §3, §6).
+"""The journal interface the ledger's protocol (``ledger.protocol``) is written against.
 
 An effect is recorded twice: in the ledger's own table (``EffectRecord``: what is known
 about the call downstream) and in the journal of whoever asked for it (where the call

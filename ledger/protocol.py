@@ -1,4 +1,4 @@
-"""The effect protocol: intent, dispatch, settle, recover (DESIGN §6).
+"""The effect protocol: intent, dispatch, settle, recover.
 
 Written against a ``ledger.journal.Journal`` (the caller's history: a workflow run's, in
 the engine), so it can be read, tested and reused without a workflow.
@@ -85,7 +85,8 @@ def run_effect(journal: Journal, *, name: str, connector_name: str, payload: dic
         if entry.payload["key"] != key or entry.payload["payload_hash"] != digest:
             raise ReplayDiverged(
                 f"effect {name!r} was recorded with key {entry.payload['key']!r} and payload "
-                f"{entry.payload['payload_hash'][:12]}, but the code now asks for key {key!r} and payload {digest[:12]}",
+                f"{entry.payload['payload_hash'][:12]}, but the code now asks for key {key!r} "
+                f"and payload {digest[:12]}",
                 recorded={"seq": entry.seq, "kind": entry.kind, "name": name, "key": entry.payload["key"]},
                 asked={"kind": "effect", "name": name, "key": key},
             )
@@ -171,12 +172,16 @@ def _record_intent(
             )
             journal.append(
                 kinds.refused, name,
-                journal_json({"key": key, "message": message, "payload_hash": digest, "existing_hash": effect.payload_hash}),
+                journal_json(
+                    {"key": key, "message": message, "payload_hash": digest, "existing_hash": effect.payload_hash}
+                ),
             )
             return effect, False, message
         journal.append(
             kinds.intent, name,
-            journal_json({"connector": connector_name, "key": key, "payload_hash": digest, "reused": effect is not None}),
+            journal_json(
+                {"connector": connector_name, "key": key, "payload_hash": digest, "reused": effect is not None}
+            ),
             steps=1 if op.kind == "effect" else 0,
         )
         if effect is not None:
@@ -248,7 +253,9 @@ def _recover(journal: Journal, op: Operation, name: str, effect: EffectRecord, p
     if op.can_lookup:
         outcome = lookup(effect)
         if isinstance(outcome, Succeeded):
-            return _settle_succeeded(journal, op, name, effect, outcome.result, outcome.downstream_ref, resolution="lookup")
+            return _settle_succeeded(
+                journal, op, name, effect, outcome.result, outcome.downstream_ref, resolution="lookup"
+            )
         if isinstance(outcome, NotExecuted):
             return _dispatch(journal, op, name, effect, payload)
         reason = outcome.reason if isinstance(outcome, Unknown) else type(outcome).__name__.lower()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from datetime import timedelta
 
 from django.db import transaction
 from django.utils import timezone
@@ -99,7 +100,7 @@ def reconcile_due(*, limit: int = BATCH) -> ReconcileReport:
                 updated = EffectRecord.objects.select_for_update().get(id=effect.id)
                 if updated.status == EffectStatus.UNKNOWN:
                     updated.checks += 1
-                    updated.next_check_at = timezone.now() + timezone.timedelta(seconds=backoff(updated.checks))
+                    updated.next_check_at = timezone.now() + timedelta(seconds=backoff(updated.checks))
                     updated.save(update_fields=["checks", "next_check_at", "updated_at"])
     if report.checked:
         log.info("reconcile: %s", report)

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+from datetime import timedelta
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import OperationalError, transaction
 from django.dispatch import Signal
 from django.utils import timezone
@@ -78,7 +79,7 @@ def effect_transition(
         effect.error_message = str(error)[:4000]
         fields += ["error_class", "error_message"]
     if status == EffectStatus.UNKNOWN:
-        effect.next_check_at = now + timezone.timedelta(seconds=next_check_in) if next_check_in is not None else None
+        effect.next_check_at = now + timedelta(seconds=next_check_in) if next_check_in is not None else None
         fields += ["next_check_at"]
     effect.save(update_fields=fields)
     if previous != status:
@@ -108,7 +109,7 @@ def effect_resolve(
     effect_id: int,
     outcome: str,
     note: str,
-    user: AbstractBaseUser | None,
+    user: User | None,
     actor: str = "",
     downstream_ref: str = "",
     result: dict[str, Any] | None = None,

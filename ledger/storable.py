@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
 from typing import Any
 
 MAX_JSON_DEPTH = 64
@@ -60,7 +61,7 @@ def json_storable(value: Any, *, what: str) -> str:
                 for key in item:
                     if isinstance(key, str):
                         stack.append((key, depth + 1))
-                children = item.values()
+                children: Iterable[Any] = item.values()
             else:
                 children = item
             stack.extend((child, depth + 1) for child in children)

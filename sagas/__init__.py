@@ -74,12 +74,12 @@ from sagas.errors import (
 from sagas.versions.registry import workflow
 
 if TYPE_CHECKING:
-    from django.contrib.auth.models import AbstractBaseUser
+    from django.contrib.auth.models import User
 
     from ledger.models import EffectRecord
     from sagas.compensation import PlannedItem
-    from sagas.replay.context import Context
     from sagas.models import ApprovalRequest, RunStatus, WorkflowRun
+    from sagas.replay.context import Context
     from sagas.runtime.readiness import WorkerStatus
 
 __all__ = [
@@ -128,7 +128,7 @@ def start(
     business_key: str = "",
     tenant: str = "default",
     version: int | None = None,
-    started_by: AbstractBaseUser | None = None,
+    started_by: User | None = None,
     started_via: str = "api",
     max_steps: int | None = None,
     max_cost: float | None = None,
@@ -221,7 +221,7 @@ def _approval_id(approval_id: int | None, run_id: Any, name: str | None) -> int:
 
 def approve(
     *,
-    user: AbstractBaseUser,
+    user: User,
     approval_id: int | None = None,
     run_id: Any = None,
     name: str | None = None,
@@ -243,7 +243,7 @@ def approve(
 
 def reject(
     *,
-    user: AbstractBaseUser,
+    user: User,
     approval_id: int | None = None,
     run_id: Any = None,
     name: str | None = None,
@@ -269,7 +269,7 @@ def signal(*, run_id: Any, name: str, payload: Any = None, actor: str = "api") -
     return signal_send(run_id=str(run_id), name=name, payload=payload, actor=actor)
 
 
-def cancel(*, run_id: Any, reason: str, compensate: bool, user: AbstractBaseUser | None = None) -> WorkflowRun:
+def cancel(*, run_id: Any, reason: str, compensate: bool, user: User | None = None) -> WorkflowRun:
     """Cancel a run and return it as it is now. A worker advancing it stops at its next step
     boundary (its writes are refused); a waiting run stops at once; open approvals expire.
 
@@ -283,7 +283,7 @@ def cancel(*, run_id: Any, reason: str, compensate: bool, user: AbstractBaseUser
     return run_cancel(run_id=str(run_id), user=user, reason=reason, compensate=compensate)
 
 
-def compensate(*, run_id: Any, reason: str, user: AbstractBaseUser | None = None) -> WorkflowRun:
+def compensate(*, run_id: Any, reason: str, user: User | None = None) -> WorkflowRun:
     """Undo a run's succeeded effects, newest first (``compensation_preview`` shows the plan),
     and return the run, now COMPENSATING. Each undo goes through the ledger under key
     ``"<effect key>:compensate"``; an effect that cannot be undone is listed as irreversible,
@@ -299,7 +299,7 @@ def compensate(*, run_id: Any, reason: str, user: AbstractBaseUser | None = None
     return WorkflowRun.objects.get(id=run_id)
 
 
-def retry(*, run_id: Any, reason: str, user: AbstractBaseUser | None = None) -> WorkflowRun:
+def retry(*, run_id: Any, reason: str, user: User | None = None) -> WorkflowRun:
     """Let a run parked in NEEDS_ATTENTION go on, and return it, where retrying means
     something: an exhausted budget (raised by its original size, recorded), a version
     mismatch (only once a live worker has the run's code again), failed compensations

@@ -1,4 +1,4 @@
-"""Sagas: undo a run's completed effects, newest first (DESIGN §8).
+"""Sagas: undo a run's completed effects, newest first.
 
 A plan has one item per SUCCEEDED effect of the run, newest first. An item whose
 connector can undo it compensates through the ledger with the key
@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from uuid import UUID
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
@@ -23,12 +24,8 @@ from ledger.connectors import Operation, get_connector
 from ledger.errors import ConnectorNotRegistered, EffectFailed, OutcomeUnknown
 from ledger.models import EffectKind, EffectRecord, EffectStatus
 from ledger.protocol import run_operation
-from sagas.runtime import queue
-from sagas.store import systemdb
-from sagas.runtime.crashpoints import crash_point
-from sagas.replay.cursor import JournalCursor
 from sagas.errors import ActionNotAllowed, CompensationStuck, RunFinished
-from sagas.store.locks import run_lock
+from sagas.events import send_run_changed
 from sagas.models import (
     OPEN_APPROVAL_STATES,
     ApprovalRequest,
@@ -43,13 +40,17 @@ from sagas.models import (
     check_compensation_transition,
     check_transition,
 )
-from sagas.events import send_run_changed
+from sagas.replay.cursor import JournalCursor
+from sagas.runtime import queue
+from sagas.runtime.crashpoints import crash_point
+from sagas.store import systemdb
+from sagas.store.locks import run_lock
 from sagas.store.systemdb import dumps
 from sagas.validation import FREE_TEXT_CHARS, checked_text
 
 log = logging.getLogger("sagas.compensation")
 K = JournalKind
-I = CompensationItemState
+ItemState = CompensationItemState
 
 
 @dataclass(frozen=True)
@@ -91,7 +92,7 @@ def compensation_preview(*, run: WorkflowRun) -> list[PlannedItem]:
     return items
 
 
-def plan_create(*, run: WorkflowRun, reason: str, trigger: str, user: AbstractBaseUser | None, actor: str) -> CompensationPlan:
+def plan_create(*, run: WorkflowRun, reason: str, trigger: str, user: User | None, actor: str) -> CompensationPlan:
     """Create the plan (inside the caller's transaction, run row locked)."""
     if CompensationPlan.objects.filter(run=run).exists():
         raise ActionNotAllowed(f"run {run.id} already has a compensation plan")
@@ -103,7 +104,7 @@ def plan_create(*, run: WorkflowRun, reason: str, trigger: str, user: AbstractBa
         CompensationItem(
             plan=plan, position=item.position, effect_id=item.effect_id, step_name=item.step_name,
             connector=item.connector, compensation_key=item.compensation_key,
-            state=I.PENDING if item.reversible else I.IRREVERSIBLE,
+            state=ItemState.PENDING if item.reversible else ItemState.IRREVERSIBLE,
         )
         for item in preview
     )
@@ -127,7 +128,7 @@ def approvals_expire_open(*, run: WorkflowRun, why: str, by: str = "system") -> 
     )
 
 
-def compensation_start(*, run_id: str, user: AbstractBaseUser | None, reason: str, actor: str = "") -> CompensationPlan:
+def compensation_start(*, run_id: str, user: User | None, reason: str, actor: str = "") -> CompensationPlan:
     """An operator asks to undo a run's effects. The run leaves any worker (fence +1),
     goes COMPENSATING and is enqueued. Refused for finished runs and running compensations.
 
@@ -166,14 +167,14 @@ def compensate_claimed(ctx: JournalCursor) -> None:
     Returns when every item is done (the caller marks the run COMPENSATED). Raises
     ``CompensationStuck`` when an item failed or is UNKNOWN.
     """
-    plan = CompensationPlan.objects.get(run_id=ctx.run_id)
+    plan = CompensationPlan.objects.get(run_id=UUID(ctx.run_id))
     if plan.state != CompensationState.RUNNING:
         with transaction.atomic():
             check_compensation_transition(plan.state, CompensationState.RUNNING)
             plan.state = CompensationState.RUNNING
             plan.save(update_fields=["state"])
     for item in plan.items.order_by("position"):
-        if item.state in (I.SUCCEEDED, I.IRREVERSIBLE):
+        if item.state in (ItemState.SUCCEEDED, ItemState.IRREVERSIBLE):
             continue
         original = EffectRecord.objects.get(id=item.effect_id)
         op = Operation(get_connector(item.connector), "compensation")
@@ -185,13 +186,13 @@ def compensate_claimed(ctx: JournalCursor) -> None:
                 ctx, op, name=name, key=item.compensation_key, payload=payload, connector_name=item.connector
             )
         except EffectFailed as exc:
-            _item_stuck(ctx, plan, item, I.FAILED, "compensation_failed", str(exc))
+            _item_stuck(ctx, plan, item, ItemState.FAILED, "compensation_failed", str(exc))
         except OutcomeUnknown as exc:
-            _item_stuck(ctx, plan, item, I.UNKNOWN, "compensation_unknown", exc.message)
+            _item_stuck(ctx, plan, item, ItemState.UNKNOWN, "compensation_unknown", exc.message)
         with transaction.atomic():  # the run's row (fenced append) before the item: sagas.store.locks' order
-            ctx.append(K.COMPENSATION_ITEM, name, dumps({"step": item.step_name, "state": I.SUCCEEDED,
+            ctx.append(K.COMPENSATION_ITEM, name, dumps({"step": item.step_name, "state": ItemState.SUCCEEDED,
                                                            "downstream_ref": record.downstream_ref}))
-            item.state = I.SUCCEEDED
+            item.state = ItemState.SUCCEEDED
             item.compensation_effect_id = record.id
             item.save(update_fields=["state", "compensation_effect_id"])
             send_run_changed(ctx.run_id, RunStatus.COMPENSATING, cause=K.COMPENSATION_ITEM)
@@ -202,7 +203,9 @@ def compensate_claimed(ctx: JournalCursor) -> None:
         plan.save(update_fields=["state", "finished_at"])
 
 
-def _item_stuck(ctx: JournalCursor, plan: CompensationPlan, item: CompensationItem, state: str, reason: str, message: str) -> None:
+def _item_stuck(
+    ctx: JournalCursor, plan: CompensationPlan, item: CompensationItem, state: str, reason: str, message: str
+) -> None:
     with transaction.atomic():  # the plan before its item: sagas.store.locks' order
         check_compensation_transition(plan.state, CompensationState.NEEDS_ATTENTION)
         plan.state = CompensationState.NEEDS_ATTENTION
@@ -212,7 +215,8 @@ def _item_stuck(ctx: JournalCursor, plan: CompensationPlan, item: CompensationIt
         item.compensation_effect_id = record.id if record else None
         item.save(update_fields=["state", "compensation_effect_id"])
     raise CompensationStuck(
-        f"compensating {item.step_name!r} ({item.connector}) {'failed' if state == I.FAILED else 'has an unknown outcome'}: "
+        f"compensating {item.step_name!r} ({item.connector}) "
+        f"{'failed' if state == ItemState.FAILED else 'has an unknown outcome'}: "
         f"{message}. Later compensations wait; nothing is skipped.",
         reason=reason, step=item.step_name, connector=item.connector, key=item.compensation_key,
         effect_id=item.compensation_effect_id,

@@ -11,6 +11,7 @@ Two families:
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from ledger.journal import FenceLost
@@ -131,7 +132,7 @@ class Suspend(EngineSignal):
 
     code = "suspend"
 
-    def __init__(self, reason: str, wake_at: object = None) -> None:
+    def __init__(self, reason: str, wake_at: datetime | None = None) -> None:
         super().__init__(reason)
         self.reason = reason
         self.wake_at = wake_at

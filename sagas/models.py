@@ -61,6 +61,10 @@ def sources(new: str) -> list[str]:
 
 
 class WorkflowRun(models.Model):
+    # Not a column: set on the run sagas.start() returns, True when that call created it and
+    # False when a run with the same business key was already there.
+    created_now: bool
+
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     workflow_name = models.CharField(max_length=200)
     version = models.PositiveIntegerField()
@@ -84,7 +88,9 @@ class WorkflowRun(models.Model):
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     fence = models.BigIntegerField(default=0, help_text="+1 on every claim; every write checks it")
     attempts = models.PositiveIntegerField(default=0, help_text="number of claims")
-    last_seq = models.PositiveIntegerField(default=0, help_text="steps_used and cost_used count the journal up to this seq (sagas.store.numbering)")
+    last_seq = models.PositiveIntegerField(
+        default=0, help_text="steps_used and cost_used count the journal up to this seq (sagas.store.numbering)"
+    )
 
     steps_used = models.PositiveIntegerField(default=0)
     cost_used = models.DecimalField(max_digits=14, decimal_places=6, default=0)

@@ -15,11 +15,11 @@ from ledger.errors import InvalidResolution
 from ledger.journal import KINDS
 from ledger.models import EffectRecord, EffectStatus
 from ledger.protocol import result_payload
+from sagas.events import send_run_changed
+from sagas.models import LEASED_STATUSES, JournalKind, RunStatus, WorkflowRun, check_transition
 from sagas.runtime import queue
 from sagas.store import systemdb
 from sagas.store.locks import effect_run_lock, run_lock
-from sagas.models import LEASED_STATUSES, JournalKind, RunStatus, WorkflowRun, check_transition
-from sagas.events import send_run_changed
 from sagas.store.systemdb import dumps
 
 

@@ -10,20 +10,14 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import connection, transaction
 from django.utils import timezone
 
 from sagas import selectors
-
-from sagas.runtime import queue
-
-from sagas.versions import registry
-
-from sagas.store import startdb, systemdb
 from sagas.compensation import approvals_expire_open, needs_compensation, plan_create, run_move_to_compensating
 from sagas.errors import ActionNotAllowed, RunFinished, StartConflict
-from sagas.store.locks import run_lock
+from sagas.events import send_run_changed
 from sagas.models import (
     LEASED_STATUSES,
     TERMINAL_STATUSES,
@@ -37,10 +31,13 @@ from sagas.models import (
     WorkflowVersion,
     check_transition,
 )
-from sagas.events import send_run_changed
-from sagas.summaries import summary_compute
+from sagas.runtime import queue
+from sagas.store import startdb, systemdb
+from sagas.store.locks import run_lock
 from sagas.store.systemdb import dumps
+from sagas.summaries import summary_compute
 from sagas.validation import FREE_TEXT_CHARS, checked_text, start_arguments_check, start_name_check
+from sagas.versions import registry
 
 log = logging.getLogger("sagas.services")
 
@@ -78,7 +75,7 @@ def run_start(
     business_key: str = "",
     tenant: str = "default",
     version: int | None = None,
-    started_by: AbstractBaseUser | None = None,
+    started_by: User | None = None,
     started_via: str = "api",
     max_steps: int | None = None,
     max_cost: float | None = None,
@@ -245,7 +242,7 @@ def worker_stopped(*, name: str) -> None:
     WorkerProcess.objects.filter(name=name).update(stopped_at=timezone.now(), last_seen_at=timezone.now())
 
 
-def run_cancel(*, run_id: str, user: AbstractBaseUser | None, reason: str, compensate: bool) -> WorkflowRun:
+def run_cancel(*, run_id: str, user: User | None, reason: str, compensate: bool) -> WorkflowRun:
     """Cancel a run. The fence moves on, so a worker advancing it stops at its next step
     boundary (its write is refused); a waiting run stops at once. With ``compensate`` and
     effects to undo, the run goes COMPENSATING instead of CANCELLED. Open approvals expire.
@@ -282,7 +279,7 @@ def run_cancel(*, run_id: str, user: AbstractBaseUser | None, reason: str, compe
     return run
 
 
-def run_retry(*, run_id: str, user: AbstractBaseUser | None, reason: str) -> WorkflowRun:
+def run_retry(*, run_id: str, user: User | None, reason: str) -> WorkflowRun:
     """Let a run parked in NEEDS_ATTENTION go on, where retrying is meaningful:
 
     * ``budget_exceeded``: the exhausted limit is raised by its original size, recorded;
@@ -300,7 +297,8 @@ def run_retry(*, run_id: str, user: AbstractBaseUser | None, reason: str) -> Wor
         run = run_lock(run_id=run_id)  # then its plan: sagas.store.locks' order
         if run.status != RunStatus.NEEDS_ATTENTION:
             raise ActionNotAllowed(f"only a run that needs attention can be retried; this one is {run.status}")
-        target, details = RunStatus.PENDING, {}
+        target = RunStatus.PENDING
+        details: dict[str, list[Any]] = {}
         if run.status_reason == "budget_exceeded":
             budget = (run.error or {}).get("budget")
             if budget == "steps" and run.max_steps:
@@ -311,9 +309,9 @@ def run_retry(*, run_id: str, user: AbstractBaseUser | None, reason: str) -> Wor
                 details = {"max_cost": [str(run.max_cost), str(new)]}
                 run.max_cost = new
             elif budget == "duration" and run.max_duration is not None:
-                new = (timezone.now() - (run.started_at or run.created_at)) + run.max_duration
-                details = {"max_duration_s": [run.max_duration.total_seconds(), round(new.total_seconds(), 3)]}
-                run.max_duration = new
+                duration = (timezone.now() - (run.started_at or run.created_at)) + run.max_duration
+                details = {"max_duration_s": [run.max_duration.total_seconds(), round(duration.total_seconds(), 3)]}
+                run.max_duration = duration
         elif run.status_reason == "version_mismatch":
             live = selectors.live_definition_hashes() or set()
             if run.definition_hash not in live:

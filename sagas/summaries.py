@@ -18,7 +18,7 @@ import copy
 import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Union
+from typing import Any
 
 from ledger.storable import json_storable
 
@@ -29,7 +29,7 @@ MAX_FIELDS = 20
 MAX_VALUE_CHARS = 200
 MAX_KEY_CHARS = 100
 
-Spec = Union[Callable[[Any], Any], Sequence[str]]
+Spec = Callable[[Any], Any] | Sequence[str]
 
 _warned: set[tuple[str, int, str]] = set()
 

@@ -55,7 +55,9 @@ MAX_WHOLE = 2**31 - 1
 
 
 def _whole(value: Any, *, what: str, minimum: int) -> None:
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= MAX_WHOLE):
+    if value is not None and (
+        isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= MAX_WHOLE
+    ):
         raise InvalidArgument(f"{what} must be a whole number from {minimum} to {MAX_WHOLE} (or None), "
                               f"not {str(value)[:40]}")
 

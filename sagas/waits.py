@@ -1,4 +1,4 @@
-"""Journaled waits: approvals, timers and signals (DESIGN §7).
+"""Journaled waits: approvals, timers and signals.
 
 A waiting run holds no worker: ``Suspend`` unwinds the workflow and the engine
 marks the run WAITING with ``wake_at``. What wakes it: a decision, a signal
@@ -12,15 +12,12 @@ from __future__ import annotations
 import logging
 from datetime import datetime, timedelta
 from typing import Any
+from uuid import UUID
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
-from sagas.runtime import queue
-
-from sagas.store import systemdb
-from sagas.replay.cursor import JournalCursor
 from sagas.errors import (
     AlreadyDecided,
     ApprovalEscalated,
@@ -30,7 +27,7 @@ from sagas.errors import (
     Suspend,
     WaitTimedOut,
 )
-from sagas.store.locks import approval_lock, run_lock
+from sagas.events import send_run_changed
 from sagas.models import (
     OPEN_APPROVAL_STATES,
     TERMINAL_STATUSES,
@@ -42,7 +39,10 @@ from sagas.models import (
     check_approval_transition,
     check_transition,
 )
-from sagas.events import send_run_changed
+from sagas.replay.cursor import JournalCursor
+from sagas.runtime import queue
+from sagas.store import systemdb
+from sagas.store.locks import approval_lock, run_lock
 from sagas.store.systemdb import dumps
 from sagas.validation import FREE_TEXT_CHARS, SIGNAL_NAME_CHARS, checked_json, checked_text
 
@@ -76,9 +76,7 @@ def approval(ctx: JournalCursor, name: str, reason: str, timeout: timedelta, on_
             )
         raise Suspend(f"waiting for approval {name!r}", wake_at=deadline)
     decided = ctx.recorded_event(K.APPROVAL_DECIDED, name)
-    if decided is None:
-        decided = _decision_or_expiry(ctx, name, entry.payload)
-    payload = decided.payload if hasattr(decided, "payload") else decided
+    payload = decided.payload if decided is not None else _decision_or_expiry(ctx, name, entry.payload)
     if payload.get("approved"):
         return {"approved": True, "by": payload.get("by"), "comment": payload.get("comment", "")}
     if payload.get("expired") and payload.get("on_timeout") == "escalate":
@@ -90,7 +88,7 @@ def approval(ctx: JournalCursor, name: str, reason: str, timeout: timedelta, on_
     raise ApprovalRejected(f"approval {name!r} was rejected by {by}: {payload.get('comment', '')}".rstrip(": "))
 
 
-def _decision_or_expiry(ctx: JournalCursor, name: str, requested: dict) -> Any:
+def _decision_or_expiry(ctx: JournalCursor, name: str, requested: dict[str, Any]) -> dict[str, Any]:
     """No decision in the loaded journal: look at the approval now; expire it if due.
 
     Holds the run's row (fenced, FOR SHARE) before the approval's, in ``sagas.store.locks``'
@@ -102,13 +100,13 @@ def _decision_or_expiry(ctx: JournalCursor, name: str, requested: dict) -> Any:
     deadline = datetime.fromisoformat(requested["deadline"])
     with transaction.atomic():
         ctx.check_fence()
-        request = ApprovalRequest.objects.select_for_update().get(run_id=ctx.run_id, step=name)
+        request = ApprovalRequest.objects.select_for_update().get(run_id=UUID(ctx.run_id), step=name)
         if request.state in (ApprovalState.APPROVED, ApprovalState.REJECTED):
             # Decided after this worker loaded the journal; the decision is journaled too.
             return {"approved": request.state == ApprovalState.APPROVED, "by": request.decided_by_label,
                     "comment": request.comment}
         if expired is not None:
-            return expired
+            return expired.payload
         if timezone.now() < deadline:
             raise Suspend(f"waiting for approval {name!r}", wake_at=deadline)
         new_state = ApprovalState.ESCALATED if request.on_timeout == "escalate" else ApprovalState.EXPIRED
@@ -177,7 +175,7 @@ def _wake(run: WorkflowRun, *, kind: str, name: str, payload: dict, actor: str) 
 
 
 def approval_decide(
-    *, approval_id: int, user: AbstractBaseUser, approve: bool, comment: str = "",
+    *, approval_id: int, user: User, approve: bool, comment: str = "",
 ) -> ApprovalRequest:
     """Approve or reject. Four-eyes: the run's starter cannot decide. A second decision is
     refused and says who decided and when. The decision is journaled and wakes the run.

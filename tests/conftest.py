@@ -9,7 +9,6 @@ from django.db import connection
 
 from tests.procs import Procs
 
-
 # `make test` runs on pytest-xdist workers (addopts in pyproject.toml: -n auto --dist loadgroup).
 # Each worker has its own test database and Redis database (config/settings_test.py); what
 # tests share beyond those is kept to one worker by an xdist_group below.

@@ -5,9 +5,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from django.http import HttpRequest
 from ninja import Field, Query, Router, Schema
 
+from api.auth import ApiRequest
 from api.errors import Problem
 from api.routes.common import MAX_PAGE, Text, console_action, int_id_of, next_link, parse_cursor
 from api.routes.runs import RunOut, actor_of, run_out
@@ -67,12 +67,12 @@ def approval_out(a: ApprovalRequest) -> dict[str, Any]:
     return {"id": a.id, "run_id": str(a.run_id), "workflow": run.workflow_name, "business_key": run.business_key,
             "tenant": run.tenant, "step": a.step, "reason": a.reason, "state": a.state,
             "requested_at": a.requested_at, "deadline": a.deadline,
-            "started_by": run.started_by.get_username() if run.started_by_id else "",
+            "started_by": run.started_by.get_username() if run.started_by else "",
             "decided_by": a.decided_by_label, "decided_at": a.decided_at, "comment": a.comment}
 
 
 @router.get("", response=ApprovalList, summary="Approvals of the key's tenants, a page at a time")
-def list_approvals(request: HttpRequest, query: Query[ApprovalQuery]) -> dict[str, Any]:
+def list_approvals(request: ApiRequest, query: Query[ApprovalQuery]) -> dict[str, Any]:
     state = query.state.strip().upper()
     if state and state not in STATES:
         raise Problem("validation", f"state must be one of {', '.join(STATES)}")
@@ -90,7 +90,7 @@ def list_approvals(request: HttpRequest, query: Query[ApprovalQuery]) -> dict[st
 
 
 @router.post("/{approval_id}/decide", response=Decided, summary="Approve or reject (four-eyes)")
-def decide(request: HttpRequest, approval_id: str, body: DecideIn) -> dict[str, Any]:
+def decide(request: ApiRequest, approval_id: str, body: DecideIn) -> dict[str, Any]:
     """The key that started the run cannot decide it (409 ``four-eyes``). A rejection needs a
     ``comment``. ``expected``: the state you saw; a decided one is a 409 ``stale-state``
     saying who decided and when."""

@@ -5,9 +5,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from django.http import HttpRequest
 from ninja import Field, Query, Router, Schema
 
+from api.auth import ApiRequest
 from api.errors import Problem
 from api.routes.common import MAX_PAGE, Text, console_action, int_id_of, next_link, parse_cursor
 from api.routes.runs import actor_of
@@ -72,7 +72,7 @@ def effect_out(e: EffectRecord) -> dict[str, Any]:
 
 
 @router.get("", response=EffectList, summary="Effects whose outcome nobody knows, of the key's tenants")
-def list_effects(request: HttpRequest, query: Query[EffectQuery]) -> dict[str, Any]:
+def list_effects(request: ApiRequest, query: Query[EffectQuery]) -> dict[str, Any]:
     status = query.status.strip().upper()
     if status and status not in OPEN:
         raise Problem("validation", f"status must be one of {', '.join(OPEN)} (settled effects are not a queue)")
@@ -88,7 +88,7 @@ def list_effects(request: HttpRequest, query: Query[EffectQuery]) -> dict[str, A
 
 
 @router.post("/{effect_id}/resolve", response=EffectOut, summary="Resolve an ambiguous effect by hand, with evidence")
-def resolve(request: HttpRequest, effect_id: str, body: ResolveIn) -> dict[str, Any]:
+def resolve(request: ApiRequest, effect_id: str, body: ResolveIn) -> dict[str, Any]:
     pk = int_id_of(effect_id, "effect")
     with console_action("effect", pk):
         effect_manual_resolve(actor_of(request), effect_id=pk, outcome=body.outcome,

@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from asgiref.sync import sync_to_async
-from django.http import HttpRequest
 from ninja import Query, Router, Schema
 from pydantic import Field
 
+from api.auth import ApiRequest
 from api.errors import Problem
 from api.routes.runs import RunOut, run_out
 from api.waiting import MAX_WAIT_S, run_wait
@@ -33,7 +33,7 @@ class WaitQuery(Schema):
 
 @router.get("/{run_id}", response=RunOut, summary="A run as it is now, or once it settles (?wait=)",
             description=WAIT_DESCRIPTION)
-async def get_run(request: HttpRequest, run_id: str, query: Query[WaitQuery]) -> dict[str, Any]:
+async def get_run(request: ApiRequest, run_id: str, query: Query[WaitQuery]) -> dict[str, Any]:
     if query.wait is None:
         from console.selectors.runs import run_get
 

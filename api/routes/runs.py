@@ -3,19 +3,16 @@
 from __future__ import annotations
 
 import uuid
-from datetime import datetime, timedelta
-from datetime import timezone as dt_timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db import transaction
-from django.http import HttpRequest
 from django.urls import reverse
 from ninja import Field, Query, Router, Schema, Status
 
-from api.auth import actor_ip
+from api.auth import ApiRequest, actor_ip
 from api.errors import Problem
 from api.routes.common import MAX_PAGE, Text, console_action, next_link, parse_cursor, run_id_of
-from core.redaction import redact
 from console import roles
 from console.models import AuditEntry, AuditOutcome
 from console.selectors.runs import HISTORY_PAGE_SIZE, RUNS_PAGE_SIZE, RunFilters, run_get, run_history_page, runs_page
@@ -24,6 +21,7 @@ from console.services.actions import Actor, audit_denied, audit_done
 from console.services.limits import clip_text
 from console.services.runs import run_cancel_act, run_compensate_act, run_retry_act
 from console.services.tenancy import OUTSIDE_TENANTS, check_tenant
+from core.redaction import redact
 from sagas.errors import (
     InvalidArgument,
     NotSerializable,
@@ -38,9 +36,9 @@ MAX_DURATION_S = 10 * 366 * 86400  # ten years: past it, a timedelta overflows l
 
 
 class Budget(Schema):
-    max_steps: int | None = Field(None, ge=1, le=2**31 - 1)  # the column is a PostgreSQL integer
-    max_cost: float | None = Field(None, ge=0)
-    max_duration_s: float | None = Field(None, gt=0, le=MAX_DURATION_S)
+    max_steps: int | None = Field(default=None, ge=1, le=2**31 - 1)  # the column is a PostgreSQL integer
+    max_cost: float | None = Field(default=None, ge=0)
+    max_duration_s: float | None = Field(default=None, gt=0, le=MAX_DURATION_S)
 
 
 class StartIn(Schema):
@@ -74,11 +72,11 @@ class RunOut(Schema):
     console_url: str
 
 
-def actor_of(request: HttpRequest) -> Actor:
+def actor_of(request: ApiRequest) -> Actor:
     return Actor(user=request.user, ip=actor_ip(request), system=f"api key {request.auth.name}")
 
 
-def run_out(request: HttpRequest, run: WorkflowRun) -> dict[str, Any]:
+def run_out(request: ApiRequest, run: WorkflowRun) -> dict[str, Any]:
     """The run as the API shows it: its input, result and error redacted as the console shows them."""
     return {
         "id": str(run.id), "workflow": run.workflow_name, "version": run.version, "status": run.status,
@@ -94,7 +92,7 @@ def run_out(request: HttpRequest, run: WorkflowRun) -> dict[str, Any]:
     }
 
 
-def require(request: HttpRequest, action: str, object_type: str, object_id: Any, reason: str = "") -> Actor:
+def require(request: ApiRequest, action: str, object_type: str, object_id: Any, reason: str = "") -> Actor:
     """The caller's actor, if its role allows ``action``; else the attempt is audited and refused."""
     actor = actor_of(request)
     if not roles.can(request.user, action):
@@ -105,7 +103,7 @@ def require(request: HttpRequest, action: str, object_type: str, object_id: Any,
 
 
 @router.post("", response={200: RunOut, 201: RunOut}, summary="Start a run (idempotent per business key)")
-def start_run(request: HttpRequest, body: StartIn) -> Status:
+def start_run(request: ApiRequest, body: StartIn) -> Status:
     """Start ``workflow``. The ``Idempotency-Key`` header is the business key (it wins over
     ``business_key``): the same key and input again answers the existing run with 200; the same
     key with another input is a 409 ``start-conflict`` and starts nothing."""
@@ -191,11 +189,11 @@ def _summary(run: WorkflowRun) -> dict[str, Any]:
 
 def _aware(when: datetime | None) -> datetime | None:
     """A time without a zone is UTC (the console shows UTC)."""
-    return when.replace(tzinfo=dt_timezone.utc) if when is not None and when.tzinfo is None else when
+    return when.replace(tzinfo=UTC) if when is not None and when.tzinfo is None else when
 
 
 @router.get("", response=RunList, summary="Runs of the key's tenants, newest first, a page at a time")
-def list_runs(request: HttpRequest, query: Query[RunListQuery]) -> dict[str, Any]:
+def list_runs(request: ApiRequest, query: Query[RunListQuery]) -> dict[str, Any]:
     """The console's runs list: the same filters, keyset pages (follow ``next``; no totals)."""
     if query.status and query.status not in STATUSES:
         raise Problem("validation", f"status must be one of {', '.join(STATUSES)}")
@@ -236,7 +234,7 @@ class History(Schema):
 
 
 @router.get("/{run_id}/history", response=History, summary="A run's journal, newest first, a page at a time")
-def run_history(request: HttpRequest, run_id: str, query: Query[HistoryQuery]) -> dict[str, Any]:
+def run_history(request: ApiRequest, run_id: str, query: Query[HistoryQuery]) -> dict[str, Any]:
     run = run_get(run_id_of(run_id), user=request.user)
     if run is None:
         raise Problem("not-found", f"no run {run_id[:100]!r} (or not in this key's tenants)")
@@ -261,7 +259,7 @@ class Done(Schema):
 
 
 @router.post("/{run_id}/signal", response={202: Done}, summary="Deliver a signal to a run (ctx.wait_for)")
-def signal_run(request: HttpRequest, run_id: str, body: SignalIn) -> Status:
+def signal_run(request: ApiRequest, run_id: str, body: SignalIn) -> Status:
     """Kept until a ``ctx.wait_for(name)`` takes it. 409 ``conflict`` if the run is finished. A run
     that continued as new passes it on down its chain: ``run`` in the answer is the one that got it."""
     from sagas import signal
@@ -304,13 +302,13 @@ class ActIn(Schema):
     expected: str = EXPECTED
 
 
-def _acted(request: HttpRequest, run_id: str, message: str) -> dict[str, Any]:
+def _acted(request: ApiRequest, run_id: str, message: str) -> dict[str, Any]:
     run = WorkflowRun.objects.get(id=run_id)
     return {"run": run_out(request, run), "message": f"{message}; the run is now {run.status}"}
 
 
 @router.post("/{run_id}/cancel", response=Done, summary="Cancel a run (and compensate it, if asked)")
-def cancel_run(request: HttpRequest, run_id: str, body: CancelIn) -> dict[str, Any]:
+def cancel_run(request: ApiRequest, run_id: str, body: CancelIn) -> dict[str, Any]:
     run_id = run_id_of(run_id)
     with console_action("run", run_id):
         run_cancel_act(actor_of(request), run_id=run_id, reason=body.reason, compensate=body.compensate,
@@ -319,7 +317,7 @@ def cancel_run(request: HttpRequest, run_id: str, body: CancelIn) -> dict[str, A
 
 
 @router.post("/{run_id}/compensate", response=Done, summary="Undo a run's succeeded effects")
-def compensate_run(request: HttpRequest, run_id: str, body: ActIn) -> dict[str, Any]:
+def compensate_run(request: ApiRequest, run_id: str, body: ActIn) -> dict[str, Any]:
     run_id = run_id_of(run_id)
     with console_action("run", run_id):
         run_compensate_act(actor_of(request), run_id=run_id, reason=body.reason,
@@ -328,7 +326,7 @@ def compensate_run(request: HttpRequest, run_id: str, body: ActIn) -> dict[str, 
 
 
 @router.post("/{run_id}/retry", response=Done, summary="Retry a run that needs attention")
-def retry_run(request: HttpRequest, run_id: str, body: ActIn) -> dict[str, Any]:
+def retry_run(request: ApiRequest, run_id: str, body: ActIn) -> dict[str, Any]:
     run_id = run_id_of(run_id)
     with console_action("run", run_id):
         run_retry_act(actor_of(request), run_id=run_id, reason=body.reason, expected=body.expected.strip() or None)

@@ -12,8 +12,8 @@ from typing import Any
 
 from django.conf import settings
 
-from core.redaction import redact_text
 from console.notifications.models import NotificationFormat, NotificationKind
+from core.redaction import redact_text
 
 MAX_DETAIL = 300
 
@@ -56,10 +56,12 @@ def body_for(item: Item, fmt: str, *, delivery_id: int) -> dict[str, Any]:
         return {
             "text": _slack_escape(text),
             "blocks": [
-                {"type": "section", "text": {"type": "mrkdwn", "text": f"*{_slack_escape(NotificationKind(item.kind).label)}*"
-                                                                        f"\n{_slack_escape(item.summary)}"}},
+                {"type": "section", "text": {"type": "mrkdwn",
+                                             "text": f"*{_slack_escape(NotificationKind(item.kind).label)}*"
+                                                     f"\n{_slack_escape(item.summary)}"}},
                 {"type": "context", "elements": [
-                    {"type": "mrkdwn", "text": f"<{_slack_escape(item.link)}|Open in Saga Console> · delivery {delivery_id}"},
+                    {"type": "mrkdwn",
+                     "text": f"<{_slack_escape(item.link)}|Open in Saga Console> · delivery {delivery_id}"},
                 ]},
             ],
         }

@@ -81,7 +81,9 @@ class WebhookPost(Connector):
             with answer:
                 text = answer.read(2000).decode("utf-8", errors="replace")
         except TimeoutError as exc:
-            raise Timeout(f"endpoint {endpoint.name!r}: answer cut off after {timeout:g}s; it may have arrived") from exc
+            raise Timeout(
+                f"endpoint {endpoint.name!r}: answer cut off after {timeout:g}s; it may have arrived"
+            ) from exc
         status = answer.code
         if 200 <= status < 300:
             return {"status": status, "delivery": payload["delivery"], "answer": text[:500]}

@@ -54,7 +54,8 @@ def _run_items(run: WorkflowRun, unknown: list[EffectRecord], approvals: list[Ap
     if run.status == RunStatus.NEEDS_ATTENTION:
         for effect in unknown:
             what = "undo of " if effect.kind == EffectKind.COMPENSATION else ""
-            items.append(Item(kind=K.UNKNOWN_EFFECT, item=f"effect:{effect.id}", **base, path=reverse("console:effects"),
+            items.append(Item(kind=K.UNKNOWN_EFFECT, item=f"effect:{effect.id}", **base,
+                              path=reverse("console:effects"),
                               detail=clean(f"{what}{effect.step_name} ({effect.connector}): "
                                            f"{effect.error_message or 'outcome not known'}")))
         if run.status_reason == "compensation_failed":

@@ -87,7 +87,11 @@ def _rows(deliveries: list[NotificationDelivery]) -> list[DeliveryRow]:
     runs = {r.id: r for r in WorkflowRun.objects.filter(id__in=run_ids).only("id", "status", "status_reason")}
     effects = {e.run_id: e for e in EffectRecord.objects.filter(run_id__in=run_ids, step_name=POST_STEP).only(
         "id", "run_id", "status", "attempts", "error_message", "completed_at")}
-    return [DeliveryRow(d, runs.get(d.notify_run_id), effects.get(d.notify_run_id)) for d in deliveries]
+    return [
+        DeliveryRow(d, runs.get(d.notify_run_id), effects.get(d.notify_run_id))
+        if d.notify_run_id else DeliveryRow(d, None, None)
+        for d in deliveries
+    ]
 
 
 def delivery_states(delivery_ids: list[int]) -> dict[int, str]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import transaction
 
 from console.models import AuditEntry, AuditOutcome
@@ -27,7 +27,7 @@ class NotStaff(Exception):
     """Only staff configure notifications (HTTP 403)."""
 
 
-def is_staff(user: AbstractBaseUser) -> bool:
+def is_staff(user: User) -> bool:
     return bool(user.is_authenticated and (user.is_staff or user.is_superuser))
 
 

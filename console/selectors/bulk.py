@@ -141,7 +141,7 @@ def batches_recent(*, user: User, limit: int = 50) -> list[BulkBatch]:
     """The newest confirmed batches ``user`` may see (``batch_get``'s rule)."""
     qs = BulkBatch.objects.exclude(state="draft")
     if tenants_of(user) is not None:
-        qs = qs.filter(user_id=user.pk)
+        qs = qs.filter(user_id=user.pk) if user.pk is not None else qs.none()
     return list(qs.order_by("-created_at", "-id")[:limit])
 
 
@@ -155,7 +155,7 @@ def batch_sample(batch: BulkBatch, action: BulkAction, *, size: int = SAMPLE_SIZ
         effects = EffectRecord.objects.in_bulk([int(i) for i in ids])
         runs = WorkflowRun.objects.defer("input", "result").in_bulk({e.run_id for e in effects.values()})
         for effect in effects.values():
-            effect.bulk_run = runs.get(effect.run_id)
+            effect.bulk_run = runs.get(effect.run_id)  # type: ignore[attr-defined]  # for the template
         return [effects[int(i)] for i in ids if int(i) in effects]
     approvals = ApprovalRequest.objects.select_related("run", "run__started_by").in_bulk([int(i) for i in ids])
     return [approvals[int(i)] for i in ids if int(i) in approvals]

@@ -38,9 +38,9 @@ from typing import Any
 
 from django.db.models import Q
 
-from core.redaction import redact_json, redact_text
 from console.selectors.runs import HISTORY_PAGE_SIZE
 from console.templatetags.payloads import PREVIEW_CHARS, SECRET_MARGIN, pruned  # the payload previews' own cut
+from core.redaction import redact_json, redact_text
 from ledger.models import EffectKind, EffectRecord
 from sagas.models import ApprovalRequest, ApprovalState, JournalEntry, WorkflowRun, WorkflowVersion
 
@@ -352,17 +352,17 @@ def conversation(run_id: Any, *, max_entries: int = MAX_ENTRIES) -> Conversation
     for effect in effects:
         found = EFFECT_NAME.match(effect.step_name)
         group = ran_by_tool.get(found.group("tool")) if found else None
-        if group and _numbered(found) <= len(group):
+        if group and found and _numbered(found) <= len(group):
             group[_numbered(found) - 1].effect = effect
-    for (agent, tool), group in by_agent_tool.items():
+    for (agent_name, tool_name), group in by_agent_tool.items():
         for n, call in enumerate((c for c in group if c.ran), start=1):
-            entry = plain.get((agent, tool, n))
-            if entry is None:
+            step = plain.get((agent_name, tool_name, n))
+            if step is None:
                 continue
-            call.step_seq = entry.seq
+            call.step_seq = step.seq
             if call.outcome:
                 continue  # the model's answer is what it saw
-            payload = entry.payload if isinstance(entry.payload, dict) else {}
+            payload = step.payload if isinstance(step.payload, dict) else {}
             value = payload.get("value")
             if "error" in payload:
                 err = payload["error"] or {}

@@ -54,7 +54,7 @@ OPENER: dict[str, str] = {closer: opener for opener, closers in PAIRS.items() fo
 NOT_FINAL = frozenset({K.EFFECT_RESOLVED, K.APPROVAL_EXPIRED})  # another outcome may follow these
 PAIR_WINDOW = 500  # entries either side of a page where the other halves of its pairs are looked for first
 PAIRED_KINDS = frozenset(PAIRS) | frozenset(OPENER)
-LEDGER_KIND = {K.EFFECT_INTENT: "effect", K.COMPENSATION_INTENT: "compensation"}
+LEDGER_KIND: dict[str, str] = {K.EFFECT_INTENT: "effect", K.COMPENSATION_INTENT: "compensation"}
 
 
 def kind_choices() -> list[tuple[str, Any]]:
@@ -194,7 +194,7 @@ def _pairs(run_id: Any, rows: Sequence[JournalEntry]) -> dict[int, Pair]:
             pairs[row.seq] = Pair(
                 "outcome", opener["seq"] if opener else None, _outcome_status(row.kind, mine),
                 row.created_at - opener["created_at"] if opener else None,
-                bool(opener) and opener["seq"] in on_page,
+                opener is not None and opener["seq"] in on_page,
             )
     return pairs
 

@@ -14,18 +14,17 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from datetime import datetime, timedelta
-from datetime import timezone as dt_timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any, Generic, TypeVar
 
 from django.db import connection
-from django.db.models import BooleanField, Model, QuerySet
+from django.db.models import BooleanField, Field, Model, QuerySet
 from django.db.models.expressions import RawSQL
 
 T = TypeVar("T")
 Key = int | uuid.UUID
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=dt_timezone.utc)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 MAX_CURSOR_CHARS = 80  # the longest encode_cursor writes is 53
 _MICRO = timedelta(microseconds=1)
 
@@ -79,7 +78,7 @@ def keyset_page(qs: QuerySet[Any], *, field: str, descending: bool, cursor: Curs
     if cursor is not None:
         quote = connection.ops.quote_name
         table = quote(model._meta.db_table)
-        column, pk_column = quote(model._meta.get_field(field).column), quote(model._meta.pk.column)
+        column, pk_column = quote(_column(model, field)), quote(_column(model, "pk"))
         qs = qs.filter(RawSQL(f"({table}.{column}, {table}.{pk_column}) {'<' if descending else '>'} (%s, %s)",
                               (cursor.at, cursor.pk), output_field=BooleanField()))
     qs = qs.order_by(f"-{field}", "-pk") if descending else qs.order_by(field, "pk")
@@ -87,3 +86,11 @@ def keyset_page(qs: QuerySet[Any], *, field: str, descending: bool, cursor: Curs
     more = len(rows) > size
     rows = rows[:size]
     return Page(items=rows, next=Cursor(at=getattr(rows[-1], field), pk=rows[-1].pk) if more else None, total=total)
+
+
+def _column(model: type[Model], name: str) -> str:
+    """The table column of ``model``'s field ``name`` ("pk": its primary key's)."""
+    field = model._meta.pk if name == "pk" else model._meta.get_field(name)
+    if not isinstance(field, Field) or not field.column:
+        raise ValueError(f"{model.__name__}.{name} is not a column")
+    return field.column

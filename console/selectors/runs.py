@@ -22,6 +22,7 @@ from ledger.models import EffectRecord
 from sagas.integration import chain_place
 from sagas.models import (
     ApprovalRequest,
+    CompensationItem,
     CompensationPlan,
     JournalEntry,
     WorkflowRun,
@@ -110,7 +111,7 @@ def run_get(run_id: Any, *, user: User) -> WorkflowRun | None:
     except (ValidationError, ValueError, TypeError):
         return None
     if run is not None:
-        run.chain = run_chain(run)
+        run.chain = run_chain(run)  # type: ignore[attr-defined]  # for the template, not a field
     return run
 
 
@@ -139,7 +140,7 @@ def run_chain(run: WorkflowRun) -> RunChain | None:
     following ``continued_to`` by primary key, in one recursive query."""
     if run.continued_from is None and run.continued_to is None:
         return None
-    place = chain_place(str(run.id), business_key=run.business_key)
+    place = chain_place(run.id, business_key=run.business_key)
     newest, after = str(run.id), 0
     if run.continued_to is not None:
         with connection.cursor() as cur:
@@ -234,12 +235,18 @@ def run_compensation(run_id: Any) -> CompensationPlan | None:
     ``request_payload`` of the effect it undoes), or None."""
     plan = CompensationPlan.objects.filter(run_id=run_id).first()
     if plan is not None:
-        plan.item_list = list(plan.items.order_by("position"))
-        requests = dict(EffectRecord.objects.filter(id__in=[i.effect_id for i in plan.item_list])
+        items = list(plan.items.order_by("position"))
+        plan.item_list = items  # type: ignore[attr-defined]  # for the template, not a field
+        requests = dict(EffectRecord.objects.filter(id__in=[i.effect_id for i in items])
                         .values_list("id", "request_payload"))
-        for item in plan.item_list:
-            item.request_payload = requests.get(item.effect_id)  # what it undoes (amounts): its request
+        for item in items:
+            # What it undoes (amounts), for the template; not a field.
+            item.request_payload = requests.get(item.effect_id)  # type: ignore[attr-defined]
     return plan
+
+
+def compensation_item_count(run_id: Any) -> int:
+    return CompensationItem.objects.filter(plan__run_id=run_id).count()
 
 
 def run_has_compensation(run_id: Any) -> bool:

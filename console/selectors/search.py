@@ -17,9 +17,12 @@ from __future__ import annotations
 
 import re
 import uuid
+from typing import Any
 
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Exists, F, OuterRef, Q, Value
 from django.db.models.lookups import Lookup
+from django.db.models.sql.compiler import SQLCompiler
 
 from sagas.models import WorkflowRun
 
@@ -33,7 +36,7 @@ class _ILike(Lookup):
 
     lookup_name = "ilike"
 
-    def as_sql(self, compiler, connection):  # type: ignore[no-untyped-def]
+    def as_sql(self, compiler: SQLCompiler, connection: BaseDatabaseWrapper) -> tuple[str, list[Any]]:
         lhs, lhs_params = self.process_lhs(compiler, connection)
         rhs, rhs_params = self.process_rhs(compiler, connection)
         return f"{lhs} ILIKE {rhs}", [*lhs_params, *rhs_params]

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any, TypeVar
 
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.contrib.auth import models as auth_models
 from django.core.exceptions import ValidationError
 from django.db.models import Model, QuerySet
 
@@ -27,7 +27,7 @@ from ledger.models import EffectRecord
 from sagas.models import ApprovalRequest, WorkflowRun
 
 M = TypeVar("M", bound=Model)
-User = AbstractBaseUser | AnonymousUser
+User = auth_models.User | auth_models.AnonymousUser
 
 
 def tenants_of(user: User) -> list[str] | None:
@@ -37,10 +37,12 @@ def tenants_of(user: User) -> list[str] | None:
         return []
     if user.is_superuser:
         return None
-    if not hasattr(user, "console_tenants"):
+    cache = vars(user)
+    if "console_tenants" not in cache:
         row = TenantScope.objects.filter(user_id=user.pk).values_list("tenants", flat=True).first()
-        user.console_tenants = None if row is None else sorted(set(row))  # type: ignore[union-attr]
-    return user.console_tenants  # type: ignore[union-attr]
+        cache["console_tenants"] = None if row is None else sorted(set(row))
+    tenants: list[str] | None = cache["console_tenants"]
+    return tenants
 
 
 def may_see(user: User, tenant: str) -> bool:

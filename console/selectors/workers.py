@@ -17,14 +17,15 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.db.models import Count, Min, Q
 from django.utils import timezone
 
-from core.storage import is_redis_error
 from console.selectors.tenancy import User, scope_runs
-from sagas.models import LEASED_STATUSES, RunStatus, WorkerProcess, WorkflowRun, WorkflowVersion
+from core.storage import is_redis_error
 from sagas.integration import redis_connection
+from sagas.models import LEASED_STATUSES, RunStatus, WorkerProcess, WorkflowRun, WorkflowVersion
 from sagas.selectors import worker_liveness
 
 SILENT_WINDOW = timedelta(days=1)
@@ -94,13 +95,13 @@ class WorkersPage:
     liveness_seconds: int
 
 
-def _versions(definitions: Iterable[object]) -> list[CarriedVersion]:
+def _versions(definitions: Iterable[Any]) -> list[CarriedVersion]:
     """The registry's ``[{name, version, hash}]`` (a version that also accepts its runs' legacy
     hash is listed twice) grouped by (name, version); malformed items are skipped, not fatal."""
     found: dict[tuple[str, int], CarriedVersion] = {}
     for d in definitions:
         try:
-            name, version, h = str(d["name"]), int(d["version"]), str(d["hash"])  # type: ignore[index]
+            name, version, h = str(d["name"]), int(d["version"]), str(d["hash"])
         except (KeyError, TypeError, ValueError):
             continue
         found.setdefault((name, version), CarriedVersion(name=name, version=version)).hashes.append(h)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import transaction
 
 from console import roles
@@ -57,7 +57,7 @@ class Actor:
     """Who acts: a person, or an automated actor acting with a user's roles (``system``: its name,
     such as "approver-bot"; the audit log names it ``system: approver-bot``, ``console.actors``)."""
 
-    user: AbstractBaseUser
+    user: User
     ip: str | None
     system: str = ""
 
@@ -135,7 +135,9 @@ def perform(
     tenant = check_tenant(actor, action, target.object_type, target.object_id, reason=reason) or ""
     if not roles.can(actor.user, action):
         audit_denied(actor, action, target.object_type, target.object_id, reason=reason)
-        raise Denied(f"{actor.label} may not {action.replace('.', ' ')}: it needs the {roles.ACTION_ROLES[action]} role")
+        raise Denied(
+            f"{actor.label} may not {action.replace('.', ' ')}: it needs the {roles.ACTION_ROLES[action]} role"
+        )
     seen: dict[str, Any] | None = None
     acting = _acting.set(True)
     try:

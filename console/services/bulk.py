@@ -31,7 +31,6 @@ from django.db import connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from core.storage import is_database_error, is_storage_error
 from console import roles, topics
 from console.broadcast import broadcast
 from console.models import AuditEntry, AuditOutcome, BulkBatch, BulkItem, BulkOutcome, BulkState
@@ -42,9 +41,10 @@ from console.services.limits import clip_text
 from console.services.queues import approval_act, effect_manual_resolve
 from console.services.runs import run_cancel_act, run_retry_act
 from console.services.tenancy import OUTSIDE_TENANTS, NotFound
+from core.storage import is_database_error, is_storage_error
 from ledger.services import RESOLUTION_OUTCOMES
-from sagas.integration import compensation_queue_name, get_queue, shutdown_requested
 from sagas.events import swept
+from sagas.integration import compensation_queue_name, get_queue, shutdown_requested
 
 log = logging.getLogger("console.bulk")
 

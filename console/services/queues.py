@@ -36,7 +36,7 @@ def _approval_stale(now: dict[str, Any], seen: str) -> str:
 
 def _both_open(seen: str, now: str) -> bool:
     """PENDING and ESCALATED are both undecided: a deadline passing while the approver reads
-    does not change what approving means (DESIGN §7: an escalated approval is still decided)."""
+    does not change what approving means (an escalated approval can still be decided)."""
     return seen == now or (seen in OPEN_APPROVAL_STATES and now in OPEN_APPROVAL_STATES)
 
 
@@ -62,7 +62,10 @@ def _effect_stale(now: dict[str, Any], seen: str) -> str:
 
 
 def _effect_target(effect_id: int, *, lock: bool = True) -> Target:
-    return Target("effect", effect_id, lock=(lambda: effect_lock(effect_id=effect_id)) if lock else (lambda: None),
+    def locker() -> Any:
+        return effect_lock(effect_id=effect_id) if lock else None
+
+    return Target("effect", effect_id, lock=locker,
                   snapshot=lambda: _effect_snapshot(effect_id), stale=_effect_stale)
 
 

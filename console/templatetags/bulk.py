@@ -19,7 +19,7 @@ def bulk_toolbar(context: template.Context, kind: str) -> dict[str, Any]:
     (carried to the preview when everything matching them is chosen)."""
     request = context.get("request")
     user = getattr(request, "user", None)
-    if user is None:
+    if request is None or user is None:
         return {"bulk_actions": []}
     actions = [a for a in actions_for(kind) if roles.can(user, a.item_action)]
     filters = {key: str(request.GET.get(key, "")) for key in filter_params(kind) if request.GET.get(key)}

@@ -18,8 +18,8 @@ from typing import Any
 
 from django import template
 
-from core import redaction
 from console.templatetags.payloads import show_controls
+from core import redaction
 from sagas.integration import ERROR_KEY
 
 register = template.Library()

@@ -1,4 +1,4 @@
-"""Form fields that say they are wrong to assistive technology (issue 17)."""
+"""Form fields that say they are wrong to assistive technology."""
 
 from __future__ import annotations
 

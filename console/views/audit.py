@@ -9,20 +9,21 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 from urllib.parse import urlencode
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.core.handlers.asgi import ASGIRequest
-from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from django.http import HttpResponse, StreamingHttpResponse
+from django.http.response import HttpResponseBase
 from django.shortcuts import render
 from django.template.loader import render_to_string
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
-from core.redaction import redact, redact_text
 from console.forms import AuditFilterForm
 from console.models import AuditEntry
 from console.selectors.audit import AuditFilters, audit_known_values, audit_page, audit_rows
-from console.views.base import live_context, viewer_required
+from console.views.base import ConsoleRequest, live_context, viewer_required
 from console.views.run_history import async_parts
+from core.redaction import redact, redact_text
 
 AUDIT_FRAGMENT = "audit_log"
 CSV_CHUNK = 2000
@@ -32,7 +33,7 @@ CSV_HEADER = ["created_at", "actor", "action", "object_type", "object_id", "outc
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
 
-def _audit_context(user: AbstractBaseUser, params: Mapping[str, str]) -> dict[str, Any]:
+def _audit_context(user: User, params: Mapping[str, str]) -> dict[str, Any]:
     form = AuditFilterForm(params)
     page = audit_page(form.filters(), user=user, cursor=form.cursor) if form.is_valid() else None
     return {"form": form, "cursor": form.cursor_text, "known": audit_known_values(),
@@ -40,13 +41,13 @@ def _audit_context(user: AbstractBaseUser, params: Mapping[str, str]) -> dict[st
             "rows": audit_rows(page.items, user=user) if page is not None else []}
 
 
-def audit_fragment(user: AbstractBaseUser, params: dict[str, str]) -> str:
+def audit_fragment(user: User, params: dict[str, str]) -> str:
     return render_to_string("console/audit_live.html", _audit_context(user, params))
 
 
 @require_GET
 @viewer_required
-def audit_log(request: HttpRequest) -> HttpResponse:
+def audit_log(request: ConsoleRequest) -> HttpResponse:
     """The log, filtered, a keyset page at a time. Invalid filters (or a damaged page cursor)
     answer 400 with the form and what is wrong with it, and no entries."""
     context = _audit_context(request.user, request.GET)
@@ -81,7 +82,7 @@ def csv_row(entry: AuditEntry) -> list[str]:
     ]
 
 
-def _rows_sync(filters: AuditFilters, user: AbstractBaseUser) -> Iterator[str]:
+def _rows_sync(filters: AuditFilters, user: User) -> Iterator[str]:
     writer = csv.writer(_Echo())
     yield writer.writerow(CSV_HEADER)
     cursor = None
@@ -96,7 +97,7 @@ def _rows_sync(filters: AuditFilters, user: AbstractBaseUser) -> Iterator[str]:
 
 @require_GET
 @viewer_required
-def audit_csv(request: HttpRequest) -> HttpResponse:
+def audit_csv(request: ConsoleRequest) -> HttpResponseBase:
     """Every entry matching the filters, newest first, read in keyset chunks of CSV_CHUNK so
     that no row limit is needed and no long-lived cursor is held. Under ASGI (daphne) the
     body is an async iterator, so it streams there too instead of being collected first."""

@@ -8,10 +8,13 @@ from typing import Any, TypeVar
 from urllib.parse import urlencode
 
 from django.contrib.auth.decorators import login_required
+from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied
 from django.db.models import Model, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse
+from django.http.response import HttpResponseBase
 from django.shortcuts import render
+from django_htmx.middleware import HtmxDetails
 
 from console import roles
 from console.forms import ActionForm
@@ -25,12 +28,21 @@ from sagas.models import ApprovalRequest, WorkflowRun
 M = TypeVar("M", bound=Model)
 
 
-def viewer_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+class ConsoleRequest(HttpRequest):
+    """The request a console view is handed, as the type checker sees it (at run time it is
+    Django's own): ``login_required`` has run, so ``user`` is a logged-in User, and
+    django-htmx's middleware has set ``htmx``."""
+
+    user: User
+    htmx: HtmxDetails
+
+
+def viewer_required(view: Callable[..., HttpResponseBase]) -> Callable[..., HttpResponseBase]:
     """Login, then any console role (viewer, operator, approver) to read pages."""
 
     @login_required
     @wraps(view)
-    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+    def wrapped(request: ConsoleRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
         if not roles.can_view(request.user):
             raise PermissionDenied("your account has no console role")
         return view(request, *args, **kwargs)
@@ -38,17 +50,17 @@ def viewer_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpResp
     return wrapped
 
 
-def action_view(action: str | Callable[[HttpRequest], str], object_type: str, *, id_kwarg: str,
-                text: str = "reason") -> Callable[[Callable[..., HttpResponse]], Callable[..., HttpResponse]]:
+def action_view(action: str | Callable[[ConsoleRequest], str], object_type: str, *, id_kwarg: str,
+                text: str = "reason") -> Callable[[Callable[..., HttpResponseBase]], Callable[..., HttpResponseBase]]:
     """``viewer_required`` for an action's view: someone with no console role at all is turned
     away the same way (403), and a POST of theirs is audited as denied, whatever it carried, like
     any other role's (``action``: the action, or how to tell it from the request; ``id_kwarg``:
     the URL's id of the object; ``text``: the form field whose text the audit entry keeps)."""
 
-    def decorate(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    def decorate(view: Callable[..., HttpResponseBase]) -> Callable[..., HttpResponseBase]:
         @login_required
         @wraps(view)
-        def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        def wrapped(request: ConsoleRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
             if not roles.can_view(request.user):
                 if request.method == "POST":
                     name = action(request) if callable(action) else action
@@ -62,11 +74,11 @@ def action_view(action: str | Callable[[HttpRequest], str], object_type: str, *,
     return decorate
 
 
-def actor_of(request: HttpRequest) -> Actor:
+def actor_of(request: ConsoleRequest) -> Actor:
     return Actor(user=request.user, ip=request.META.get("REMOTE_ADDR"))
 
 
-def get_run_for_user(request: HttpRequest, run_id: Any, *, action: str = "") -> WorkflowRun:
+def get_run_for_user(request: ConsoleRequest, run_id: Any, *, action: str = "") -> WorkflowRun:
     """The run, or 404 for an unknown or malformed id and for a run outside the user's tenants
     (404, not 403: the answer does not say it exists). ``action``: the page is an action's, and
     an attempt on another tenant's run is audited as denied (console/services/tenancy.py)."""
@@ -78,18 +90,18 @@ def get_run_for_user(request: HttpRequest, run_id: Any, *, action: str = "") -> 
     return run
 
 
-def get_effect_for_user(request: HttpRequest, effect_id: int, *, action: str) -> EffectRecord:
+def get_effect_for_user(request: ConsoleRequest, effect_id: int, *, action: str) -> EffectRecord:
     """The effect an action is about, or 404 (unknown, or outside the user's tenants: audited)."""
     return _get_for_user(request, EffectRecord.objects.all(), "effect", effect_id, action=action)
 
 
-def get_approval_for_user(request: HttpRequest, approval_id: int, *, action: str) -> ApprovalRequest:
+def get_approval_for_user(request: ConsoleRequest, approval_id: int, *, action: str) -> ApprovalRequest:
     """The approval an action is about, or 404 (unknown, or outside the user's tenants: audited)."""
     return _get_for_user(request, ApprovalRequest.objects.all(), "approval", approval_id, action=action,
                          field="run__tenant")
 
 
-def _get_for_user(request: HttpRequest, qs: QuerySet[M], object_type: str, object_id: int, *, action: str,
+def _get_for_user(request: ConsoleRequest, qs: QuerySet[M], object_type: str, object_id: int, *, action: str,
                   field: str = "tenant") -> M:
     """One scoped query; only on a miss is the tenant looked up, to audit an attempt outside them."""
     found = scoped_get(qs, request.user, object_id, field=field)
@@ -99,7 +111,7 @@ def _get_for_user(request: HttpRequest, qs: QuerySet[M], object_type: str, objec
     return found
 
 
-def action_input(request: HttpRequest, form_class: type[ActionForm], action: str) -> tuple[dict[str, Any], str]:
+def action_input(request: ConsoleRequest, form_class: type[ActionForm], action: str) -> tuple[dict[str, Any], str]:
     """An action's form values, and what is wrong with them ("" when nothing is).
 
     The role comes first: for someone whose role does not allow ``action`` the values are
@@ -114,7 +126,7 @@ def action_input(request: HttpRequest, form_class: type[ActionForm], action: str
     return form.cleaned_data, ""
 
 
-def bad_request(request: HttpRequest, message: str, *, title: str = "Bad request") -> HttpResponse:
+def bad_request(request: ConsoleRequest, message: str, *, title: str = "Bad request") -> HttpResponse:
     """A 400 that says what is wrong (escaped like any text): a page in the console's layout, or
     just the message for htmx."""
     template = "console/error_message.html" if request.htmx else "console/error.html"

@@ -13,9 +13,9 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib.auth.decorators import login_required
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
 from django.views.decorators.http import require_GET, require_POST
@@ -34,7 +34,7 @@ from console.selectors.bulk import (
 )
 from console.services.actions import Denied, Incomplete
 from console.services.bulk import MAX_ITEMS, batch_confirm, batch_denied, batch_preview
-from console.views.base import actor_of, bad_request, live_context, viewer_required
+from console.views.base import ConsoleRequest, actor_of, bad_request, live_context, viewer_required
 from ledger.services import RESOLUTION_OUTCOMES
 
 BULK_FRAGMENT = "bulk_batch"
@@ -45,7 +45,7 @@ OUTCOME_LABELS = {
 }
 
 
-def _turn_away(request: HttpRequest, field: str = "action") -> None:
+def _turn_away(request: ConsoleRequest, field: str = "action") -> None:
     """Someone logged in with no console role: audited as denied, 403."""
     if not roles.can_view(request.user):
         batch_denied(actor_of(request), action=str(request.POST.get(field, "")),
@@ -55,7 +55,7 @@ def _turn_away(request: HttpRequest, field: str = "action") -> None:
 
 @require_POST
 @login_required
-def bulk_preview(request: HttpRequest) -> HttpResponse:
+def bulk_preview(request: ConsoleRequest) -> HttpResponse:
     _turn_away(request)
     name = str(request.POST.get("action", ""))
     action = ACTIONS.get(name)
@@ -77,7 +77,7 @@ def bulk_preview(request: HttpRequest) -> HttpResponse:
     return redirect("console:bulk_batch", token=batch.token)
 
 
-def _preview(request: HttpRequest, batch: BulkBatch, *, status: int = 200, error: str = "",
+def _preview(request: ConsoleRequest, batch: BulkBatch, *, status: int = 200, error: str = "",
              typed: dict[str, str] | None = None) -> HttpResponse:
     action = ACTIONS[batch.action]
     context: dict[str, Any] = {
@@ -102,14 +102,14 @@ def batch_context(batch: BulkBatch) -> dict[str, Any]:
     }
 
 
-def bulk_batch_fragment(user: AbstractBaseUser, params: dict[str, str]) -> str:
+def bulk_batch_fragment(user: User, params: dict[str, str]) -> str:
     batch = batch_get(params.get("batch", ""), user=user)
     if batch is None or batch.state == BulkState.DRAFT:
         return '<div id="live-bulk_batch"></div>'
     return render_to_string("console/bulk_batch_live.html", batch_context(batch))
 
 
-def _visible(request: HttpRequest, token: Any) -> BulkBatch:
+def _visible(request: ConsoleRequest, token: Any) -> BulkBatch:
     batch = batch_get(token, user=request.user)
     # A draft is its author's only: nobody else may confirm it, or see what it would do.
     if batch is None or (batch.state == BulkState.DRAFT and batch.user_id != request.user.pk):
@@ -119,7 +119,7 @@ def _visible(request: HttpRequest, token: Any) -> BulkBatch:
 
 @require_GET
 @viewer_required
-def bulk_batch(request: HttpRequest, token: Any) -> HttpResponse:
+def bulk_batch(request: ConsoleRequest, token: Any) -> HttpResponse:
     batch = _visible(request, token)
     if batch.state == BulkState.DRAFT:
         return _preview(request, batch)
@@ -130,13 +130,14 @@ def bulk_batch(request: HttpRequest, token: Any) -> HttpResponse:
 
 @require_POST
 @login_required
-def bulk_confirm(request: HttpRequest, token: Any) -> HttpResponse:
+def bulk_confirm(request: ConsoleRequest, token: Any) -> HttpResponse:
     _turn_away(request, field="")
     batch = _visible(request, token)
     typed = {key: str(request.POST.get(key, "")) for key in ("reason", "outcome", "downstream_ref")}
     try:
         batch = batch_confirm(
-            actor_of(request), token=batch.token, reason=typed["reason"], confirmed=request.POST.get("confirm") == "yes",
+            actor_of(request), token=batch.token, reason=typed["reason"],
+            confirmed=request.POST.get("confirm") == "yes",
             outcome=typed["outcome"], evidence=typed["downstream_ref"],
         )
     except Denied as exc:
@@ -148,5 +149,5 @@ def bulk_confirm(request: HttpRequest, token: Any) -> HttpResponse:
 
 @require_GET
 @viewer_required
-def bulk_batches(request: HttpRequest) -> HttpResponse:
+def bulk_batches(request: ConsoleRequest) -> HttpResponse:
     return render(request, "console/bulk_batches.html", {"batches": batches_recent(user=request.user)})

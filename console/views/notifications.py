@@ -6,20 +6,20 @@ from __future__ import annotations
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from console.notifications import services
 from console.notifications.forms import DeliveriesForm, EndpointForm
-from console.notifications.models import NotificationEndpoint
+from console.notifications.models import NotificationEndpoint, NotificationKind
 from console.notifications.selectors import deliveries_page, endpoint_get, endpoints_all
-from console.views.base import actor_of, viewer_required
+from console.views.base import ConsoleRequest, actor_of, viewer_required
 
 
 @require_GET
 @viewer_required
-def deliveries(request: HttpRequest) -> HttpResponse:
+def deliveries(request: ConsoleRequest) -> HttpResponse:
     form = DeliveriesForm(request.GET)
     valid = form.is_valid()
     page = deliveries_page(user=request.user, cursor=form.cleaned_data["after"], kind=form.cleaned_data["kind"]) \
@@ -29,7 +29,7 @@ def deliveries(request: HttpRequest) -> HttpResponse:
     return render(request, "console/notifications.html", context, status=200 if valid else 400)
 
 
-def _staff_page(request: HttpRequest, action: str, object_id: object) -> None:
+def _staff_page(request: ConsoleRequest, action: str, object_id: object) -> None:
     """403 for anyone but staff; their POST is audited as denied, whatever it carried."""
     if request.method == "POST":
         try:
@@ -40,17 +40,17 @@ def _staff_page(request: HttpRequest, action: str, object_id: object) -> None:
         raise PermissionDenied("only staff configure notifications")
 
 
-def _endpoints_page(request: HttpRequest, form: EndpointForm, status: int = 200) -> HttpResponse:
+def _endpoints_page(request: ConsoleRequest, form: EndpointForm, status: int = 200) -> HttpResponse:
     return render(request, "console/notification_endpoints.html",
                   {"endpoints": list(endpoints_all()), "form": form}, status=status)
 
 
 @require_http_methods(["GET", "POST"])
 @login_required
-def endpoints(request: HttpRequest) -> HttpResponse:
+def endpoints(request: ConsoleRequest) -> HttpResponse:
     _staff_page(request, services.CREATE, "")
     if request.method == "GET":
-        return _endpoints_page(request, EndpointForm(initial={"kinds": [k for k, _ in EndpointForm.base_fields["kinds"].choices]}))
+        return _endpoints_page(request, EndpointForm(initial={"kinds": list(NotificationKind.values)}))
     form = EndpointForm(request.POST)
     if not form.is_valid():
         return _endpoints_page(request, form, status=400)
@@ -66,14 +66,14 @@ def _endpoint_or_404(endpoint_id: int) -> NotificationEndpoint:
     return endpoint
 
 
-def _endpoint_page(request: HttpRequest, endpoint: NotificationEndpoint, form: EndpointForm,
+def _endpoint_page(request: ConsoleRequest, endpoint: NotificationEndpoint, form: EndpointForm,
                    status: int = 200) -> HttpResponse:
     return render(request, "console/notification_endpoint.html", {"endpoint": endpoint, "form": form}, status=status)
 
 
 @require_http_methods(["GET", "POST"])
 @login_required
-def endpoint(request: HttpRequest, endpoint_id: int) -> HttpResponse:
+def endpoint(request: ConsoleRequest, endpoint_id: int) -> HttpResponse:
     _staff_page(request, services.UPDATE, endpoint_id)
     found = _endpoint_or_404(endpoint_id)
     if request.method == "GET":
@@ -90,7 +90,7 @@ def endpoint(request: HttpRequest, endpoint_id: int) -> HttpResponse:
 
 @require_POST
 @login_required
-def endpoint_rotate(request: HttpRequest, endpoint_id: int) -> HttpResponse:
+def endpoint_rotate(request: ConsoleRequest, endpoint_id: int) -> HttpResponse:
     _staff_page(request, services.ROTATE, endpoint_id)
     found = _endpoint_or_404(endpoint_id)
     services.endpoint_rotate_secret(actor=actor_of(request), endpoint_id=found.id)

@@ -6,14 +6,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser
-from django.http import HttpRequest, HttpResponse
+from django.contrib.auth.models import User
+from django.http import HttpResponse
 from django.shortcuts import render
 from django.template.loader import render_to_string
 from django.views.decorators.http import require_GET
 
 from console.selectors.overview import overview as overview_data
-from console.views.base import live_context, viewer_required
+from console.views.base import ConsoleRequest, live_context, viewer_required
 
 OVERVIEW = "overview"
 
@@ -90,18 +90,18 @@ def chart(per_minute: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def _context(user: AbstractBaseUser) -> dict[str, Any]:
+def _context(user: User) -> dict[str, Any]:
     data = overview_data(user=user)
     return {"overview": data, "chart": chart(data["per_minute"]), "user": user}
 
 
 @require_GET
 @viewer_required
-def overview(request: HttpRequest) -> HttpResponse:
+def overview(request: ConsoleRequest) -> HttpResponse:
     context = _context(request.user)
     context.update(live_context([OVERVIEW]))
     return render(request, "console/overview.html", context)
 
 
-def overview_fragment(user: AbstractBaseUser, params: dict[str, str]) -> str:
+def overview_fragment(user: User, params: dict[str, str]) -> str:
     return render_to_string("console/overview_live.html", _context(user))

@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import Any
 from uuid import UUID
 
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpResponse
 from django.shortcuts import render
 from django.utils.cache import patch_vary_headers
 from django.views.decorators.http import require_GET
@@ -37,10 +37,10 @@ from console.templatetags.payloads import (
     plain_text,
     size_of,
 )
-from console.views.base import get_run_for_user, viewer_required
+from console.views.base import ConsoleRequest, get_run_for_user, viewer_required
 
 
-def _answer(request: HttpRequest, value: Any, *, kind: str, name: str) -> HttpResponse:
+def _answer(request: ConsoleRequest, value: Any, *, kind: str, name: str) -> HttpResponse:
     is_text = kind in TEXT_KINDS
     shape = "text" if is_text else "json"
     size = size_of(value, text=is_text)
@@ -66,7 +66,7 @@ def _answer(request: HttpRequest, value: Any, *, kind: str, name: str) -> HttpRe
 
 @require_GET
 @viewer_required
-def run_payload(request: HttpRequest, run_id: UUID, kind: str, item_id: int | None = None) -> HttpResponse:
+def run_payload(request: ConsoleRequest, run_id: UUID, kind: str, item_id: int | None = None) -> HttpResponse:
     run = get_run_for_user(request, run_id)
     if item_id is None:
         found, value = run_value(run, kind)
@@ -81,7 +81,7 @@ def run_payload(request: HttpRequest, run_id: UUID, kind: str, item_id: int | No
 
 @require_GET
 @viewer_required
-def audit_payload(request: HttpRequest, entry_id: int, kind: str) -> HttpResponse:
+def audit_payload(request: ConsoleRequest, entry_id: int, kind: str) -> HttpResponse:
     found, value = audit_value(scope(AuditEntry.objects.all(), request.user), entry_id, kind)
     if not found:
         raise Http404("no such value")

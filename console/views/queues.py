@@ -15,8 +15,8 @@ from typing import Any
 from urllib.parse import urlencode
 
 from django.contrib import messages
-from django.contrib.auth.models import AbstractBaseUser
-from django.http import HttpRequest, HttpResponse
+from django.contrib.auth.models import User
+from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
 from django.urls import reverse
@@ -41,6 +41,7 @@ from console.services.actions import Denied, Incomplete, Refused
 from console.services.queues import approval_act, effect_manual_resolve
 from console.services.queues import effect_query as effect_query_service
 from console.views.base import (
+    ConsoleRequest,
     action_input,
     action_view,
     actor_of,
@@ -69,7 +70,7 @@ QUERY_ANSWERS = {
 
 
 def _act(
-    request: HttpRequest,
+    request: ConsoleRequest,
     action: Callable[[], Any],
     *,
     success: Callable[[Any], str],
@@ -100,7 +101,7 @@ def _act(
 
 
 def _respond(
-    request: HttpRequest, *, page: str, fragment_template: str, context: dict[str, Any], live: dict[str, Any],
+    request: ConsoleRequest, *, page: str, fragment_template: str, context: dict[str, Any], live: dict[str, Any],
     status: int,
 ) -> HttpResponse:
     """The page, or for htmx its live region; the context's ``error`` and ``notice`` are messages
@@ -117,7 +118,7 @@ def _respond(
 # --- ambiguous effects ---------------------------------------------------------------------------
 
 
-def _effects_context(user: AbstractBaseUser, form: EffectFilterForm) -> dict[str, Any]:
+def _effects_context(user: User, form: EffectFilterForm) -> dict[str, Any]:
     """The queue's page at ``form``'s filters and cursor (the first page if the cursor is not
     valid); no page at all while a filter is not valid (the form says why)."""
     page = effects_ambiguous_page(user=user, filters=form.filters(), cursor=form.cursor) if form.filters_valid else None
@@ -130,25 +131,26 @@ def _effects_context(user: AbstractBaseUser, form: EffectFilterForm) -> dict[str
         "filter_query": filtered,
         "filtered": bool(filtered),
         "first_url": f"{base}?{filtered}" if filtered else base,
-        "next_url": f"{base}?{urlencode(form.link_params(after=page.next_cursor))}" if page and page.next_cursor else "",
+        "next_url": (f"{base}?{urlencode(form.link_params(after=page.next_cursor))}"
+                     if page and page.next_cursor else ""),
         "can_query": roles.can(user, "effect.query"),
         "can_resolve": roles.can(user, "effect.resolve"),
         "outcomes": RESOLVE_OUTCOMES,
     }
 
 
-def effects_fragment(user: AbstractBaseUser, params: dict[str, str]) -> str:
+def effects_fragment(user: User, params: dict[str, str]) -> str:
     return render_to_string("console/effects_live.html", _effects_context(user, EffectFilterForm(params)))
 
 
-def _effects_form(request: HttpRequest) -> EffectFilterForm:
+def _effects_form(request: ConsoleRequest) -> EffectFilterForm:
     """After an action, the page it came from (the filters and cursor its form carried); else the query string."""
     if request.method == "POST":
         return EffectFilterForm.carried(request.POST.get("filters", ""), after=request.POST.get("after", ""))
     return EffectFilterForm(request.GET)
 
 
-def _effects_page(request: HttpRequest, *, status: int = 200, error: str = "", notice: str = "") -> HttpResponse:
+def _effects_page(request: ConsoleRequest, *, status: int = 200, error: str = "", notice: str = "") -> HttpResponse:
     form = _effects_form(request)
     if request.method == "GET" and not form.is_valid():  # a bad filter or a damaged page link (400)
         status, error = 400, ""
@@ -169,11 +171,11 @@ def _with(options: list[str], current: str) -> list[str]:
 
 @require_GET
 @viewer_required
-def effects(request: HttpRequest) -> HttpResponse:
+def effects(request: ConsoleRequest) -> HttpResponse:
     return _effects_page(request)
 
 
-def _effects_url(request: HttpRequest) -> str:
+def _effects_url(request: ConsoleRequest) -> str:
     """The queue's page the action was taken on: its filters and cursor (the first page if the
     cursor is not valid)."""
     url = reverse("console:effects")
@@ -184,7 +186,7 @@ def _effects_url(request: HttpRequest) -> str:
 
 @require_POST
 @action_view("effect.query", "effect", id_kwarg="effect_id", text="")
-def effect_query(request: HttpRequest, effect_id: int) -> HttpResponse:
+def effect_query(request: ConsoleRequest, effect_id: int) -> HttpResponse:
     effect = get_effect_for_user(request, effect_id, action="effect.query")
 
     def said(answer: str) -> str:
@@ -199,7 +201,7 @@ def effect_query(request: HttpRequest, effect_id: int) -> HttpResponse:
 
 @require_POST
 @action_view("effect.resolve", "effect", id_kwarg="effect_id", text="note")
-def effect_resolve(request: HttpRequest, effect_id: int) -> HttpResponse:
+def effect_resolve(request: ConsoleRequest, effect_id: int) -> HttpResponse:
     effect = get_effect_for_user(request, effect_id, action="effect.resolve")
     fields, problem = action_input(request, EffectResolveForm, "effect.resolve")
     if problem:
@@ -243,7 +245,7 @@ def remaining_text(deadline: datetime, now: datetime) -> str:
     return f"{_span(seconds)} left" if seconds >= 0 else f"overdue by {_span(-seconds)}"
 
 
-def _approvals_context(user: AbstractBaseUser, params: dict[str, str]) -> dict[str, Any]:
+def _approvals_context(user: User, params: dict[str, str]) -> dict[str, Any]:
     now = timezone.now()
     items, total = approvals_inbox(user=user)
     to_undo = effects_to_undo({a.run_id for a in items}) if roles.can(user, "approval.reject") else {}
@@ -268,11 +270,11 @@ def _approvals_context(user: AbstractBaseUser, params: dict[str, str]) -> dict[s
     }
 
 
-def approvals_fragment(user: AbstractBaseUser, params: dict[str, str]) -> str:
+def approvals_fragment(user: User, params: dict[str, str]) -> str:
     return render_to_string("console/approvals_live.html", _approvals_context(user, params))
 
 
-def _approvals_page(request: HttpRequest, *, status: int = 200, error: str = "", notice: str = "") -> HttpResponse:
+def _approvals_page(request: ConsoleRequest, *, status: int = 200, error: str = "", notice: str = "") -> HttpResponse:
     context = _approvals_context(request.user, {})
     context.update(error=error, notice=notice)
     return _respond(request, page="console/approvals.html", fragment_template="console/approvals_live.html",
@@ -281,17 +283,17 @@ def _approvals_page(request: HttpRequest, *, status: int = 200, error: str = "",
 
 @require_GET
 @viewer_required
-def approvals(request: HttpRequest) -> HttpResponse:
+def approvals(request: ConsoleRequest) -> HttpResponse:
     return _approvals_page(request)
 
 
-def _decision_action(request: HttpRequest) -> str:
+def _decision_action(request: ConsoleRequest) -> str:
     return "approval.reject" if request.POST.get("decision", "") == "reject" else "approval.approve"
 
 
 @require_POST
 @action_view(_decision_action, "approval", id_kwarg="approval_id", text="comment")
-def approval_decide(request: HttpRequest, approval_id: int) -> HttpResponse:
+def approval_decide(request: ConsoleRequest, approval_id: int) -> HttpResponse:
     # The role check comes before the decision is validated: an attempt by someone who may not
     # decide is audited (as an approval, unless it says reject) whatever it carried.
     action = _decision_action(request)

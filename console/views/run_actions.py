@@ -14,7 +14,7 @@ from typing import Any
 from uuid import UUID
 
 from django.contrib import messages
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
 from django.views.decorators.http import require_http_methods, require_POST
@@ -22,14 +22,14 @@ from django.views.decorators.http import require_http_methods, require_POST
 from console import roles
 from console.forms import RunActionForm
 from console.selectors.runs import (
+    compensation_item_count,
     effects_by_id,
-    run_compensation,
     run_get,
     run_has_compensation,
 )
 from console.services.actions import Denied, Incomplete, Refused
 from console.services.runs import run_cancel_act, run_compensate_act, run_retry_act
-from console.views.base import action_input, action_view, actor_of, get_run_for_user
+from console.views.base import ConsoleRequest, action_input, action_view, actor_of, get_run_for_user
 from console.views.notices import message_oob
 from console.views.run_detail import (
     COMPENSABLE,
@@ -41,12 +41,12 @@ from sagas.integration import compensation_preview
 from sagas.models import RunStatus, WorkflowRun
 
 
-def _fresh(request: HttpRequest, run: WorkflowRun) -> WorkflowRun:
+def _fresh(request: ConsoleRequest, run: WorkflowRun) -> WorkflowRun:
     """The run as it is now, after an action (or an attempt)."""
     return run_get(run.id, user=request.user) or run
 
 
-def _actions_response(request: HttpRequest, run: WorkflowRun, *, status: int = 200, error: str = "",
+def _actions_response(request: ConsoleRequest, run: WorkflowRun, *, status: int = 200, error: str = "",
                       notice: str = "") -> HttpResponse:
     """For htmx: the actions region, after a change the header too, and the result as a message
     (both swapped out of band). ``run``: as it is after the attempt."""
@@ -59,7 +59,7 @@ def _actions_response(request: HttpRequest, run: WorkflowRun, *, status: int = 2
 
 
 def _run_action(
-    request: HttpRequest, run: WorkflowRun, action: str, call: Callable[[str, str | None], Any], *,
+    request: ConsoleRequest, run: WorkflowRun, action: str, call: Callable[[str, str | None], Any], *,
     done: Callable[[WorkflowRun], str], failed_page: Callable[..., HttpResponse],
 ) -> HttpResponse:
     # Form mistakes of someone allowed to act are answered before anything is attempted (400,
@@ -93,7 +93,7 @@ def _truthy(value: str | None) -> bool:
 
 @require_POST
 @action_view("run.cancel", "run", id_kwarg="run_id")
-def run_cancel(request: HttpRequest, run_id: UUID) -> HttpResponse:
+def run_cancel(request: ConsoleRequest, run_id: UUID) -> HttpResponse:
     run = get_run_for_user(request, run_id, action="run.cancel")
     compensate = _truthy(request.POST.get("compensate"))
 
@@ -112,7 +112,7 @@ def run_cancel(request: HttpRequest, run_id: UUID) -> HttpResponse:
 
 @require_POST
 @action_view("run.retry", "run", id_kwarg="run_id")
-def run_retry(request: HttpRequest, run_id: UUID) -> HttpResponse:
+def run_retry(request: ConsoleRequest, run_id: UUID) -> HttpResponse:
     run = get_run_for_user(request, run_id, action="run.retry")
     return _run_action(
         request, run, "run.retry",
@@ -123,7 +123,7 @@ def run_retry(request: HttpRequest, run_id: UUID) -> HttpResponse:
     )
 
 
-def _compensate_page(request: HttpRequest, run: WorkflowRun, *, status: int = 200, error: str = "",
+def _compensate_page(request: ConsoleRequest, run: WorkflowRun, *, status: int = 200, error: str = "",
                      notice: str = "") -> HttpResponse:
     items = compensation_preview(run=run)
     effects = effects_by_id(item.effect_id for item in items)
@@ -144,7 +144,7 @@ def _compensate_page(request: HttpRequest, run: WorkflowRun, *, status: int = 20
 
 @require_http_methods(["GET", "POST"])
 @action_view("run.compensate", "run", id_kwarg="run_id")
-def run_compensate(request: HttpRequest, run_id: UUID) -> HttpResponse:
+def run_compensate(request: ConsoleRequest, run_id: UUID) -> HttpResponse:
     """GET: the plan a compensation would follow (nothing is written) and a form to confirm it.
     POST: start it."""
     run = get_run_for_user(request, run_id, action="run.compensate" if request.method == "POST" else "")
@@ -152,8 +152,7 @@ def run_compensate(request: HttpRequest, run_id: UUID) -> HttpResponse:
         return _compensate_page(request, run)
 
     def done(after: WorkflowRun) -> str:
-        plan = run_compensation(after.id)
-        count = len(plan.item_list) if plan else 0
+        count = compensation_item_count(after.id)
         return f"Compensation started: {count} item{'s' if count != 1 else ''} to undo, newest first."
 
     return _run_action(

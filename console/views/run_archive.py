@@ -13,11 +13,12 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import render
 
-from core.redaction import redact_text
 from console.selectors.tenancy import scope
+from console.views.base import ConsoleRequest
+from core.redaction import redact_text
 from sagas.integration import run_lines, store_for_location
 from sagas.models import ArchivedRun
 
@@ -48,7 +49,7 @@ def archived_content(archived: ArchivedRun) -> tuple[dict[str, list[dict[str, An
     return sections, ""
 
 
-def run_archived_page(request: HttpRequest, archived: ArchivedRun) -> HttpResponse:
+def run_archived_page(request: ConsoleRequest, archived: ArchivedRun) -> HttpResponse:
     sections, problem = archived_content(archived)
     run = sections["run"][0] if sections["run"] else {}
     error = run.get("error")

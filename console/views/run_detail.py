@@ -24,15 +24,14 @@ from decimal import Decimal
 from typing import Any
 from uuid import UUID
 
-from django.contrib.auth.models import AbstractBaseUser
-from django.http import Http404, HttpRequest, HttpResponse
+from django.contrib.auth.models import User
+from django.http import Http404, HttpResponse
 from django.shortcuts import render
 from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
-from core.redaction import redact_text
 from console import roles
 from console.selectors.conversation import run_conversation
 from console.selectors.history import history_timeline, timeline_rows
@@ -45,9 +44,10 @@ from console.selectors.runs import (
     run_has_compensation,
     run_history_since,
 )
-from console.views.base import get_run_for_user, live_context, viewer_required
-from console.views.run_archive import archived_get, run_archived_page
+from console.views.base import ConsoleRequest, get_run_for_user, live_context, viewer_required
 from console.views.notices import page_messages
+from console.views.run_archive import archived_get, run_archived_page
+from core.redaction import redact_text
 from sagas.models import (
     OPEN_APPROVAL_STATES,
     TERMINAL_STATUSES,
@@ -100,7 +100,7 @@ def _budget_rows(run: WorkflowRun) -> list[dict[str, Any]]:
     """Used against limit for steps, cost and duration (a limit of None: no limit)."""
     elapsed = _elapsed(run)
     seconds = round(elapsed.total_seconds(), 1) if elapsed else 0.0
-    rows = [
+    rows: list[tuple[str, Decimal | float | int, Decimal | float | int | None]] = [
         ("Steps", run.steps_used, run.max_steps),
         ("Cost (usd)", run.cost_used, run.max_cost),
         ("Duration (s)", seconds, round(run.max_duration.total_seconds(), 1) if run.max_duration else None),
@@ -129,12 +129,12 @@ def header_context(run: WorkflowRun, *, oob: bool = False) -> dict[str, Any]:
         "error_message": redact_text(error_message),
         "lease_live": bool(run.lease_expires_at and run.lease_expires_at > now),
         "budget": _budget_rows(run),
-        "started_by": run.started_by.get_username() if run.started_by_id else "",
+        "started_by": run.started_by.get_username() if run.started_by else "",
         "oob": oob,
     }
 
 
-def actions_context(run: WorkflowRun, user: AbstractBaseUser, *, has_plan: bool) -> dict[str, Any]:
+def actions_context(run: WorkflowRun, user: User, *, has_plan: bool) -> dict[str, Any]:
     status = run.status
     possible = {
         "retry": status == RunStatus.NEEDS_ATTENTION and run.status_reason in RETRYABLE_REASONS,
@@ -162,7 +162,7 @@ def _effects_context(run: WorkflowRun) -> dict[str, Any]:
             "effects_url": reverse("console:effects")}
 
 
-def _approvals_context(run: WorkflowRun, user: AbstractBaseUser) -> dict[str, Any]:
+def _approvals_context(run: WorkflowRun, user: User) -> dict[str, Any]:
     return {
         "run": run,
         "approvals": list(run_approvals(run.id)),
@@ -190,7 +190,7 @@ def _history_new_context(run: WorkflowRun, since: int) -> dict[str, Any]:
 # --- run detail: live fragments ------------------------------------------------------------------
 
 
-def _run_from_params(user: AbstractBaseUser, params: Mapping[str, str]) -> WorkflowRun | None:
+def _run_from_params(user: User, params: Mapping[str, str]) -> WorkflowRun | None:
     """The page's run, if the user may still see it (else the fragment says it is missing)."""
     return run_get(params.get("run") or None, user=user)
 
@@ -199,14 +199,14 @@ def _missing(name: str) -> str:
     return render_to_string("console/run_missing.html", {"fragment": name})
 
 
-def run_header_fragment(user: AbstractBaseUser, params: dict[str, str]) -> str:
+def run_header_fragment(user: User, params: dict[str, str]) -> str:
     run = _run_from_params(user, params)
     if run is None:
         return _missing(RUN_HEADER)
     return render_to_string("console/run_header.html", header_context(run))
 
 
-def run_actions_fragment(user: AbstractBaseUser, params: dict[str, str]) -> str:
+def run_actions_fragment(user: User, params: dict[str, str]) -> str:
     run = _run_from_params(user, params)
     if run is None:
         return _missing(RUN_ACTIONS)
@@ -214,7 +214,7 @@ def run_actions_fragment(user: AbstractBaseUser, params: dict[str, str]) -> str:
                             actions_context(run, user, has_plan=run_has_compensation(run.id)))
 
 
-def run_history_fragment(user: AbstractBaseUser, params: dict[str, str]) -> str:
+def run_history_fragment(user: User, params: dict[str, str]) -> str:
     """Entries appended since the page rendered its first history page (``since``: its newest
     seq). The paged history below stays as the user loaded it: nothing jumps, nothing is lost."""
     run = _run_from_params(user, params)
@@ -227,21 +227,21 @@ def run_history_fragment(user: AbstractBaseUser, params: dict[str, str]) -> str:
     return render_to_string("console/run_history_live.html", _history_new_context(run, since))
 
 
-def run_effects_fragment(user: AbstractBaseUser, params: dict[str, str]) -> str:
+def run_effects_fragment(user: User, params: dict[str, str]) -> str:
     run = _run_from_params(user, params)
     if run is None:
         return _missing(RUN_EFFECTS)
     return render_to_string("console/run_effects.html", _effects_context(run))
 
 
-def run_approvals_fragment(user: AbstractBaseUser, params: dict[str, str]) -> str:
+def run_approvals_fragment(user: User, params: dict[str, str]) -> str:
     run = _run_from_params(user, params)
     if run is None:
         return _missing(RUN_APPROVALS)
     return render_to_string("console/run_approvals.html", _approvals_context(run, user))
 
 
-def run_compensation_fragment(user: AbstractBaseUser, params: dict[str, str]) -> str:
+def run_compensation_fragment(user: User, params: dict[str, str]) -> str:
     run = _run_from_params(user, params)
     if run is None:
         return _missing(RUN_COMPENSATION)
@@ -249,7 +249,7 @@ def run_compensation_fragment(user: AbstractBaseUser, params: dict[str, str]) ->
                             _compensation_context(run, run_compensation(run.id)))
 
 
-def run_conversation_fragment(user: AbstractBaseUser, params: dict[str, str]) -> str:
+def run_conversation_fragment(user: User, params: dict[str, str]) -> str:
     run = _run_from_params(user, params)
     if run is None:
         return _missing(RUN_CONVERSATION)
@@ -259,7 +259,7 @@ def run_conversation_fragment(user: AbstractBaseUser, params: dict[str, str]) ->
 # --- run detail: pages ---------------------------------------------------------------------------
 
 
-def run_page(request: HttpRequest, run: WorkflowRun, *, status: int = 200, error: str = "",
+def run_page(request: ConsoleRequest, run: WorkflowRun, *, status: int = 200, error: str = "",
              notice: str = "") -> HttpResponse:
     """The whole detail page (also the answer to a failed action without htmx, with ``error``
     shown as a message)."""
@@ -281,7 +281,7 @@ def run_page(request: HttpRequest, run: WorkflowRun, *, status: int = 200, error
 
 @require_GET
 @viewer_required
-def run_detail(request: HttpRequest, run_id: UUID) -> HttpResponse:
+def run_detail(request: ConsoleRequest, run_id: UUID) -> HttpResponse:
     try:
         run = get_run_for_user(request, run_id)
     except Http404:  # retention may have archived it: then the page shows it from its file

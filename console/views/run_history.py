@@ -16,7 +16,6 @@ from uuid import UUID
 from asgiref.sync import sync_to_async
 from django.core.handlers.asgi import ASGIRequest
 from django.http import (
-    HttpRequest,
     HttpResponse,
     HttpResponseBadRequest,
     HttpResponseRedirect,
@@ -27,16 +26,16 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
-from core.redaction import redact
 from console.history_forms import HistoryPageForm
 from console.selectors.history import history_jump_before, history_timeline, kinds_for
 from console.selectors.runs import run_history_batches
-from console.views.base import get_run_for_user, viewer_required
+from console.views.base import ConsoleRequest, get_run_for_user, viewer_required
+from core.redaction import redact
 from sagas.models import WorkflowRun
 from sagas.selectors import run_newest_seq
 
 
-def _page(request: HttpRequest, run: WorkflowRun, form: HistoryPageForm, *, status: int = 200,
+def _page(request: ConsoleRequest, run: WorkflowRun, form: HistoryPageForm, *, status: int = 200,
           newest: int | None = None) -> HttpResponse:
     """``newest``: the run's newest seq, when the caller has already read it."""
     context: dict[str, Any] = {"run": run, "entries": run_newest_seq(run) if newest is None else newest,
@@ -50,7 +49,7 @@ def _page(request: HttpRequest, run: WorkflowRun, form: HistoryPageForm, *, stat
 
 @require_GET
 @viewer_required
-def run_history(request: HttpRequest, run_id: UUID) -> HttpResponse:
+def run_history(request: ConsoleRequest, run_id: UUID) -> HttpResponse:
     """The timeline page; to htmx, the rows below ``before`` and a "load more" item."""
     run = get_run_for_user(request, run_id)
     form = HistoryPageForm(request.GET)
@@ -111,7 +110,7 @@ async def async_parts(parts: Iterator[str]) -> AsyncIterator[str]:
 
 @require_GET
 @viewer_required
-def run_history_json(request: HttpRequest, run_id: UUID) -> StreamingHttpResponse:
+def run_history_json(request: ConsoleRequest, run_id: UUID) -> StreamingHttpResponse:
     run = get_run_for_user(request, run_id)
     parts = _history_json_parts(run)
     content = async_parts(parts) if isinstance(request, ASGIRequest) else parts

@@ -10,8 +10,8 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlencode
 
-from django.contrib.auth.models import AbstractBaseUser
-from django.http import HttpRequest, HttpResponse
+from django.contrib.auth.models import User
+from django.http import HttpResponse
 from django.shortcuts import render
 from django.template.loader import render_to_string
 from django.urls import reverse
@@ -20,13 +20,13 @@ from django.views.decorators.http import require_GET
 from console import roles
 from console.forms import RunFilterForm
 from console.selectors.runs import runs_page, workflow_names
-from console.views.base import live_context, viewer_required
+from console.views.base import ConsoleRequest, live_context, viewer_required
 from sagas.models import RunStatus
 
 RUNS_TABLE = "runs_table"
 
 
-def _runs_table_context(user: AbstractBaseUser, params: Mapping[str, str]) -> dict[str, Any]:
+def _runs_table_context(user: User, params: Mapping[str, str]) -> dict[str, Any]:
     form = RunFilterForm(params)
     page = runs_page(form.filters(), user=user, cursor=form.cursor) if form.is_valid() else None
     cursor = form.cursor_text
@@ -42,13 +42,13 @@ def _runs_table_context(user: AbstractBaseUser, params: Mapping[str, str]) -> di
     }
 
 
-def runs_table_fragment(user: AbstractBaseUser, params: dict[str, str]) -> str:
+def runs_table_fragment(user: User, params: dict[str, str]) -> str:
     return render_to_string("console/runs_table.html", _runs_table_context(user, params))
 
 
 @require_GET
 @viewer_required
-def runs_list(request: HttpRequest) -> HttpResponse:
+def runs_list(request: ConsoleRequest) -> HttpResponse:
     context = _runs_table_context(request.user, request.GET)
     form: RunFilterForm = context["query"]
     context.update(statuses=RunStatus.values, workflow_names=workflow_names())

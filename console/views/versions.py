@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser
-from django.http import Http404, HttpRequest, HttpResponse
+from django.contrib.auth.models import User
+from django.http import Http404, HttpResponse
 from django.shortcuts import render
 from django.template.loader import render_to_string
 from django.views.decorators.http import require_GET
@@ -20,13 +20,13 @@ from console.selectors.versions import (
 from console.selectors.versions import (
     version_diff as diff_lines,
 )
-from console.views.base import bad_request, live_context, viewer_required
+from console.views.base import ConsoleRequest, bad_request, live_context, viewer_required
 from sagas.models import WorkflowVersion
 
 VERSIONS_FRAGMENT = "versions_list"
 
 
-def _versions_context(user: AbstractBaseUser, params: dict[str, str]) -> dict[str, Any]:
+def _versions_context(user: User, params: dict[str, str]) -> dict[str, Any]:
     return {
         "workflows": versions_overview(user=user),
         "stranded": list(runs_stranded(user=user)),
@@ -34,13 +34,13 @@ def _versions_context(user: AbstractBaseUser, params: dict[str, str]) -> dict[st
     }
 
 
-def versions_fragment(user: AbstractBaseUser, params: dict[str, str]) -> str:
+def versions_fragment(user: User, params: dict[str, str]) -> str:
     return render_to_string("console/versions_live.html", _versions_context(user, params))
 
 
 @require_GET
 @viewer_required
-def versions(request: HttpRequest) -> HttpResponse:
+def versions(request: ConsoleRequest) -> HttpResponse:
     context = _versions_context(request.user, {})
     context.update(live_context([VERSIONS_FRAGMENT]))
     return render(request, "console/versions.html", context)
@@ -55,7 +55,7 @@ def _version_or_404(value: str | None) -> WorkflowVersion:
 
 @require_GET
 @viewer_required
-def version_diff(request: HttpRequest) -> HttpResponse:
+def version_diff(request: ConsoleRequest) -> HttpResponse:
     a = _version_or_404(request.GET.get("a"))
     b = _version_or_404(request.GET.get("b"))
     if a.name != b.name:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.db.models import Count, QuerySet
 
 from demo.models import ProviderExecution, ProviderReplay
@@ -27,7 +29,7 @@ def replays(provider: str, operation: str | None = None, key: str | None = None)
     return qs.order_by("id")
 
 
-def duplicate_keys(provider: str, operation: str) -> QuerySet[str]:
+def duplicate_keys(provider: str, operation: str) -> QuerySet[Any, str]:
     """Non-blank idempotency keys executed more than once: each is a duplicate side effect."""
     return (
         ProviderExecution.objects.filter(provider=provider, operation=operation)

@@ -67,7 +67,7 @@ def resolve(method: str, path: str, raw: bytes = b"", headers: Any = None) -> tu
             if method != "GET":
                 raise ProviderError(405, f"{prefix}<key> takes GET")
             path_key = unquote(path[len(prefix):])
-            return provider, "status", lambda key, body, pid: lookup(key=path_key)
+            return provider, "status", lambda key, body, pid, lookup=lookup, path_key=path_key: lookup(key=path_key)
     raise ProviderError(404, f"no endpoint {method} {path}")
 
 
@@ -88,19 +88,19 @@ class ProviderHandler(BaseHTTPRequestHandler):
     server: ProviderServer
     server_version = "DemoProviders/1.0"
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         self._handle("GET")
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         self._handle("POST")
 
-    def do_PUT(self) -> None:  # noqa: N802
+    def do_PUT(self) -> None:
         self._handle("PUT")
 
-    def do_PATCH(self) -> None:  # noqa: N802
+    def do_PATCH(self) -> None:
         self._handle("PATCH")
 
-    def do_DELETE(self) -> None:  # noqa: N802
+    def do_DELETE(self) -> None:
         self._handle("DELETE")
 
     def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
@@ -135,10 +135,11 @@ class ProviderHandler(BaseHTTPRequestHandler):
             connections.close_all()
 
         outcome = f"{reply.status}" + (" (replayed)" if reply.replayed else "")
-        if fault is not None and fault.name == faults.KILL_CALLER_AFTER_WORK:
+        # The pid is there: _caller_pid refused a request with this fault and none.
+        if fault is not None and fault.name == faults.KILL_CALLER_AFTER_WORK and pid is not None:
             self.close_connection = True
             try:
-                os.kill(pid, signal.SIGKILL)  # type: ignore[arg-type]  # _caller_pid checked it
+                os.kill(pid, signal.SIGKILL)
                 outcome += f", work committed, caller pid {pid} SIGKILLed, no answer"
             except OSError as exc:
                 outcome += f", work committed, caller pid {pid} not killed ({exc}), no answer"

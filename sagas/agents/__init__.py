@@ -310,7 +310,9 @@ def run_agent(
     history = list(message_history or [])
     deferred = None
     for _round in range(MAX_APPROVAL_ROUNDS):
-        async def main(prompt=prompt, history=history, deferred=deferred) -> Any:
+        async def main(
+            prompt: str | Sequence[Any] | None = prompt, history: list[Any] = history, deferred: Any = deferred,
+        ) -> Any:
             with agent.parallel_tool_call_execution_mode("sequential"):
                 return await agent.run(
                     prompt, output_type=output_type, message_history=history or None,

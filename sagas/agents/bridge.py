@@ -15,7 +15,7 @@ import asyncio
 import concurrent.futures
 import queue
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -43,7 +43,7 @@ class Bridge:
         self.requests.put((fn, args, loop, answer))
         return await answer
 
-    def serve(self, main: Callable[[], Awaitable[T]]) -> T:
+    def serve(self, main: Callable[[], Coroutine[Any, Any, T]]) -> T:
         """Run ``main()`` on a fresh event loop in a helper thread, and serve its journal
         calls here until it ends; its value or exception is this call's."""
         outcome: dict[str, Any] = {}
@@ -52,7 +52,7 @@ class Bridge:
         def loop_thread() -> None:
             try:
                 outcome["value"] = asyncio.run(main())
-            except BaseException as exc:  # noqa: BLE001 (handed to the workflow's thread)
+            except BaseException as exc:  # any: handed to the workflow's thread
                 outcome["error"] = exc
             finally:
                 self.requests.put(done)

@@ -100,7 +100,7 @@ class Migration(migrations.Migration):
                 ("version", models.PositiveIntegerField()),
                 ("tenant", models.CharField(max_length=100)),
                 ("business_key", models.CharField(blank=True, default="", max_length=200)),
-                ("status", models.CharField(choices=[("PENDING", "Pending"), ("RUNNING", "Running"), ("WAITING", "Waiting"), ("NEEDS_ATTENTION", "Needs Attention"), ("COMPENSATING", "Compensating"), ("COMPENSATED", "Compensated"), ("COMPLETED", "Completed"), ("FAILED", "Failed"), ("CANCELLED", "Cancelled")], max_length=20)),  # noqa: E501
+                ("status", models.CharField(choices=[("PENDING", "Pending"), ("RUNNING", "Running"), ("WAITING", "Waiting"), ("NEEDS_ATTENTION", "Needs Attention"), ("COMPENSATING", "Compensating"), ("COMPENSATED", "Compensated"), ("COMPLETED", "Completed"), ("FAILED", "Failed"), ("CANCELLED", "Cancelled")], max_length=20)),
                 ("created_at", models.DateTimeField()),
                 ("finished_at", models.DateTimeField(blank=True, null=True)),
                 ("archived_at", models.DateTimeField()),

@@ -3,7 +3,7 @@
 A pure step is one statement: the run row's fenced UPDATE and the journal INSERT. The foreign
 key added a check to every one of them (at commit, being deferrable: a query on the run's
 primary key taking a KEY SHARE lock on its row): 225-257 µs of wall time against 199-204 µs
-without it, for the fenced INSERT alone (bench/README.md, "Issue 16 targets, 2026-12-02").
+without it, for the fenced INSERT alone (measured 2026-12-02; bench/README.md has the figures).
 What it guarded holds without it:
 
 * an entry cannot name a run that does not exist: every INSERT of an entry selects the run's

@@ -23,7 +23,7 @@ import random as _random
 import uuid as _uuid
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Any, NoReturn, TypeVar
+from typing import Any, NoReturn, TypeVar, cast
 
 from django.db import InterfaceError, OperationalError
 from django.utils import timezone
@@ -33,8 +33,6 @@ from ledger.connectors import get_connector
 from ledger.errors import OutcomeUnknown, PayloadNotJSON, ReplayDiverged
 from ledger.protocol import run_effect
 from sagas import waits
-from sagas.runtime.crashpoints import crash_point
-from sagas.replay.cursor import JournalCursor, shutdown_requested
 from sagas.errors import (
     ContinueAsNew,
     EffectUnknown,
@@ -44,6 +42,8 @@ from sagas.errors import (
     StorageUnavailable,
 )
 from sagas.models import JournalKind
+from sagas.replay.cursor import JournalCursor, shutdown_requested
+from sagas.runtime.crashpoints import crash_point
 from sagas.store.systemdb import ClaimedRun, Entry, dumps
 from sagas.validation import checked_json
 
@@ -52,7 +52,7 @@ K = JournalKind
 F = TypeVar("F", bound=Callable[..., Any])
 
 # ``shutdown_requested`` is the cursor's; the worker sets it on SIGTERM (imported from here).
-__all__ = ["Context", "IRREVERSIBLE_APPROVAL_TIMEOUT", "shutdown_requested"]
+__all__ = ["IRREVERSIBLE_APPROVAL_TIMEOUT", "Context", "shutdown_requested"]
 
 # The automatic gate before an irreversible connector escalates after this long.
 IRREVERSIBLE_APPROVAL_TIMEOUT = timedelta(hours=24)
@@ -74,7 +74,7 @@ def _engine_call(method: F) -> F:
             note_failure(exc, doing=f"advancing run {self.run_id}")
             raise StorageUnavailable(f"{method.__name__}: {type(exc).__name__}: {exc}") from exc
 
-    return wrapper  # type: ignore[return-value]
+    return cast(F, wrapper)
 
 
 class Context(JournalCursor):
@@ -184,7 +184,8 @@ class Context(JournalCursor):
         """
         if self.approve_irreversible and get_connector(connector_name).irreversible:
             waits.approval(
-                self, f"approve:{name}", reason=f"Irreversible: {connector_name} ({name}) cannot be undone once it runs",
+                self, f"approve:{name}",
+                reason=f"Irreversible: {connector_name} ({name}) cannot be undone once it runs",
                 timeout=IRREVERSIBLE_APPROVAL_TIMEOUT,
             )
         try:

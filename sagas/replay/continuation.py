@@ -37,17 +37,16 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from sagas.runtime import queue
-
-from sagas.versions import registry
-from sagas.runtime.crashpoints import crash_point
 from sagas.errors import LeaseLost
-from sagas.models import JournalEntry, JournalKind, RunStatus, WorkflowRun
-from sagas.services import version_sync
 from sagas.events import send_run_changed
-from sagas.summaries import summary_compute
+from sagas.models import JournalEntry, JournalKind, RunStatus, WorkflowRun
+from sagas.runtime import queue
+from sagas.runtime.crashpoints import crash_point
+from sagas.services import version_sync
 from sagas.store.systemdb import ClaimedRun, finish
+from sagas.summaries import summary_compute
 from sagas.validation import BUSINESS_KEY_CHARS
+from sagas.versions import registry
 
 log = logging.getLogger("sagas.replay.continuation")
 
@@ -69,11 +68,12 @@ class ChainPlace:
         return {"first": self.first, "position": self.position, "business_key": self.business_key}
 
 
-def chain_place(run_id: str, *, business_key: str = "", started: Any = None) -> ChainPlace:
+def chain_place(run_id: str | uuid.UUID, *, business_key: str = "", started: Any = None) -> ChainPlace:
     """The run's place in its chain, from its ``started`` entry's payload (``started``, or
     read); a run that continues nothing is the first of its own chain."""
     if started is None:
-        started = JournalEntry.objects.filter(run_id=run_id, seq=1).values_list("payload", flat=True).first()
+        first = JournalEntry.objects.filter(run_id=uuid.UUID(str(run_id)), seq=1)
+        started = first.values_list("payload", flat=True).first()
     chain = started.get("chain") if isinstance(started, dict) else None
     if isinstance(chain, dict) and chain.get("first") and isinstance(chain.get("position"), int):
         return ChainPlace(str(chain["first"]), chain["position"], str(chain.get("business_key") or ""))

@@ -31,10 +31,10 @@ from django.db import connection
 from django.utils import timezone
 
 from core.storage import Backoff, is_database_error, note_failure, note_success
-from sagas.store import systemdb
-from sagas.runtime.crashpoints import crash_point
 from sagas.errors import BudgetExceeded, NonDeterminismError, StorageUnavailable, Yield
 from sagas.models import CALL_KINDS, JournalKind
+from sagas.runtime.crashpoints import crash_point
+from sagas.store import systemdb
 from sagas.store.systemdb import ClaimedRun, Entry
 
 T = TypeVar("T")

@@ -23,14 +23,8 @@ from django.conf import settings
 from django.db import InterfaceError, OperationalError
 
 from core.storage import is_storage_error, note_failure, note_success, wait_for_database
-from sagas.replay import continuation
-from sagas.runtime import queue
-from sagas.versions import registry
 from sagas import events
-from sagas.store import systemdb
 from sagas.compensation import compensate_claimed, needs_compensation, plan_for_failure
-from sagas.replay.context import Context
-from sagas.runtime.crashpoints import crash_point
 from sagas.errors import (
     ApprovalRejected,
     ContinueAsNew,
@@ -43,10 +37,16 @@ from sagas.errors import (
     VersionMismatch,
     Yield,
 )
+from sagas.models import JournalKind, RunStatus
+from sagas.replay import continuation
+from sagas.replay.context import Context
+from sagas.runtime import queue
+from sagas.runtime.crashpoints import crash_point
 from sagas.runtime.heartbeat import Heartbeat
 from sagas.runtime.identity import worker_id
-from sagas.models import JournalKind, RunStatus
+from sagas.store import systemdb
 from sagas.store.systemdb import ClaimedRun, dumps
+from sagas.versions import registry
 
 log = logging.getLogger("sagas.replay.engine")
 K = JournalKind

@@ -33,7 +33,7 @@ import time
 import uuid
 from collections import defaultdict
 from dataclasses import dataclass, field
-from datetime import date, datetime, timedelta, timezone as dt_timezone
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 from django.conf import settings
@@ -42,9 +42,9 @@ from django.dispatch import Signal
 from django.utils import timezone
 
 from ledger.keyindex import keys_keep, keys_purge
-from sagas.versions import registry
-from sagas.retention.store import ArchiveStore, member_bytes, store_for
 from sagas.models import TERMINAL_STATUSES, ArchivedRun
+from sagas.retention.store import ArchiveStore, member_bytes, store_for
+from sagas.versions import registry
 
 log = logging.getLogger("sagas.retention.archiving")
 
@@ -215,7 +215,7 @@ def _lines(run_ids: list[str]) -> dict[str, list[str]]:
 
 
 def _day(finished_at: datetime | None) -> date:
-    return (finished_at or timezone.now()).astimezone(dt_timezone.utc).date()
+    return (finished_at or timezone.now()).astimezone(UTC).date()
 
 
 def archive_batch(*, store: ArchiveStore, now: datetime, batch_size: int, groups: list[_Group]) -> ArchivedBatch | None:
@@ -336,7 +336,9 @@ class ArchiveThread(threading.Thread):
                     if report is not None and report.runs:
                         log.info("retention: %s", report)
                 except Exception:
-                    log.exception("archive pass failed; nothing of its failed batch was deleted; retrying next interval")
+                    log.exception(
+                        "archive pass failed; nothing of its failed batch was deleted; retrying next interval"
+                    )
                     connection.close()
         finally:
             connection.close()

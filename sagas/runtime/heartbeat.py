@@ -5,13 +5,16 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from typing import TypeVar
 
 from django.db import connection
 
 from core.storage import is_storage_error, note_failure, note_success
 from sagas import events
-from sagas.store import systemdb
 from sagas.replay.cursor import JournalCursor
+from sagas.store import systemdb
+
+_Cursor = TypeVar("_Cursor", bound=JournalCursor)
 
 log = logging.getLogger("sagas.replay.engine")
 
@@ -54,7 +57,7 @@ class Heartbeat:
         self._progress_sent = 0.0
         self._announce_at: float | None = time.monotonic() + CLAIM_SIGNAL_DELAY
 
-    def watch(self, ctx: JournalCursor) -> JournalCursor:
+    def watch(self, ctx: _Cursor) -> _Cursor:
         self._seen_seq = ctx.last_seq
         self._ctx = ctx
         ctx.lease_until = self.lease_until

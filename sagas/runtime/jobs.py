@@ -5,10 +5,10 @@ from __future__ import annotations
 from django.db import close_old_connections
 
 from core.storage import wait_for_database
-from sagas.replay import engine
-from sagas.runtime import queue
-from sagas.replay.context import shutdown_requested
 from sagas.errors import StorageUnavailable
+from sagas.replay import engine
+from sagas.replay.context import shutdown_requested
+from sagas.runtime import queue
 
 
 def advance(run_id: str) -> str:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 from functools import lru_cache
+from uuid import UUID
 
 import django_rq
 import redis
@@ -110,10 +111,10 @@ def enqueue_advance(run_id: str, definition_hash: str, *, compensating: bool = F
     return True
 
 
-def enqueue_after_commit(run_id: str, definition_hash: str, *, compensating: bool = False) -> None:
+def enqueue_after_commit(run_id: str | UUID, definition_hash: str, *, compensating: bool = False) -> None:
     """Enqueue once the surrounding transaction commits (immediately in autocommit)."""
-    run_id = str(run_id)
-    transaction.on_commit(lambda: enqueue_advance(run_id, definition_hash, compensating=compensating))
+    run = str(run_id)
+    transaction.on_commit(lambda: enqueue_advance(run, definition_hash, compensating=compensating))
 
 
 def clear_marker(run_id: str) -> None:
@@ -139,4 +140,4 @@ def queued_markers(run_ids: list[str]) -> set[str]:
         note_failure(exc, doing="sweeping")
         return set(run_ids)
     OUTAGES.up(REDIS)
-    return {run_id for run_id, flag in zip(run_ids, present) if flag}
+    return {run_id for run_id, flag in zip(run_ids, present, strict=True) if flag}

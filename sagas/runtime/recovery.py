@@ -33,10 +33,9 @@ from django.conf import settings
 from django.db import connection
 
 from ledger.reconcile import reconcile_due
-from sagas import selectors, services, waits
-from sagas.runtime import queue
-from sagas import events
+from sagas import events, selectors, services, waits
 from sagas.models import LEASED_STATUSES, RunStatus
+from sagas.runtime import queue
 
 log = logging.getLogger("sagas.runtime.recovery")
 

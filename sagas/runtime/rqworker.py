@@ -34,7 +34,10 @@ import sys
 import threading
 import time
 import traceback
-from datetime import datetime, timezone
+from collections.abc import Callable
+from datetime import UTC, datetime
+from types import FrameType
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import redis
 from redis.client import Pipeline
@@ -46,8 +49,8 @@ from rq.timeouts import TimerDeathPenalty
 from rq.worker import WorkerStatus
 
 from core.storage import OUTAGES, REDIS, is_redis_error, wait_for_redis
-from sagas.runtime import jobs
 from sagas.replay.context import shutdown_requested
+from sagas.runtime import jobs
 from sagas.runtime.queue import ADVANCE_JOB, marker_key
 
 log = logging.getLogger("sagas.runtime.worker")
@@ -60,6 +63,15 @@ POLL_SECONDS = 1
 # A thread worker's bare heartbeats (not those RQ batches with a job's bookkeeping)
 # are at least this far apart.
 HEARTBEAT_MIN_INTERVAL = 1.0
+
+_T = TypeVar("_T")
+
+# The mixins below are mixed into SimpleWorker and call its methods through super(): to the
+# type checker each one is a SimpleWorker, at run time a plain class before it in the MRO.
+if TYPE_CHECKING:
+    _WorkerMixin = SimpleWorker
+else:
+    _WorkerMixin = object
 
 
 class RQOutageFilter(logging.Filter):
@@ -91,7 +103,7 @@ def install_rq_outage_filter() -> None:
         rq_log.addFilter(RQOutageFilter())
 
 
-class RideOutRedisOutages:
+class RideOutRedisOutages(_WorkerMixin):
     """Mixin for RQ workers: a Redis outage pauses the worker instead of ending it.
 
     RQ retries a failed dequeue, but any other Redis error in its loop (a heartbeat,
@@ -111,7 +123,7 @@ class RideOutRedisOutages:
     _redis_failed: BaseException | None = None
     _outages_seen = 0
 
-    def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.stop_requested = threading.Event()
 
@@ -120,38 +132,39 @@ class RideOutRedisOutages:
         its next step boundary once ``shutdown_requested`` is set)."""
         self.stop_requested.set()
 
-    def _noting_redis(self, fn, *args, **kwargs):  # type: ignore[no-untyped-def]
+    def _noting_redis(self, fn: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
         try:
             return fn(*args, **kwargs)
         except _REDIS_ERRORS as exc:
             self._redis_failed = exc
             raise
 
-    def bootstrap(self, *args, **kwargs):  # type: ignore[no-untyped-def]
-        return self._noting_redis(super().bootstrap, *args, **kwargs)
+    def bootstrap(self, *args: Any, **kwargs: Any) -> None:
+        self._noting_redis(super().bootstrap, *args, **kwargs)
 
-    def teardown(self):  # type: ignore[no-untyped-def]
-        return self._noting_redis(super().teardown)
+    def teardown(self) -> None:
+        self._noting_redis(super().teardown)
 
-    def check_for_suspension(self, burst):  # type: ignore[no-untyped-def]
-        return self._noting_redis(super().check_for_suspension, burst)
+    def check_for_suspension(self, burst: bool) -> None:
+        self._noting_redis(super().check_for_suspension, burst)
 
-    def run_maintenance_tasks(self):  # type: ignore[no-untyped-def]
-        return self._noting_redis(super().run_maintenance_tasks)
+    def run_maintenance_tasks(self) -> None:
+        self._noting_redis(super().run_maintenance_tasks)
 
-    def execute_job(self, job, queue):  # type: ignore[no-untyped-def]
-        return self._noting_redis(super().execute_job, job, queue)
+    def execute_job(self, job: Job, queue: Queue) -> None:
+        self._noting_redis(super().execute_job, job, queue)
 
-    def heartbeat(self, timeout=None, pipeline=None):  # type: ignore[no-untyped-def]
+    def heartbeat(self, timeout: int | None = None, pipeline: Pipeline | None = None) -> None:
         # RQ beats before every (re)try of its blocking dequeue, so this is where a worker
         # idling in that loop first hears that Redis is back, or that it was asked to stop.
         self._raise_if_stopping(pipeline)
-        result = self._noting_redis(super().heartbeat, timeout, pipeline)
+        self._noting_redis(super().heartbeat, timeout, pipeline)
         if pipeline is None:
             self._redis_answered()
-        return result
 
-    def dequeue_job_and_maintain_ttl(self, timeout, max_idle_time=None):  # type: ignore[no-untyped-def]
+    def dequeue_job_and_maintain_ttl(
+        self, timeout: int | None, max_idle_time: int | None = None
+    ) -> tuple[Job, Queue] | None:
         # Wrapped only to note a Redis error RQ's retries do not catch (a timeout).
         result = self._noting_redis(super().dequeue_job_and_maintain_ttl, timeout, max_idle_time)
         self._redis_answered()
@@ -174,12 +187,12 @@ class RideOutRedisOutages:
         except _REDIS_ERRORS as exc:
             OUTAGES.down(REDIS, exc, doing="registering the worker again")
 
-    def work(self, burst: bool = False, **kwargs):  # type: ignore[no-untyped-def]
+    def work(self, burst: bool = False, *args: Any, **kwargs: Any) -> bool:
         install_rq_outage_filter()
         while True:
             self._redis_failed = None
             try:
-                worked = super().work(burst=burst, **kwargs)
+                worked = super().work(burst, *args, **kwargs)
             except _REDIS_ERRORS as exc:  # raised by bootstrap or teardown
                 self._redis_failed = exc
                 worked = False
@@ -214,7 +227,7 @@ class RideOutRedisOutages:
             raise StopRequested()
 
 
-class QuietBookkeeping:
+class QuietBookkeeping(_WorkerMixin):
     """Mixin for RQ workers: skips Redis writes that carry no information.
 
     * a bare heartbeat (not one RQ batches with a job's bookkeeping) less than
@@ -256,7 +269,7 @@ class QuietBookkeeping:
         super().check_for_suspension(burst)
 
 
-class LeanAdvanceJobs:
+class LeanAdvanceJobs(_WorkerMixin):
     """Mixin for RQ workers: an ``advance`` job runs without RQ's per-job bookkeeping.
 
     RQ stays the transport: the job is enqueued, listed and dequeued by RQ as any other. But
@@ -274,12 +287,12 @@ class LeanAdvanceJobs:
     registry, ``failure_ttl``). Every other job gets RQ's whole lifecycle.
     """
 
-    def execute_job(self, job: Job, queue: Queue) -> None:  # type: ignore[override]
+    def execute_job(self, job: Job, queue: Queue) -> None:
         if job.func_name != ADVANCE_JOB or len(job.args) != 1 or job.kwargs:
-            super().execute_job(job, queue)  # type: ignore[misc]
+            super().execute_job(job, queue)
             return
         run_id = str(job.args[0])
-        job.started_at = datetime.now(timezone.utc)
+        job.started_at = datetime.now(UTC)
         with self.connection.pipeline(transaction=False) as before:
             before.delete(marker_key(run_id))
             self.set_state(WorkerStatus.BUSY, pipeline=before)
@@ -290,7 +303,7 @@ class LeanAdvanceJobs:
         try:
             jobs.advance_now(run_id)
         except Exception:
-            job.ended_at = datetime.now(timezone.utc)
+            job.ended_at = datetime.now(UTC)
             exc_info = sys.exc_info()
             self.handle_exception(job, *exc_info)
             self.handle_job_failure(
@@ -299,7 +312,7 @@ class LeanAdvanceJobs:
             )
             self.set_state(WorkerStatus.IDLE)
             return
-        job.ended_at = datetime.now(timezone.utc)
+        job.ended_at = datetime.now(UTC)
         with self.connection.pipeline(transaction=False) as after:
             after.delete(job.key)  # result_ttl=0: RQ deletes it too
             after.lrem(queue.intermediate_queue_key, 1, job.id)  # RQ's one-queue dequeue parks it there
@@ -309,7 +322,7 @@ class LeanAdvanceJobs:
             after.execute()
 
 
-class TakeOverStaleName:
+class TakeOverStaleName(_WorkerMixin):
     """Mixin for RQ workers: restartable under the same name right after a crash."""
 
     def register_birth(self) -> None:
@@ -321,7 +334,9 @@ class TakeOverStaleName:
         for minutes. Names are unique per process, so a registration under this name
         that no process on this host owns any more is stale and is dropped.
         """
-        hostname, pid, death = self.connection.hmget(self.key, "hostname", "pid", "death")
+        # redis-py types its commands for the sync and asyncio clients at once; this one is sync.
+        fields = cast("list[bytes | None]", self.connection.hmget(self.key, ["hostname", "pid", "death"]))
+        hostname, pid, death = fields
         if death is None and (hostname is None or pid is None) and self.connection.exists(self.key):
             # Only a heartbeat's fields: Redis restarted or was flushed under the previous
             # process of this name, and its heartbeat re-created the key without a birth.
@@ -353,9 +368,9 @@ class SagaWorker(RideOutRedisOutages, QuietBookkeeping, LeanAdvanceJobs, TakeOve
     """The worker of a process that runs one: in the main thread, with RQ's signal
     handling (a first SIGTERM/SIGINT is a warm stop, a second a cold one)."""
 
-    def request_stop(self, signum, frame):  # type: ignore[no-untyped-def]
+    def request_stop(self, signum: int, frame: FrameType | None) -> None:
         shutdown_requested.set()
-        return super().request_stop(signum, frame)
+        super().request_stop(signum, frame)
 
 
 class ThreadWorker(RideOutRedisOutages, QuietBookkeeping, LeanAdvanceJobs, TakeOverStaleName, SimpleWorker):
@@ -384,5 +399,5 @@ class ThreadWorker(RideOutRedisOutages, QuietBookkeeping, LeanAdvanceJobs, TakeO
         # raises ValueError outside the main thread. Pinned by tests/sagas/test_rq_contract.py.
         pass
 
-    def request_stop(self, signum, frame):  # type: ignore[no-untyped-def]
+    def request_stop(self, signum: int, frame: FrameType | None) -> None:
         self.stop()

@@ -28,9 +28,9 @@ from redis import Redis
 
 from core.storage import is_storage_error, note_failure, note_success
 from sagas import services
-from sagas.runtime import recovery
-from sagas.retention import archiving
 from sagas.replay.context import shutdown_requested
+from sagas.retention import archiving
+from sagas.runtime import recovery
 from sagas.runtime.identity import set_thread_worker_id
 from sagas.runtime.rqworker import ThreadWorker
 

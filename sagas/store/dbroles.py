@@ -76,7 +76,9 @@ def role_problems(cursor: Any, *, role: str, schema: Schema) -> list[str]:
         "SELECT count(*) FROM pg_tables WHERE schemaname = %s AND tableowner = %s", [schema.schema, role]
     )
     if cursor.fetchone()[0]:
-        problems.append(f"{role} owns tables in schema {schema.schema}: an owner can alter, truncate and disable triggers")
+        problems.append(
+            f"{role} owns tables in schema {schema.schema}: an owner can alter, truncate and disable triggers"
+        )
     cursor.execute("SELECT pg_has_role(%s, %s, 'MEMBER')", [role, schema.owner])
     if cursor.fetchone()[0]:
         problems.append(f"{role} is a member of {schema.owner} and so holds its powers")

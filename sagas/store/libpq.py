@@ -4,7 +4,7 @@
 this way. Each is prepared once per connection under its own name (``PQprepare``) and executed
 with ``PQexecPrepared``, its parameters sent as text and its row read as PostgreSQL's text, which
 the caller parses. psycopg's cursor spends about 100 µs of CPU per execute converting the query
-and dumping each parameter, libpq about 20 (bench/README.md, "Issue 16 targets, 2026-12-02").
+and dumping each parameter, libpq about 20 (measured 2026-12-02; bench/README.md has the figures).
 """
 
 from __future__ import annotations
@@ -83,7 +83,8 @@ class Statement:
         if self.name not in prepared:
             _check(conn.pgconn.prepare(self.name, self.sql.encode()), conn)
             prepared.add(self.name)
-        return conn.pgconn.exec_prepared(self.name, values)
+        # None is SQL NULL, as for exec_params; psycopg's annotation of exec_prepared alone leaves it out.
+        return conn.pgconn.exec_prepared(self.name, values)  # type: ignore[arg-type]
 
 
 def _text(value: Any) -> bytes | None:

@@ -1,4 +1,4 @@
-"""The one lock order for writes made outside a worker's claim (DESIGN §10).
+"""The one lock order for writes made outside a worker's claim.
 
 Operators (approve, reject, cancel, compensate, retry, resolve), the reconciler and the
 sweeper all lock, inside their transaction and in this order:

@@ -16,9 +16,10 @@ statement (bench/README.md, "A step writes one row"). So:
   journal up to here". Steps past it are a lease holder's, not yet counted.
   ``COUNTED_TO_NEWEST`` and ``COUNTED_AND_NEXT`` are the SET clauses that count them (step
   and effect-intent entries, and the ``cost`` in step payloads) and move ``last_seq`` on;
-  the claim, every lease renewal, the finish, the suspend and every event writer use one. The subquery is correlated with the row, so when
-  one of those statements waited for another writer's lock, PostgreSQL's re-check counts
-  from the row's new ``last_seq``: nothing is counted twice.
+  the claim, every lease renewal, the finish, the suspend and every event writer use one. The
+  subquery is correlated with the row, so when one of those statements waited for another
+  writer's lock, PostgreSQL's re-check counts from the row's new ``last_seq``: nothing is
+  counted twice.
 * So on a run that no worker holds, ``last_seq`` is its newest entry; on a RUNNING or
   COMPENSATING run the newest entry is ``max(seq)`` (``WorkflowRun.entry_count``), and the
   counters trail by at most one lease renewal.

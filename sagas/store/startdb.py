@@ -29,7 +29,8 @@ WITH run AS (
         max_steps, max_cost, max_duration, created_at, updated_at, started_by_id, started_via)
     VALUES (%(id)s, %(name)s, %(version)s, %(hash)s, %(input)s::jsonb, %(summary)s::jsonb, %(key)s, %(tenant)s,
             'PENDING', '', '', 0, 0, 1, 0, 0,
-            %(max_steps)s, %(max_cost)s::numeric, %(max_duration)s::interval, clock_timestamp(), clock_timestamp(), %(by_id)s, %(via)s)
+            %(max_steps)s, %(max_cost)s::numeric, %(max_duration)s::interval,
+            clock_timestamp(), clock_timestamp(), %(by_id)s, %(via)s)
     ON CONFLICT (tenant, workflow_name, business_key) WHERE NOT business_key = '' DO NOTHING
     RETURNING id, created_at
 ), entry AS (

@@ -28,8 +28,8 @@ import psycopg
 from django.db import DEFAULT_DB_ALIAS, connections
 
 from sagas.errors import LeaseLost
-from sagas.store.libpq import Statement
 from sagas.models import LEASED_STATUSES, RunStatus, sources
+from sagas.store.libpq import Statement
 from sagas.store.numbering import COUNTED_AND_NEXT, COUNTED_TO_NEWEST, NEXT_SEQ, numbered
 
 

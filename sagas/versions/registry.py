@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from sagas.versions.definition_hash import definition_hash, definition_source, function_source
 from sagas.errors import DuplicateWorkflow, WorkflowNotRegistered
 from sagas.summaries import Spec, summary_spec_check
+from sagas.versions.definition_hash import definition_hash, definition_source, function_source
 
 log = logging.getLogger("sagas.versions.registry")
 

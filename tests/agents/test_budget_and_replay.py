@@ -11,10 +11,10 @@ import pytest
 
 from demo.providers.selectors import executions
 from sagas import approve, start
-from sagas.versions import registry
-from sagas.replay.context import Context
 from sagas.models import JournalEntry, RunStatus, WorkflowRun
+from sagas.replay.context import Context
 from sagas.store.systemdb import ClaimedRun, load_journal
+from sagas.versions import registry
 from tests.agents import wf_agents
 from tests.agents.runs import CAPTURE, CHECK, DISCOUNT, EMAIL, billed, cached, script, wait_status
 from tests.procs import wait_until

@@ -17,7 +17,7 @@ from ledger.models import EffectRecord, EffectStatus
 from ledger.services import effect_resolve
 from sagas import effects, start
 from sagas.models import JournalEntry, RunStatus, WorkflowRun
-from tests.agents import wf_agents  # noqa: F401  (registers agent_order here too)
+from tests.agents import wf_agents
 from tests.agents.runs import CAPTURE, EMAIL, billed, cached, prompts, script, tool_returns, wait_status
 from tests.procs import wait_until
 

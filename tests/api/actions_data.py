@@ -11,8 +11,8 @@ from django.test import Client
 
 from api.models import ApiKey
 from sagas import Context, start, workflow
-from sagas.replay.engine import advance
 from sagas.models import ApprovalRequest, RunStatus, WorkflowRun
+from sagas.replay.engine import advance
 
 SECRET = "hunter2-do-not-show"
 

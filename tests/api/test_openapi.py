@@ -13,7 +13,6 @@ from api.keys import apikey_create
 from console import roles
 from tests.api.conftest import login
 
-
 pytestmark = pytest.mark.django_db
 
 # Every endpoint the issue asks for (issue 15), as "METHOD path".
@@ -51,7 +50,7 @@ def test_it_documents_every_endpoint_with_typed_requests_and_answers():
     doc = answer.json()
     components = doc["components"]["schemas"]
     found = {f"{method.upper()} {path}": op for path, ops in doc["paths"].items() for method, op in ops.items()}
-    assert ENDPOINTS <= set(found), sorted(ENDPOINTS - set(found))
+    assert set(found) >= ENDPOINTS, sorted(ENDPOINTS - set(found))
     assert doc["components"]["securitySchemes"]["ApiKeyAuth"] == {"type": "http", "scheme": "bearer"}
     untyped: set[str] = set()
     for name, op in found.items():

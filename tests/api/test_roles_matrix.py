@@ -3,8 +3,9 @@ key, and a key of each role. A role's refusal is a 403 problem and is in the aud
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 

@@ -9,8 +9,8 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from core.redaction import MARK
 from console.models import AuditEntry
+from core.redaction import MARK
 from ledger.models import EffectRecord
 from sagas.models import JournalEntry, RunStatus, WorkflowRun
 from tests.api.actions_data import SECRET, approval_of, call, problem, waiting_run, walk

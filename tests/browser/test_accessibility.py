@@ -33,8 +33,8 @@ from console.services.runs import run_compensate_act
 from demo.providers.faults import inject
 from ledger.models import EffectRecord
 from sagas import start
-from sagas.replay.engine import advance
 from sagas.models import ApprovalRequest, ApprovalState, ArchivedRun, RunStatus, WorkflowRun, WorkflowVersion
+from sagas.replay.engine import advance
 from sagas.retention.archiving import archive_due
 from tests.browser.a11y import Sweep, wait_live
 from tests.browser.conftest import _password_hash

@@ -11,8 +11,8 @@ from playwright.sync_api import expect
 
 from ledger.models import EffectRecord
 from sagas import approve
-from sagas.replay.engine import advance
 from sagas.models import RunStatus
+from sagas.replay.engine import advance
 from tests.console.conversation_data import agent_run
 from tests.console.run_data import IMG, SCRIPT
 

@@ -10,8 +10,8 @@ from datetime import timedelta
 import pytest
 from playwright.sync_api import expect
 
-from sagas.models import ApprovalRequest, ApprovalState, RunStatus
 from sagas.events import send_run_changed_now
+from sagas.models import ApprovalRequest, ApprovalState, RunStatus
 from tests.console.queue_data import make_approval, make_run
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -10,7 +10,7 @@ from django.test import Client
 from console.roles import APPROVER, OPERATOR, VIEWER, ensure_groups
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _hash(password: str) -> str:
     from django.contrib.auth.hashers import make_password
 

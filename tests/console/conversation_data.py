@@ -20,9 +20,9 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from ledger import Connector, Timeout, Unknown, connector
 from sagas import Context, start, workflow
 from sagas.agents import effect_tool, run_agent
+from sagas.models import WorkflowRun, WorkflowVersion
 from sagas.replay.engine import advance
 from sagas.versions import registry
-from sagas.models import WorkflowRun, WorkflowVersion
 
 AGENT = "order"
 MODEL = "cv-scripted"

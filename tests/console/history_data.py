@@ -3,12 +3,11 @@ chosen times, kinds, names, workers and payloads."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
-from datetime import timezone as dt_timezone
+from datetime import UTC, datetime, timedelta
 
 from sagas.models import JournalEntry, WorkflowRun
 
-T0 = datetime(2026, 3, 4, 23, 59, 58, 345678, tzinfo=dt_timezone.utc)
+T0 = datetime(2026, 3, 4, 23, 59, 58, 345678, tzinfo=UTC)
 
 
 def journal(run: WorkflowRun, *entries: tuple) -> None:

@@ -16,12 +16,12 @@ from console.models import AuditEntry
 from ledger import Connector, Timeout, connector
 from ledger.models import EffectRecord
 from sagas import Context, start, workflow
-from sagas.replay.engine import advance
 from sagas.models import (
     ApprovalRequest,
     RunStatus,
     WorkflowRun,
 )
+from sagas.replay.engine import advance
 from tests.console.conftest import client_for
 
 ROUNDS = 20

@@ -14,11 +14,11 @@ from django.urls import reverse
 from console.models import AuditEntry
 from ledger import Connector, connector
 from sagas import Context, start, workflow
-from sagas.replay.engine import advance
 from sagas.models import (
     RunStatus,
     WorkflowRun,
 )
+from sagas.replay.engine import advance
 
 SCRIPT = "<script>alert(1)</script>"
 IMG = "<img src=x onerror=alert(1)>"

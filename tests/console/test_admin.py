@@ -97,7 +97,7 @@ def test_it_keeps_the_audit_log_and_the_journal_read_only_for_superusers():
     assert client.get("/admin/console/auditentry/add/").status_code == 403
     assert client.post(f"/admin/sagas/journalentry/{entry.pk}/delete/", {"post": "yes"}).status_code == 403
     assert client.get("/admin/sagas/journalentry/").status_code == 200
-    assert RunStatus.PENDING == WorkflowRun.objects.get(id=run.id).status
+    assert WorkflowRun.objects.get(id=run.id).status == RunStatus.PENDING
 
 
 def test_it_has_the_database_refuse_to_rewrite_or_delete_an_audit_entry_whoever_asks():

@@ -12,13 +12,13 @@ from django.utils import timezone
 from console.models import AuditEntry, AuditOutcome
 from console.user_audit import ACTION as ROLE_CHANGES  # the fixture's role grants
 from sagas import start
-from sagas.replay.engine import advance
 from sagas.models import (
     ApprovalRequest,
     ApprovalState,
     JournalEntry,
     RunStatus,
 )
+from sagas.replay.engine import advance
 from tests.console.conftest import client_for
 from tests.console.queue_data import (
     make_approval,

@@ -10,8 +10,8 @@ from django.utils import timezone
 
 from console.models import TenantScope
 from sagas import start
-from sagas.replay.engine import advance
 from sagas.models import ArchivedRun, RunStatus, WorkflowRun
+from sagas.replay.engine import advance
 from sagas.retention.archiving import archive_due
 from tests.console.conftest import client_for
 from tests.console.run_data import IMG, IMG_ESCAPED, SCRIPT, SCRIPT_ESCAPED, run_url, text

@@ -333,8 +333,8 @@ def test_it_takes_the_effects_queues_filters_for_everything_matching(people):
 def test_it_gives_a_batch_whose_jobs_stopped_to_a_new_job_after_a_sweep(people):
     from django.utils import timezone
 
-    from sagas.runtime.queue import compensation_queue_name, get_queue
     from sagas.events import send_swept
+    from sagas.runtime.queue import compensation_queue_name, get_queue
 
     make_effect()
     client = client_for(people["operator"])

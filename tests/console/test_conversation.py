@@ -19,15 +19,15 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from config.asgi import application
-from core.redaction import MARK
 from console import broadcast as live_broadcast
 from console import live
 from console.selectors.conversation import conversation
 from console.views import run_detail
+from core.redaction import MARK
 from ledger.models import EffectRecord
 from sagas import approve, reject
-from sagas.replay.engine import advance
 from sagas.models import ApprovalRequest, JournalEntry, RunStatus
+from sagas.replay.engine import advance
 from tests.console.conftest import client_for
 from tests.console.conversation_data import agent_run, version_registered
 from tests.console.run_data import (
@@ -302,7 +302,7 @@ def test_it_pushes_the_conversation_to_an_open_run_page(people):
             assert remaining > 0, f"no push with the new turn; last: {pushed[:300]}"
             try:
                 pushed = await socket.receive_from(timeout=remaining)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 continue
         assert sorted(turns_of(pushed)) == [1, 2] and "APPROVED" in pushed
         await socket.disconnect()

@@ -27,10 +27,10 @@ from console import broadcast as live_broadcast
 from console import consumers, live, roles, topics
 from console.models import AuditEntry
 from sagas import start
-from sagas.replay.engine import Outcome, advance
-from sagas.models import WorkflowRun
-from sagas.versions.registry import workflow
 from sagas.events import PROGRESS_INTERVAL, run_changed
+from sagas.models import WorkflowRun
+from sagas.replay.engine import Outcome, advance
+from sagas.versions.registry import workflow
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -109,7 +109,7 @@ async def _receive_until(socket: WebsocketCommunicator, wanted: str, timeout: fl
             raise AssertionError(f"no push containing {wanted!r} within {timeout}s; got {seen}")
         try:
             message = await socket.receive_from(timeout=remaining)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             continue
         seen.append(message)
         if wanted in message:

@@ -70,7 +70,7 @@ async def _settled(socket: WebsocketCommunicator, done, timeout: float = 3.0) ->
     while loop.time() < deadline:
         try:
             html = await socket.receive_from(timeout=max(deadline - loop.time(), 0.01))
-        except asyncio.TimeoutError:
+        except TimeoutError:
             break
         seen.append(html)
         if REGION in html and done(html):

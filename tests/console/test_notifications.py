@@ -23,8 +23,8 @@ from demo.providers import faults
 from ledger.connectors import get_connector
 from ledger.models import EffectRecord, EffectStatus
 from sagas import start
-from sagas.models import RunStatus, WorkflowRun
 from sagas.events import send_run_changed_now
+from sagas.models import RunStatus, WorkflowRun
 from tests.console.conftest import client_for
 from tests.console.queue_data import make_approval, make_effect, make_run
 from tests.procs import start_providers, wait_until

@@ -20,7 +20,6 @@ from django.utils import timezone
 from console.models import AuditOutcome
 from ledger.models import EffectRecord, EffectStatus
 from sagas import start
-from sagas.replay.engine import advance
 from sagas.models import (
     ApprovalRequest,
     ApprovalState,
@@ -29,6 +28,7 @@ from sagas.models import (
     RunStatus,
     WorkflowRun,
 )
+from sagas.replay.engine import advance
 from tests.console.race_moves import (
     ROUNDS,
     Move,

@@ -10,8 +10,8 @@ from django.urls import reverse
 
 from console.models import AuditEntry, AuditOutcome
 from console.user_audit import ACTION as ROLE_CHANGES
-from sagas.replay.engine import advance
 from sagas.models import ApprovalRequest, ApprovalState, CompensationPlan, JournalEntry, RunStatus
+from sagas.replay.engine import advance
 from tests.console.conftest import client_for
 from tests.console.run_data import waiting_run
 

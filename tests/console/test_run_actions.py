@@ -11,13 +11,13 @@ from django.urls import reverse
 
 from console.models import AuditOutcome
 from sagas import start
-from sagas.replay.engine import advance
 from sagas.models import (
     CompensationItemState,
     CompensationPlan,
     JournalEntry,
     RunStatus,
 )
+from sagas.replay.engine import advance
 from tests.console.conftest import client_for
 from tests.console.run_data import (
     act,

@@ -10,8 +10,8 @@ from django.urls import reverse
 
 from console import live
 from sagas import Context, start, workflow
-from sagas.replay.engine import Outcome, advance
 from sagas.models import WorkflowRun
+from sagas.replay.engine import Outcome, advance
 from tests.console.conftest import client_for
 from tests.console.run_data import SCRIPT, SCRIPT_ESCAPED, run_url, text
 

@@ -6,8 +6,7 @@ from __future__ import annotations
 import itertools
 import re
 import uuid
-from datetime import datetime, timedelta
-from datetime import timezone as dt_timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.db import connection
@@ -75,8 +74,8 @@ def test_it_filters_runs_by_status_workflow_version_tenant_and_creation_time(peo
     acme = start("rp_plain", {"n": 1}, business_key="k-acme", tenant="acme")
     globex = start("rp_plain", {"n": 2}, business_key="k-globex", tenant="globex")
     parked = parked_run()
-    set_created(acme, datetime(2026, 1, 10, 12, 0, tzinfo=dt_timezone.utc))
-    set_created(globex, datetime(2026, 1, 12, 8, 30, tzinfo=dt_timezone.utc))
+    set_created(acme, datetime(2026, 1, 10, 12, 0, tzinfo=UTC))
+    set_created(globex, datetime(2026, 1, 12, 8, 30, tzinfo=UTC))
     client = client_for(people["viewer"])
     runs = reverse("console:runs")
 
@@ -117,7 +116,7 @@ def test_it_finds_a_run_by_its_id_its_first_digits_or_its_business_key(people):
 def test_it_pages_through_runs_newest_first_with_a_cursor_and_no_repeats(people):
     runs = [start("rp_plain", {"n": i}) for i in range(120)]
     # Half of them share one creation time: the id breaks the tie, so no row is lost or repeated.
-    same = datetime(2026, 2, 1, 9, 0, tzinfo=dt_timezone.utc)
+    same = datetime(2026, 2, 1, 9, 0, tzinfo=UTC)
     WorkflowRun.objects.filter(id__in=[r.id for r in runs[:60]]).update(created_at=same)
     expected = [str(r.id) for r in WorkflowRun.objects.order_by("-created_at", "-id")]
     client = client_for(people["viewer"])
@@ -185,7 +184,7 @@ def test_it_pages_every_runs_filter_through_an_index(people):
     so that a tiny test table cannot hide a missing index)."""
     run = start("rp_plain", {}, business_key="order-1")
     cursor = decode_cursor(encode_cursor(run.created_at, run.id), key=uuid.UUID)
-    now = datetime.now(dt_timezone.utc)
+    now = datetime.now(UTC)
     F = RunFilters
     combinations = [
         F(), F(status="FAILED"), F(workflow="rp_plain"), F(workflow="rp_plain", version=1), F(tenant="acme"),

@@ -13,9 +13,9 @@ from django.utils import timezone
 from console.models import TenantScope
 from console.selectors.workers import rq_threads
 from sagas import start
-from sagas.versions import registry
 from sagas.models import RunStatus, WorkerProcess, WorkflowRun
 from sagas.runtime.queue import compensation_queue_name, redis_connection
+from sagas.versions import registry
 from tests.console import wf_workers  # noqa: F401  (registers the workflows in this process)
 from tests.console.conftest import client_for
 from tests.console.queue_data import HOSTILE, make_run, text

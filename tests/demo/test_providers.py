@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+import demo.connectors  # noqa: F401  (registers the connectors in this process)
 from demo import client
 from demo.models import ProviderFault
 from demo.providers import faults
@@ -22,8 +23,6 @@ from demo.providers.selectors import duplicate_keys, executions, replays
 from ledger import Final, NotExecuted, Retryable, Succeeded, Timeout, Unknown
 from ledger.connectors import get_connector
 from tests.procs import start_providers, worker_env
-
-import demo.connectors  # noqa: F401  (registers the connectors in this process)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -9,8 +9,8 @@ import pytest
 from django.utils import timezone
 
 from sagas import start, workflow
-from sagas.replay.engine import Outcome, advance
 from sagas.models import JournalEntry, RunStatus, WorkflowRun
+from sagas.replay.engine import Outcome, advance
 from tests.procs import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)

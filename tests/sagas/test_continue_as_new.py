@@ -8,8 +8,8 @@ from decimal import Decimal
 import pytest
 
 from sagas import start
-from sagas.replay.engine import Outcome, advance
 from sagas.models import JournalEntry, RunStatus, WorkflowRun
+from sagas.replay.engine import Outcome, advance
 from tests.procs import wait_until
 from tests.sagas import wf_continue  # noqa: F401  (registers the workflows in this process)
 

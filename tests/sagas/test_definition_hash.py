@@ -11,10 +11,9 @@ from pathlib import Path
 import pytest
 
 from sagas import DuplicateWorkflow, start
-
+from sagas.models import RunStatus, WorkflowRun, WorkflowVersion
 from sagas.versions import registry
 from sagas.versions.definition_hash import definition_hash, definition_source
-from sagas.models import RunStatus, WorkflowRun, WorkflowVersion
 from tests.procs import wait_until
 
 HERE = Path(__file__).resolve().parent
@@ -154,8 +153,8 @@ def test_it_resumes_a_run_started_before_the_whole_module_hash_under_its_old_fun
     with any other hash is still refused."""
     import hashlib
 
-    from sagas.versions.definition_hash import function_source
     from sagas.replay.engine import Outcome, advance
+    from sagas.versions.definition_hash import function_source
     from tests.sagas import wf_helper_a
 
     definition = registry.get("helper_edited", 1)

@@ -9,11 +9,10 @@ from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
 from sagas import StepFailed, start
-
-from sagas.store import systemdb
-from sagas.replay.engine import Outcome, advance
 from sagas.errors import IllegalTransition, LeaseLost, NotSerializable, StartConflict, WorkflowNotRegistered
 from sagas.models import JournalEntry, RunStatus, WorkflowRun, check_transition
+from sagas.replay.engine import Outcome, advance
+from sagas.store import systemdb
 from sagas.versions.registry import workflow
 from tests.sagas import wf_engine  # noqa: F401
 

@@ -14,16 +14,20 @@ from django.db import connection, transaction
 from rq.job import Job
 
 from sagas import signal, start
-
-from sagas.store import systemdb
-from sagas.replay.engine import Outcome, advance
 from sagas.errors import StartConflict
 from sagas.models import JournalEntry, RunStatus, WorkflowRun
+from sagas.replay.engine import Outcome, advance
 from sagas.runtime.queue import (
-    compensation_queue_name, enqueue_advance, get_queue, marker_key, queue_name_for, redis_connection,
+    compensation_queue_name,
+    enqueue_advance,
+    get_queue,
+    marker_key,
+    queue_name_for,
+    redis_connection,
 )
-from sagas.versions.registry import workflow
 from sagas.runtime.rqworker import SagaWorker
+from sagas.store import systemdb
+from sagas.versions.registry import workflow
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -22,12 +22,11 @@ from django.db import connection
 from django.utils import timezone
 
 from sagas import start
-
-from sagas.store import numbering, systemdb
 from sagas.errors import LeaseLost
 from sagas.models import JournalEntry, RunStatus, WorkflowRun
-from sagas.versions.registry import workflow
 from sagas.services import run_cancel
+from sagas.store import numbering, systemdb
+from sagas.versions.registry import workflow
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

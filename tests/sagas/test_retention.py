@@ -8,7 +8,7 @@ import gzip
 import json
 import os
 import subprocess
-from datetime import datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -19,10 +19,7 @@ from django.utils import timezone
 from console.models import AuditEntry
 from ledger.models import EffectKeyIndex, EffectRecord
 from sagas import approve, get_run, start
-from sagas.retention.store import FileStore, member_lines, run_lines, store_for_location
-from sagas.replay.engine import advance
 from sagas.models import (
-    ApprovalRequest,
     ArchivedRun,
     CompensationItem,
     CompensationPlan,
@@ -30,7 +27,9 @@ from sagas.models import (
     RunStatus,
     WorkflowRun,
 )
+from sagas.replay.engine import advance
 from sagas.retention.archiving import archive_due, due_count, retention_for
+from sagas.retention.store import FileStore, member_lines, run_lines, store_for_location
 from tests.sagas.wf_retention import charges
 
 pytestmark = pytest.mark.django_db(transaction=True)

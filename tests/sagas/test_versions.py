@@ -5,9 +5,8 @@ from __future__ import annotations
 import pytest
 
 from sagas import start
-
-from sagas.versions import registry
 from sagas.models import JournalEntry, RunStatus, WorkflowRun, WorkflowVersion
+from sagas.versions import registry
 from tests.procs import wait_until
 from tests.sagas import wf_multi_new, wf_versions_a  # noqa: F401  (register in this process)
 

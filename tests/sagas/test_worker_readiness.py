@@ -12,8 +12,8 @@ import pytest
 
 import sagas
 from sagas import start
-from sagas.versions import registry
 from sagas.models import RunStatus, WorkflowRun
+from sagas.versions import registry
 from tests.procs import wait_until
 from tests.sagas import wf_engine  # noqa: F401  (registers the workflows in this process)
 

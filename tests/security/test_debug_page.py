@@ -8,7 +8,6 @@ from django.urls import path
 from django.utils.functional import SimpleLazyObject
 
 
-
 def fails(request):
     # A local variable holding a DSN (built at run time: the page also shows this source line).
     upstream = f"postgres://app:{request.headers['X-Db-Password']}@db.internal:5432/orders"  # noqa: F841

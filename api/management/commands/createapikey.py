@@ -4,8 +4,9 @@ make an API key for a service account and print it once (only its hash is kept).
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 from django.utils.text import slugify
 
@@ -20,7 +21,7 @@ ACTOR = system_label("createapikey")
 class Command(BaseCommand):
     help = "Create an API key (printed once) for a service account with one console role."
 
-    def add_arguments(self, parser):  # type: ignore[no-untyped-def]
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("name", help="letters, digits, - and _ (the audit log names the key by it)")
         parser.add_argument("--role", choices=roles.ROLES, required=True)
         parser.add_argument("--tenant", action="append", default=None,
@@ -28,7 +29,7 @@ class Command(BaseCommand):
         parser.add_argument("--expires-days", type=int, default=None, help="the key stops working after N days")
         parser.add_argument("--rate", type=int, default=600, help="requests per minute (0: no limit; default 600)")
 
-    def handle(self, *args, **options):  # type: ignore[no-untyped-def]
+    def handle(self, *args: Any, **options: Any) -> None:
         name = options["name"].strip()
         if not name or slugify(name) != name or len(name) > 60:
             raise CommandError("NAME must be 1-60 lowercase letters, digits, '-' or '_'")

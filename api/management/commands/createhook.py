@@ -3,7 +3,9 @@ signed webhook (``POST /api/v1/hooks/NAME``) and print its secret once, for the 
 
 from __future__ import annotations
 
-from django.core.management.base import BaseCommand, CommandError
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils.text import slugify
 
 from api.hooks import SIGNATURE_HEADER, TIMESTAMP_HEADER, hook_create
@@ -16,13 +18,13 @@ ACTOR = system_label("createhook")
 class Command(BaseCommand):
     help = "Create a signed webhook that sends a signal to the run its body names; prints the secret once."
 
-    def add_arguments(self, parser):  # type: ignore[no-untyped-def]
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("name", help="letters, digits, - and _: the URL is /api/v1/hooks/NAME")
         parser.add_argument("--signal", required=True, help="the signal it sends (what ctx.wait_for waits for)")
         parser.add_argument("--workflow", default="", help="only runs of this workflow (default: any)")
         parser.add_argument("--tenant", default="default", help="the tenant whose runs it reaches (default: default)")
 
-    def handle(self, *args, **options):  # type: ignore[no-untyped-def]
+    def handle(self, *args: Any, **options: Any) -> None:
         name = options["name"].strip()
         if not name or slugify(name) != name or len(name) > 60:
             raise CommandError("NAME must be 1-60 lowercase letters, digits, '-' or '_'")

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import argparse
 import secrets
+from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group, Permission
 from django.contrib.auth.password_validation import validate_password
 from django.core.exceptions import ValidationError
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 
 from console import roles
@@ -33,7 +34,7 @@ class Command(BaseCommand):
     help = ("Create (or update) a console user with one or more roles: viewer, operator, approver; "
             "--staff: read-only access to the Django admin.")
 
-    def add_arguments(self, parser):  # type: ignore[no-untyped-def]
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("username")
         parser.add_argument("--role", action="append", choices=roles.ROLES, required=True,
                             help="repeat for several roles")
@@ -46,7 +47,7 @@ class Command(BaseCommand):
                             help="--staff: may open the Django admin, read-only (view permissions only); "
                                  "--no-staff: may not; default: unchanged (not staff for a new user)")
 
-    def handle(self, *args, **options):  # type: ignore[no-untyped-def]
+    def handle(self, *args: Any, **options: Any) -> None:
         roles.ensure_groups()
         username = options["username"].strip()
         if not username:

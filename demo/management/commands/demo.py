@@ -41,11 +41,12 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import TYPE_CHECKING
+from types import FrameType
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.core.management import call_command
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError
 
 from core.storage import is_storage_error
@@ -99,7 +100,7 @@ class Command(BaseCommand):
     help = ("Run the product demo: the console, providers, workers, sweeper and reconciler under a steady "
             "load with faults. --quick: two workers complete 20 runs, surviving a SIGKILL.")
 
-    def add_arguments(self, parser):  # type: ignore[no-untyped-def]
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--quick", action="store_true", help="the short crash demo: --runs runs, then exit")
         parser.add_argument("--runs", type=int, default=20, help="--quick: how many runs")
         parser.add_argument("--no-kill", action="store_true", help="--quick: do not kill a worker mid-way")
@@ -115,7 +116,7 @@ class Command(BaseCommand):
         parser.add_argument("--embedded-child", action="store_true", help=argparse.SUPPRESS)
         parser.add_argument("--lock-fd", type=int, default=None, help=argparse.SUPPRESS)  # the parent's lock
 
-    def handle(self, *args, **options):  # type: ignore[no-untyped-def]
+    def handle(self, *args: Any, **options: Any) -> None:
         if options["interval"] <= 0 or options["kill_every"] < 0 or options["duration"] < 0:
             raise CommandError("--interval must be positive; --kill-every and --duration cannot be negative")
         self.options = options
@@ -173,7 +174,7 @@ class Command(BaseCommand):
         self.stdout.write(line)
         self.stdout.flush()
 
-    def _on_signal(self, signum: int, frame) -> None:  # type: ignore[no-untyped-def]
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self.stop_signal = signum
         self.stop.set()
 
@@ -189,7 +190,7 @@ class Command(BaseCommand):
         # It holds the run directory's lock too, so the lock outlasts this process if it is killed.
         child = subprocess.Popen(argv, cwd=ROOT, env=env, pass_fds=(self.lock.fd,))
 
-        def forward(signum: int, frame) -> None:  # type: ignore[no-untyped-def]
+        def forward(signum: int, frame: FrameType | None) -> None:
             if child.poll() is None:
                 child.send_signal(signum)
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import signal
 import threading
+from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError, connection
 
 from demo.models import ProviderExecution
@@ -15,11 +16,11 @@ from demo.providers.server import ProviderServer
 class Command(BaseCommand):
     help = "Serve the simulated payment, inventory, email and shipping providers over HTTP (JSON)."
 
-    def add_arguments(self, parser):  # type: ignore[no-untyped-def]
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--host", default="127.0.0.1")
         parser.add_argument("--port", type=int, default=8765, help="0 picks a free port (printed)")
 
-    def handle(self, *args, **options):  # type: ignore[no-untyped-def]
+    def handle(self, *args: Any, **options: Any) -> None:
         try:
             ProviderExecution.objects.exists()
         except DatabaseError as exc:
@@ -36,7 +37,7 @@ class Command(BaseCommand):
             signal.signal(sig, lambda *_: stop.set())
         thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True)
         thread.start()
-        host, port = server.server_address[:2]
+        host, port = server.socket.getsockname()[:2]
         self.stdout.write(f"demo providers listening on http://{host}:{port}")
         self.stdout.flush()
         while not stop.wait(0.5):

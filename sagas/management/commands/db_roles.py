@@ -9,7 +9,9 @@ Run it as the tables' owner (the ``DATABASE_URL`` that ``migrate`` uses), after 
 
 from __future__ import annotations
 
-from django.core.management.base import BaseCommand, CommandError
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connection, transaction
 
 from sagas.store.dbroles import quote, role_problems, runtime_grants, schema_read
@@ -21,11 +23,11 @@ class Command(BaseCommand):
         "on the journal and the audit log, and no ownership. Run as the owner, after every migrate."
     )
 
-    def add_arguments(self, parser):  # type: ignore[no-untyped-def]
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--runtime-role", required=True, help="the role web, workers and sweeper connect as")
         parser.add_argument("--apply", action="store_true", help="run the statements instead of printing them")
 
-    def handle(self, *args, **options):  # type: ignore[no-untyped-def]
+    def handle(self, *args: Any, **options: Any) -> None:
         role = options["runtime_role"]
         with connection.cursor() as cursor:
             schema = schema_read(cursor)

@@ -11,9 +11,10 @@ whole pass now and prints what it did::
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 from django.conf import settings
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from ledger.keyindex import keys_purge
 from sagas.retention.archiving import archive_due, due_count
@@ -22,20 +23,21 @@ from sagas.retention.archiving import archive_due, due_count
 class Command(BaseCommand):
     help = "Archive the finished runs past their retention to SAGAS_ARCHIVE_URL, then delete them."
 
-    def add_arguments(self, parser):  # type: ignore[no-untyped-def]
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--dry-run", action="store_true", help="count the runs that are due; change nothing")
         parser.add_argument("--older-than", type=float, default=None, metavar="DAYS",
                             help="archive runs finished more than DAYS ago, instead of each workflow's retention")
         parser.add_argument("--batch-size", type=int, default=None, help="runs per transaction (SAGAS_ARCHIVE_BATCH)")
         parser.add_argument("--pause", type=float, default=None, help="seconds between batches (SAGAS_ARCHIVE_PAUSE)")
 
-    def handle(self, *args, **options):  # type: ignore[no-untyped-def]
+    def handle(self, *args: Any, **options: Any) -> None:
         days = options["older_than"]
         if days is not None and days < 0:
             raise CommandError("--older-than must be zero or more days")
         older_than = timedelta(days=days) if days is not None else None
         if options["dry_run"]:
-            self.stdout.write(f"{due_count(older_than=older_than)} run(s) due for archiving to {settings.SAGAS_ARCHIVE_URL}")
+            due = due_count(older_than=older_than)
+            self.stdout.write(f"{due} run(s) due for archiving to {settings.SAGAS_ARCHIVE_URL}")
             return
         batch = options["batch_size"] or settings.SAGAS_ARCHIVE_BATCH
         if batch < 1:

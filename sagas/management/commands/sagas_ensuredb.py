@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import Any
+
 import psycopg
 from django.core.management.base import BaseCommand
 from django.db import connection
@@ -8,9 +10,10 @@ from django.db import connection
 class Command(BaseCommand):
     help = "Create the configured PostgreSQL database if it does not exist (for first-time setup)."
 
-    def handle(self, *args, **options):  # type: ignore[no-untyped-def]
+    def handle(self, *args: Any, **options: Any) -> None:
         name = connection.settings_dict["NAME"]
-        params = {k: v for k, v in connection.get_connection_params().items() if k in {"host", "port", "user", "password"}}
+        wanted = {"host", "port", "user", "password"}
+        params = {k: v for k, v in connection.get_connection_params().items() if k in wanted}
         try:
             with psycopg.connect(dbname="postgres", autocommit=True, connect_timeout=5, **params) as conn:
                 if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone():

@@ -1,19 +1,20 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from django.conf import settings
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connection, connections
 from django.utils import timezone
 
 from core.storage import retry_storage
 from sagas import services
 from sagas.runtime import queue, readiness, recovery
-from sagas.versions import registry
 from sagas.runtime.identity import set_worker_id, worker_id
 from sagas.runtime.rqworker import SagaWorker
 from sagas.runtime.worker import MAX_CONCURRENCY, BackgroundThread, WorkerPool
+from sagas.versions import registry
 
 log = logging.getLogger("sagas.runtime.worker")
 
@@ -21,7 +22,7 @@ log = logging.getLogger("sagas.runtime.worker")
 class Command(BaseCommand):
     help = "Run a worker that advances workflow runs of the versions it has registered."
 
-    def add_arguments(self, parser):  # type: ignore[no-untyped-def]
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--burst", action="store_true", help="exit when the queues are empty")
         parser.add_argument("--no-sweep", action="store_true", help="do not run the sweeper in this worker")
         parser.add_argument("--name", default=None, help="worker name, unique per process (default host:pid)")
@@ -34,10 +35,13 @@ class Command(BaseCommand):
         parser.add_argument(
             "--ready-file",
             default=None,
-            help="write this JSON file once registered and taking jobs; removed on a clean exit (sagas.runtime.readiness)",
+            help=(
+                "write this JSON file once registered and taking jobs; removed on a clean exit "
+                "(sagas.runtime.readiness)"
+            ),
         )
 
-    def handle(self, *args, **options):  # type: ignore[no-untyped-def]
+    def handle(self, *args: Any, **options: Any) -> None:
         concurrency = options["concurrency"]
         if concurrency is None:
             concurrency = settings.SAGAS_WORKER_CONCURRENCY
@@ -62,9 +66,10 @@ class Command(BaseCommand):
         # it, one log line per outage, instead of exiting and being restarted in a loop.
         resumed = retry_storage(register, doing="starting the worker")
         # Compensations first: undoing effects is rarer and more urgent than new work.
-        queue_names = [queue.compensation_queue_name()] + sorted(
-            {queue.queue_name_for(h) for d in definitions for h in d.accepted_hashes}
-        )
+        queue_names = [
+            queue.compensation_queue_name(),
+            *sorted({queue.queue_name_for(h) for d in definitions for h in d.accepted_hashes}),
+        ]
         self.stdout.write(
             f"sagas worker {name}: {len(definitions)} workflow version(s) on {len(queue_names) - 1} queue(s) "
             f"and the compensation queue, "
