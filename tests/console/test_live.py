@@ -3,12 +3,16 @@
 Real PostgreSQL, the real Redis channel layer (the tests' own Redis database), the real
 ASGI application (origin check, session auth, routing, consumer), driven with channels'
 ``WebsocketCommunicator``. The test process is also the worker (``advance`` in-process).
+
+Nothing here waits a fixed time for things to settle: broadcasts made before a socket connects
+are flushed to Redis first (``_connected``), so the catch-up push is the only push a socket
+gets before the test acts; a push is received with a generous timeout that only guards a hang.
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
+import threading
 from collections import Counter
 
 import pytest
@@ -35,6 +39,8 @@ from sagas.signals import PROGRESS_INTERVAL, run_changed
 pytestmark = pytest.mark.django_db(transaction=True)
 
 ORIGIN = (b"origin", b"http://localhost")
+# Only a guard against a real hang: a push that is due is waited for this long.
+HANG = 120.0
 
 
 # --- a fragment and workflows of this module's own ------------------------------------
@@ -56,8 +62,14 @@ def _same(value):
     return value
 
 
-def _nap(seconds: float) -> str:
-    time.sleep(seconds)
+# Set by ``test_it_sends_no_redis_traffic_per_step_of_a_worker`` when a "progress" signal is sent.
+progress_seen = threading.Event()
+
+
+def _step_of(i: int, last: bool) -> str:
+    """The last step returns once a "progress" signal was sent for the run (at most HANG)."""
+    if last and not progress_seen.wait(HANG):
+        raise RuntimeError("no progress signal while the run went on")
     return "ok"
 
 
@@ -68,8 +80,8 @@ def live_two_steps(ctx, spec):
 
 @workflow("live_many_steps", version=1)
 def live_many_steps(ctx, spec):
-    for _ in range(spec["steps"]):
-        ctx.step("s", _nap, spec["nap"])
+    for i in range(spec["steps"]):
+        ctx.step("s", _step_of, i, i == spec["steps"] - 1)
     return "done"
 
 
@@ -116,10 +128,15 @@ async def _receive_until(socket: WebsocketCommunicator, wanted: str, timeout: fl
             return message
 
 
-async def _quiet(socket: WebsocketCommunicator) -> None:
-    """Wait until pushes already on their way have arrived."""
-    while not await socket.receive_nothing(timeout=1.0):
-        await socket.receive_from()
+async def _connected(query: str, cookie: bytes | None) -> tuple[WebsocketCommunicator, str]:
+    """A connected socket and its catch-up push. Broadcasts made before (a user created, a run
+    started) are sent to Redis first, before the socket joins its groups: none of them can
+    reach it, so the catch-up push is the only one before the test acts."""
+    assert await database_sync_to_async(live_broadcast.publisher.flush)()
+    socket = _socket(query, cookie)
+    connected, _ = await socket.connect(timeout=HANG)
+    assert connected
+    return socket, await socket.receive_from(timeout=HANG)
 
 
 # --- access ------------------------------------------------------------------------------
@@ -170,7 +187,7 @@ def test_it_disconnects_a_viewer_whose_role_was_removed():
         await socket.receive_from(timeout=5)
         await database_sync_to_async(user.groups.clear)()
         await database_sync_to_async(start)("live_two_steps", {})
-        closed = await socket.receive_output(timeout=3)
+        closed = await socket.receive_output(timeout=HANG)
         assert closed == {"type": "websocket.close", "code": consumers.CLOSE_FORBIDDEN}
 
     async_to_sync(scenario)()
@@ -179,17 +196,37 @@ def test_it_disconnects_a_viewer_whose_role_was_removed():
 # --- pushes ------------------------------------------------------------------------------
 
 
+@pytest.fixture
+def heard(monkeypatch) -> list[dict]:
+    """Every group event a live socket of this process handled (``LiveConsumer.live_changed``),
+    in order: what reached the socket, whether or not it led to a push."""
+    events: list[dict] = []
+    handle = consumers.LiveConsumer.live_changed
+
+    async def recording(self, event):
+        events.append(event)
+        await handle(self, event)
+
+    monkeypatch.setattr(consumers.LiveConsumer, "live_changed", recording)
+    return events
+
+
+async def _until(predicate, what: str) -> None:
+    """Poll ``predicate`` in the event loop (pushes go on meanwhile) until true; HANG guards a hang."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + HANG
+    while not predicate():
+        assert loop.time() < deadline, f"never: {what}"
+        await asyncio.sleep(0.01)
+
+
 def test_it_pushes_the_overview_to_a_viewer_when_a_run_starts(viewer_cookie):
     async def scenario():
-        socket = _socket("fragments=overview", viewer_cookie)
-        connected, _ = await socket.connect(timeout=5)
-        assert connected
-        before = await socket.receive_from(timeout=5)  # the catch-up push every connection gets
+        socket, before = await _connected("fragments=overview", viewer_cookie)  # the catch-up push
         assert 'id="live-overview"' in before
-        await _quiet(socket)
 
         await database_sync_to_async(start)("live_two_steps", {}, business_key="order-1")
-        pushed = await socket.receive_from(timeout=2)
+        pushed = await socket.receive_from(timeout=HANG)
         assert 'id="live-overview"' in pushed
         assert pushed != before  # rendered after the commit: the counts moved
         await socket.disconnect()
@@ -197,51 +234,65 @@ def test_it_pushes_the_overview_to_a_viewer_when_a_run_starts(viewer_cookie):
     async_to_sync(scenario)()
 
 
-def test_it_pushes_a_run_page_the_new_status_and_nothing_about_other_runs(viewer_cookie):
+def test_it_pushes_a_run_page_the_new_status_and_nothing_about_other_runs(viewer_cookie, heard):
     run = start("live_two_steps", {})
     other = start("live_two_steps", {"other": True})
+    own_topic = topics.run_topic(run.id)
 
     async def scenario():
-        socket = _socket(f"fragments=test_run_status&run={run.id}", viewer_cookie)
-        connected, _ = await socket.connect(timeout=5)
-        assert connected
-        first = await socket.receive_from(timeout=5)
+        socket, first = await _connected(f"fragments=test_run_status&run={run.id}", viewer_cookie)
         assert f'id="live-test_run_status">{run.id} PENDING' in first
-        await _quiet(socket)
 
         assert await database_sync_to_async(advance)(str(other.id), owner="t") == Outcome.COMPLETED
         assert await database_sync_to_async(live_broadcast.publisher.flush)()
-        assert await socket.receive_nothing(timeout=0.5)
+        # A probe on the run's own topic, sent after everything the other run's finish broadcast:
+        # a socket hears its events in order, so anything about the other run would come first.
+        await get_channel_layer().group_send(topics.group_for(own_topic), {"type": topics.EVENT_TYPE,
+                                                                            "topic": own_topic, "probe": True})
+        probed = await socket.receive_from(timeout=HANG)
+        assert f"{run.id} PENDING" in probed
+        assert [e.get("probe") for e in heard] == [True], heard  # nothing about the other run reached it
 
         assert await database_sync_to_async(advance)(str(run.id), owner="t") == Outcome.COMPLETED
-        await _receive_until(socket, f"{run.id} COMPLETED", timeout=2)
+        await _receive_until(socket, f"{run.id} COMPLETED", timeout=HANG)
         await socket.disconnect()
 
     async_to_sync(scenario)()
 
 
-def test_it_coalesces_a_burst_into_few_pushes_and_keeps_the_last_change(viewer_cookie):
+def test_it_coalesces_a_burst_into_few_pushes_and_keeps_the_last_change(viewer_cookie, heard, monkeypatch):
+    """30 changes (the run's finish among the last) arrive while a push is on its way: the
+    socket gets that push, then one more for all 30, and that one shows the last change."""
     run = start("live_two_steps", {})
     group = topics.group_for(topics.run_topic(run.id))
+    gate: dict = {"on": False}
+    push = consumers.LiveConsumer._push
+
+    async def gated_push(self, names):
+        if gate["on"]:  # the first push after arming waits (in the event loop) until released
+            gate["on"] = False
+            gate["entered"].set()
+            await gate["release"].wait()
+        return await push(self, names)
+
+    monkeypatch.setattr(consumers.LiveConsumer, "_push", gated_push)
 
     async def scenario():
-        socket = _socket(f"fragments=test_run_status&run={run.id}", viewer_cookie)
-        assert (await socket.connect(timeout=5))[0]
-        await socket.receive_from(timeout=5)
-        await _quiet(socket)
+        socket, _ = await _connected(f"fragments=test_run_status&run={run.id}", viewer_cookie)
         layer = get_channel_layer()
-        began = time.monotonic()
-        for i in range(30):  # 30 changes, normally in well under one push interval
+        gate.update(on=True, entered=asyncio.Event(), release=asyncio.Event())
+        for i in range(30):
             if i == 29:
-                await database_sync_to_async(advance)(str(run.id), owner="t")
-            await layer.group_send(group, {"type": topics.EVENT_TYPE, "topic": f"run.{run.id}"})
-        burst = time.monotonic() - began
-        pushes = []
-        while not await socket.receive_nothing(timeout=1.0):
-            pushes.append(await socket.receive_from())
-        # At most one push per interval while the burst lasts, and one after it (a loaded machine
-        # may stretch the burst over several intervals; 30 pushes would mean no coalescing).
-        assert 1 <= len(pushes) <= 2 + int(burst / consumers.PUSH_INTERVAL), (len(pushes), burst)
+                assert await database_sync_to_async(advance)(str(run.id), owner="t") == Outcome.COMPLETED
+                # its own broadcasts are out before the last change
+                assert await database_sync_to_async(live_broadcast.publisher.flush)()
+            await layer.group_send(group, {"type": topics.EVENT_TYPE, "topic": f"run.{run.id}", "n": i})
+            if i == 0:  # the first change's push is on its way, and stays so until released
+                await asyncio.wait_for(gate["entered"].wait(), HANG)
+        await _until(lambda: any(e.get("n") == 29 for e in heard), "the socket to hear the 30th change")
+        gate["release"].set()
+        pushes = [await socket.receive_from(timeout=HANG) for _ in range(2)]
+        assert await socket.receive_nothing(timeout=1.0)  # and no third
         assert f"{run.id} COMPLETED" in pushes[-1]
         await socket.disconnect()
 
@@ -251,20 +302,17 @@ def test_it_coalesces_a_burst_into_few_pushes_and_keeps_the_last_change(viewer_c
 def test_it_routes_each_topic_to_the_fragments_that_follow_it_by_name(viewer_cookie):
     """A page with two regions hears a change only in the region that follows its topic."""
     async def scenario():
-        socket = _socket("fragments=effects_queue,audit_log,versions_list", viewer_cookie)
-        assert (await socket.connect(timeout=5))[0]
-        first = await socket.receive_from(timeout=5)  # the catch-up push renders all three
+        # the catch-up push renders all three
+        socket, first = await _connected("fragments=effects_queue,audit_log,versions_list", viewer_cookie)
         assert all(f'id="live-{name}"' in first for name in ("effects_queue", "audit_log", "versions_list"))
-        await _quiet(socket)
         layer = get_channel_layer()
         for topic, region, others in (("audit", "audit_log", ("effects_queue", "versions_list")),
                                       ("effects", "effects_queue", ("audit_log", "versions_list")),
                                       ("runs", "versions_list", ("effects_queue", "audit_log"))):
             await layer.group_send(topics.group_for(topic), {"type": topics.EVENT_TYPE, "topic": topic})
-            pushed = await socket.receive_from(timeout=5)
+            pushed = await socket.receive_from(timeout=HANG)  # one change, one push
             assert f'id="live-{region}"' in pushed, topic
             assert not any(f'id="live-{other}"' in pushed for other in others), topic
-            await _quiet(socket)
         await socket.disconnect()
 
     async_to_sync(scenario)()
@@ -277,14 +325,13 @@ def test_it_pushes_the_audit_log_when_an_audit_entry_is_written(viewer_cookie, m
     monkeypatch.setitem(live.FRAGMENTS, "audit_test_count", live.Fragment("audit_test_count", _count, (topics.AUDIT,)))
 
     async def scenario():
-        socket = _socket("fragments=audit_test_count", viewer_cookie)
-        assert (await socket.connect(timeout=5))[0]
+        socket, first = await _connected("fragments=audit_test_count", viewer_cookie)
         # (the fixture's role grant is in the log already: console/user_audit.py)
-        before = int((await socket.receive_from(timeout=5)).split(">")[1].split("<")[0])
+        before = int(first.split(">")[1].split("<")[0])
         await database_sync_to_async(AuditEntry.objects.create)(
             actor_label="op", action="run.cancel", object_type="run", object_id="x", outcome="ok"
         )
-        await _receive_until(socket, f">{before + 1}<", timeout=2)
+        await _receive_until(socket, f">{before + 1}<", timeout=HANG)
         await socket.disconnect()
 
     async_to_sync(scenario)()
@@ -293,22 +340,34 @@ def test_it_pushes_the_audit_log_when_an_audit_entry_is_written(viewer_cookie, m
 # --- the engine stays cheap, and Redis stays optional ------------------------------------
 
 
-def test_it_sends_no_redis_traffic_per_step_of_a_worker():
+def test_it_sends_no_redis_traffic_per_step_of_a_worker(monkeypatch):
     """200 steps make two signals (claimed, completed), and the heartbeat adds a "progress" one
     at most once per PROGRESS_INTERVAL so that an open run page keeps moving. Nothing asserted
-    here depends on how fast the machine is: a slow one only spaces the signals out more."""
+    here depends on how fast the machine is: the run's last step waits until a progress signal
+    was sent, and the spacing is checked on the heartbeat's own decisions."""
+    from sagas.heartbeat import Heartbeat
+
     steps = 200
     causes: Counter[str] = Counter()
-    progress_at: list[float] = []
+    decided_at: list[float] = []
+    report = Heartbeat._report_progress
+
+    def recording_report(self):
+        before = self._progress_sent
+        report(self)
+        if self._progress_sent != before:  # it decided to send one, at this time of its clock
+            decided_at.append(self._progress_sent)
 
     def count(sender, cause, **kwargs):
         causes[cause] += 1
         if cause == "progress":
-            progress_at.append(time.monotonic())
+            progress_seen.set()
 
+    monkeypatch.setattr(Heartbeat, "_report_progress", recording_report)
+    progress_seen.clear()
     run_changed.connect(count, weak=False, dispatch_uid="test-live-count")
     try:
-        run = start("live_many_steps", {"steps": steps, "nap": 0.01})  # at least 2 s of steps
+        run = start("live_many_steps", {"steps": steps})
         assert live_broadcast.publisher.flush()
         out_before = live_broadcast.publisher.topics_out
         assert advance(str(run.id), owner="t") == Outcome.COMPLETED
@@ -320,10 +379,10 @@ def test_it_sends_no_redis_traffic_per_step_of_a_worker():
     assert run.steps_used == steps
     assert causes["claimed"] == 1 and causes["completed"] == 1
     assert causes["progress"] >= 1  # the run page moved while the steps ran
-    # ... but not per step: the heartbeat spaces them (half the interval allows for a thread
-    # that waited for the CPU between deciding to send and sending).
-    gaps = [later - earlier for earlier, later in zip(progress_at, progress_at[1:])]
-    assert all(gap >= PROGRESS_INTERVAL / 2 for gap in gaps), gaps
+    assert len(decided_at) == causes["progress"]
+    # ... but not per step: the heartbeat spaces them by its clock.
+    gaps = [later - earlier for earlier, later in zip(decided_at, decided_at[1:])]
+    assert all(gap >= PROGRESS_INTERVAL for gap in gaps), gaps
     # A progress signal is the run's own topic; any other signal at most four topics.
     assert 1 <= topics_out <= 4 * (sum(causes.values()) - causes["progress"]) + causes["progress"] < steps
 
@@ -370,9 +429,9 @@ def test_it_closes_a_socket_for_a_retry_when_postgres_is_away_at_a_push(viewer_c
 
     async def scenario():
         socket = _socket("fragments=test_postgres_away", viewer_cookie)
-        connected, _ = await socket.connect(timeout=5)
+        connected, _ = await socket.connect(timeout=HANG)
         assert connected
-        closed = await socket.receive_output(timeout=10)  # the catch-up push meets the outage
+        closed = await socket.receive_output(timeout=HANG)  # the catch-up push meets the outage
         assert closed == {"type": "websocket.close", "code": consumers.CLOSE_RETRY}  # the page retries
         await socket.wait()
 
