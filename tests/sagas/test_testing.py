@@ -19,6 +19,7 @@ from ledger.models import EffectRecord, EffectStatus
 from ledger.outcomes import NotExecuted, Succeeded
 from sagas import crashpoints, start, testing
 from sagas.models import ApprovalRequest, ApprovalState, JournalEntry, RunStatus, WorkflowRun
+from sagas.engine import Outcome
 from sagas.registry import workflow
 from sagas.testing import (
     CrashPointNotReached,
@@ -31,6 +32,7 @@ from sagas.testing import (
     run_until_idle,
     sweep_once,
 )
+from tests.sagas import wf_continue, wf_engine  # noqa: F401  (registers the workflows in this process)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 ROOT = Path(__file__).resolve().parents[2]
@@ -250,3 +252,72 @@ def test_the_clock_moves_only_forward_and_only_inside_its_block():
     with frozen_clock() as clock, pytest.raises(ValueError):
         clock.advance(-timedelta(seconds=1))
     assert testing.Clock is type(clock)
+
+
+# --- in-process twins of tests that start a worker process only to end it at a crash point ---
+
+
+def _chain(first_id) -> list[WorkflowRun]:
+    runs, next_id = [], first_id
+    while next_id is not None:
+        runs.append(WorkflowRun.objects.get(id=next_id))
+        next_id = runs[-1].continued_to
+    return runs
+
+
+def test_a_step_run_but_not_recorded_runs_again_and_nothing_else(step_calls):
+    """Twin of tests/sagas/test_recovery.py::test_it_runs_an_executed_but_unrecorded_step_again_and_nothing_else."""
+    run = start("five_steps", {})
+    with crash_at("after_step:s2"):  # s2 ran; its result is not journaled
+        run_until_idle(run.id)
+    expire_lease(run.id)
+    assert run_until_idle(run.id).status == RunStatus.COMPLETED
+    assert step_calls.counts(run.id) == {"s1": 1, "s2": 2, "s3": 1, "s4": 1, "s5": 1}
+
+
+def test_recorded_now_random_and_uuid_are_replayed_after_a_crash(step_calls):
+    """Twin of tests/sagas/test_recovery.py::test_it_returns_recorded_now_random_and_uuid_on_replay."""
+    run = start("recorded_values", {})
+    with crash_at("after_step_record:remember"):
+        run_until_idle(run.id)
+    expire_lease(run.id)
+    done = run_until_idle(run.id)
+    [(_, first_values, _)] = step_calls.rows(run.id, "remember")
+    assert done.result == first_values  # the second worker replayed the first one's values
+    assert step_calls.counts(run.id) == {"remember": 1, "after": 1}
+    assert done.attempts == 2
+
+
+def test_a_crash_inside_the_continuation_leaves_exactly_one_successor_after_replay(step_calls):
+    """Twin of the test of that name in tests/sagas/test_continue_as_new.py."""
+    first = start("cont_loop", {"label": "C", "end": 6, "every": 3})
+    with crash_at("continue_as_new_uncommitted"):
+        run_until_idle(first.id)
+    first.refresh_from_db()  # the old run was marked finished in the transaction that died
+    assert (first.status, first.continued_to) == (RunStatus.RUNNING, None)
+    assert not WorkflowRun.objects.filter(continued_from=first.id).exists()
+
+    expire_lease(first.id)
+    assert run_until_idle(first.id).continued_to is not None  # replayed, continued
+    runs = _chain(first.id)
+    assert len(runs) == 2 and run_until_idle(runs[1].id).status == RunStatus.COMPLETED
+    runs = _chain(first.id)
+    assert runs[0].status_reason == "continued_as_new" and runs[1].continued_from == first.id
+    assert runs[0].attempts == 2  # replayed once
+    assert step_calls.counts("C") == {f"turn{i}": 1 for i in range(6)}  # the replay ran no turn again
+    assert WorkflowRun.objects.count() == 2
+
+
+def test_a_crash_after_the_continuation_commits_never_continues_twice(step_calls):
+    """Twin of the test of that name in tests/sagas/test_continue_as_new.py."""
+    first = start("cont_loop", {"label": "D", "end": 6, "every": 3})
+    with crash_at("after_continue_as_new"):
+        run_until_idle(first.id)
+    [successor] = WorkflowRun.objects.filter(continued_from=first.id)
+    assert successor.status == RunStatus.PENDING  # created, but its wake-up never sent
+    assert run_until_idle(first.id).outcome == Outcome.NOT_CLAIMED  # finished for good
+    assert run_until_idle(successor.id).status == RunStatus.COMPLETED
+    runs = _chain(first.id)
+    assert [r.id for r in runs] == [first.id, successor.id] and runs[0].attempts == 1
+    assert step_calls.counts("D") == {f"turn{i}": 1 for i in range(6)}
+    assert WorkflowRun.objects.count() == 2
