@@ -109,10 +109,22 @@ class InThread:
         return self.value
 
 
+_releases: list[threading.Event] = []
+
+
+@pytest.fixture(autouse=True)
+def _release_held_transactions():
+    """A test that failed before releasing a held transaction does not leave it open."""
+    yield
+    while _releases:
+        _releases.pop().set()
+
+
 def _held_open(write: Callable[[], Any]) -> tuple[InThread, threading.Event]:
     """``write()`` inside a transaction on a thread of its own, left open until the returned
     event is set; returns once the write has run (its locks are held, nothing committed)."""
     holding, release = threading.Event(), threading.Event()
+    _releases.append(release)
 
     def body() -> Any:
         from django.db import transaction
