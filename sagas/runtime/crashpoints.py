@@ -11,6 +11,9 @@ Points:
   after_step_record  the result is journaled
   before_complete    the workflow returned; the run is not marked COMPLETED yet
 Effect points (the ledger) use the same mechanism.
+
+In-process, ``sagas.testing.crash_at`` sets ``in_process_hook``, which is called first at
+every point and raises there instead of ending the process.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from collections.abc import Callable
 
 from django.conf import settings
 
@@ -25,6 +29,18 @@ CRASH_EXIT_CODE = 97
 log = logging.getLogger("sagas.crash")
 
 _points: frozenset[str] | None = None
+
+# Every point the engine and the ledger reach (the first argument of each crash_point call).
+POINTS = frozenset({
+    "before_step", "after_step", "after_step_record",  # sagas.context: ctx.step
+    "before_complete", "before_continue_as_new",  # sagas.engine
+    "continue_as_new_uncommitted", "after_continue_as_new",  # sagas.continuation
+    "before_compensation",  # sagas.compensation
+    "before_intent", "after_intent", "after_dispatch", "after_outcome",  # ledger.protocol: ctx.effect
+})
+
+# Called first at every point with (point, name) when set; it may raise (sagas.testing.crash_at).
+in_process_hook: Callable[[str, str], None] | None = None
 
 
 def _configured() -> frozenset[str]:
@@ -35,6 +51,9 @@ def _configured() -> frozenset[str]:
 
 
 def crash_point(point: str, name: str = "") -> None:
+    hook = in_process_hook
+    if hook is not None:
+        hook(point, name)
     points = _configured()
     if not points:
         return

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import time
 from datetime import timedelta
 
 import pytest
 import redis
 from django.conf import settings as django_settings
-from django.db.models import Count
+from django.db import connection
 from django.test import Client
 from django.utils import timezone
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as openmetrics_families
@@ -29,6 +28,8 @@ from tests.console.queue_data import make_approval, make_effect, make_run
 from tests.procs import wait_until
 
 TOKEN = "s3cret-metrics-token-0123456789"
+# Only a guard against a real hang, for waits on an observable state.
+HANG = 300.0
 
 
 def scrape(token: str | None = TOKEN, *, openmetrics: bool = False) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -106,9 +107,12 @@ def test_it_reports_runs_attention_items_and_workers_as_the_database_has_them(se
 
     samples = scrape()
 
-    by_status = dict(WorkflowRun.objects.values_list("status").annotate(n=Count("id")))
+    # The runs made above, by status: the loop's six, one per effect (NEEDS_ATTENTION) and per
+    # approval (WAITING), the failed compensation and the rejected approval.
+    made = {RunStatus.PENDING: 2, RunStatus.COMPLETED: 1, RunStatus.FAILED: 2, RunStatus.NEEDS_ATTENTION: 2 + 3 + 1,
+            RunStatus.WAITING: 2}
     for status in RunStatus.values:
-        assert value(samples, "sagas_runs", status=status) == by_status.get(status, 0), status
+        assert value(samples, "sagas_runs", status=status) == made.get(status, 0), status
     expected = {"unknown_effects": 2, "approvals": 1, "failed_compensations": 1, "version_mismatch": 1,
                 "budget_exceeded": 1, "non_determinism": 0, "failed_runs": 2}
     for kind, n in expected.items():
@@ -125,8 +129,8 @@ def test_it_reports_runs_attention_items_and_workers_as_the_database_has_them(se
     make_run(status=RunStatus.PENDING, reason="")
     make_run(status=RunStatus.COMPLETED, reason="")
     again = scrape()
-    assert value(again, "sagas_runs", status="PENDING") == by_status[RunStatus.PENDING] + 1, "counted every scrape"
-    assert value(again, "sagas_runs", status="COMPLETED") == by_status[RunStatus.COMPLETED], (
+    assert value(again, "sagas_runs", status="PENDING") == 3, "counted every scrape"
+    assert value(again, "sagas_runs", status="COMPLETED") == 1, (
         f"final statuses are recounted every {metrics.FINAL_REFRESH:g} s, not every scrape")
 
 
@@ -176,6 +180,15 @@ def test_it_counts_journaled_outcomes_once_each_and_only_once_they_are_settled(s
     assert fresh.created_at > timezone.now() - metrics.SETTLE
 
 
+def _settled(runs) -> bool:
+    """Every journal entry of ``runs`` is older than ``metrics.SETTLE`` by PostgreSQL's clock
+    (what the scrape counts by)."""
+    with connection.cursor() as cur:
+        cur.execute("SELECT now() - max(created_at) > %s FROM sagas_journalentry WHERE run_id = ANY(%s::uuid[])",
+                    [metrics.SETTLE, [str(r.id) for r in runs]])
+        return bool(cur.fetchone()[0])
+
+
 @pytest.mark.django_db(transaction=True)
 def test_it_counts_a_real_workers_steps_and_dispatch_latency(settings, procs):
     """Runs advanced by a real worker: every step entry is counted under its outcome, and each
@@ -185,8 +198,8 @@ def test_it_counts_a_real_workers_steps_and_dispatch_latency(settings, procs):
     runs = [start("wk_quick", {}, business_key=f"q-{i}") for i in range(5)]
     procs.worker("wk-metrics", "tests.console.wf_workers")
     wait_until(lambda: WorkflowRun.objects.filter(id__in=[r.id for r in runs], status=RunStatus.COMPLETED).count() == 5,
-               30, what="five runs completed")
-    time.sleep(metrics.SETTLE.total_seconds() + 0.5)
+               HANG, what="five runs completed")
+    wait_until(lambda: _settled(runs), HANG, what="the runs' journal entries to be SETTLE old by the database's clock")
 
     after = scrape()
 
@@ -226,15 +239,16 @@ def test_it_serves_the_last_stored_counters_while_another_scrape_holds_the_total
     _entry(run, "step", {"value": 1})
     first = scrape()
     _entry(run, "step", {"value": 2})
-    held = redis.Redis.from_url(django_settings.REDIS_URL).lock(f"{metrics.totals_key()}:lock", timeout=30)
+    held = redis.Redis.from_url(django_settings.REDIS_URL).lock(f"{metrics.totals_key()}:lock", timeout=HANG)
     assert held.acquire(blocking=False)
     try:
-        started = time.monotonic()
         waiting = scrape()
-        assert time.monotonic() - started < metrics.LOCK_WAIT + 3, "it does not wait out the scrape timeout"
+        # It answered while the totals were still held (it did not wait the lock out) ...
+        assert held.owned(), "the lock expired: the scrape waited it out"
     finally:
         held.release()
 
+    # ... with the counters as last stored, not advanced past the held totals
     assert value(waiting, "sagas_metrics_counters_available") == 1
     assert value(waiting, "sagas_steps_total", outcome="succeeded") == value(first, "sagas_steps_total",
                                                                              outcome="succeeded")

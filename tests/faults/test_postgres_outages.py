@@ -14,7 +14,7 @@ import pytest
 
 from demo.models import ProviderExecution
 from demo.providers.faults import inject
-from tests.faults.conftest import assert_one_outage_logged, tcp_client_ports
+from tests.faults.conftest import OUTAGE_OVER, assert_one_outage_logged, outage_lines, tcp_client_ports
 from tests.procs import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -22,11 +22,26 @@ pytestmark = pytest.mark.django_db(transaction=True)
 # New work after an outage must not wait for a pooled connection to age out
 # (DB_CONN_MAX_AGE, 300 s) or for a lease: the tester saw runs PENDING for 30+ s.
 PICKUP_BOUND = 20.0
+# Only a guard against a real hang, for waits on an observable state.
+HANG = 300.0
 
 
 def provider_executions() -> Counter:
     """Real executions per (provider, operation, idempotency key)."""
     return Counter(ProviderExecution.objects.values_list("provider", "operation", "idempotency_key"))
+
+
+def _worker_sessions_idle(faults, *application_names: str) -> bool:
+    """Each named process has a session on the database, and none of them is in a query."""
+    sessions = [b for b in faults.pg.backends(faults.dbname) if b["application_name"] in application_names]
+    return {b["application_name"] for b in sessions} == set(application_names) and all(
+        b["state"] == "idle" for b in sessions)
+
+
+def _beat_since(faults, since: float, *names: str) -> bool:
+    """Each named worker process beat in the worker registry after ``since`` (epoch)."""
+    rows = dict(faults.db.rows("SELECT name, extract(epoch FROM last_seen_at)::float FROM sagas_workerprocess"))
+    return all(rows.get(name, 0.0) > since for name in names)
 
 
 @pytest.mark.parametrize("mode", ["fast", "immediate"])
@@ -71,8 +86,10 @@ def test_it_runs_new_work_within_seconds_of_a_restart_while_workers_were_idle(fa
     faults.workers_ready(w1, w2)
     driver = faults.driver()
     warm = [driver.start_ok("ticks", {"steps": 2}) for _ in range(4)]
-    faults.wait_completed(warm, 60)  # every worker connection is open, then parked in its pool
-    time.sleep(1.0)
+    faults.wait_completed(warm, 60)
+    # every worker connection is open, then parked in its pool (idle, no query in flight)
+    wait_until(lambda: _worker_sessions_idle(faults, "sagas_worker w1", "sagas_worker w2"), HANG,
+               what="the workers' sessions to be idle")
 
     faults.pg.restart("fast")
     back = time.time()
@@ -132,15 +149,18 @@ def test_it_does_not_let_a_workflows_except_exception_swallow_a_storage_error(fa
         interval=0.1, what="the step to sleep and the email to be dispatched",
     )
 
+    step_began = faults.started_at(step_run, "slow")[0]
     down_at = time.time()
     faults.pg.stop("immediate")  # both answers arrive while it is down
-    time.sleep(5.0)
+    wait_until(lambda: time.time() > step_began + 3.0
+               and ProviderExecution.objects.filter(provider="email", operation="send").exists(), HANG,
+               interval=0.1, what="the step's pause to end and the provider to send the email")
+    time.sleep(1.0)  # the outage goes on a moment after both answers (its length is not relied on)
     faults.pg.start()
     back = time.time()
     after = faults.wait_completed([step_run, effect_run], 90, since=back)
     print(f"\ncrash for 5s during a step and an effect: both completed {after:.2f}s after the server was back")
 
-    step_began = faults.started_at(step_run, "slow")[0]
     emails = list(ProviderExecution.objects.filter(provider="email", operation="send").order_by("id"))
     assert len(emails) == 1, f"the email was sent {len(emails)} times"
     email = emails[0]
@@ -165,11 +185,15 @@ def test_it_logs_one_line_when_a_postgres_outage_starts_and_one_when_it_ends(fau
     marks = {w.name: len(w.log()) for w in (w1, w2)}
 
     faults.pg.stop("fast")
-    time.sleep(4.0)  # long enough for every thread of every worker to hit it
+    wait_until(lambda: all(outage_lines(w.log()[marks[w.name]:]) for w in (w1, w2)), HANG,
+               what="both workers to meet the outage")
     faults.pg.start()
     back = time.time()
     after = faults.wait_completed(runs, 90, since=back)
-    time.sleep(2.0)  # the background threads notice the end too
+    # the background threads notice the end too: each worker beat in the registry since, and said so
+    wait_until(lambda: _beat_since(faults, back, "w1", "w2")
+               and all(OUTAGE_OVER.search(w.log()[marks[w.name]:]) for w in (w1, w2)), HANG,
+               what="both workers' background threads to beat after the outage")
     print(f"\n4s outage: runs completed {after:.2f}s after the server was back")
 
     for w in (w1, w2):
@@ -187,7 +211,7 @@ def test_it_starts_a_worker_while_postgres_is_down_and_it_waits_instead_of_exiti
     worker = faults.worker("w1")
     wait_until(lambda: "storage outage: PostgreSQL unreachable" in worker.log() or not worker.alive(), 60,
                what="the worker to notice the outage")
-    time.sleep(2.0)
+    time.sleep(2.0)  # the outage goes on a while: the scenario, nothing depends on its length
     assert worker.alive(), worker.log()
     faults.pg.start()
     back = time.time()

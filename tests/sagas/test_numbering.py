@@ -2,7 +2,8 @@
 
 Each race is made to happen on every run: one writer's transaction is held open at the
 moment that matters, and the other is started and waited for until PostgreSQL shows it
-blocked on a lock (``pg_stat_activity``); then the first commits. What is checked is what a
+blocked by that very transaction (``pg_blocking_pids`` of its backend names the holder's), with
+no time limit a slow machine could miss; then the first commits. What is checked is what a
 user sees: every entry kept once, seqs gap-free, the run's step and cost counters exact, a
 worker that lost its run writing nothing, a decision that arrived not slept through.
 """
@@ -68,36 +69,63 @@ def _other_connection() -> psycopg.Connection:
     return psycopg.connect(host=s["HOST"], port=s["PORT"] or 5432, user=s["USER"], dbname=s["NAME"])
 
 
+# Only a guard against a real hang: no wait below gives up because the machine is slow. Each
+# one waits for an observable state (a backend blocked by a given pid, a thread that ended).
+HANG = 300.0
+
+
 class InThread:
-    """``fn()`` on a thread of its own (its own Django connection); ``result()`` joins it."""
+    """``fn()`` on a thread of its own (its own Django connection); ``result()`` joins it.
+    ``pid`` is that connection's backend pid, known once the constructor returns."""
 
     def __init__(self, fn: Callable[[], Any]) -> None:
         self.value: Any = None
         self.error: BaseException | None = None
+        self.pid: int | None = None
+        connected = threading.Event()
 
         def body() -> None:
             try:
+                connection.ensure_connection()
+                self.pid = connection.connection.info.backend_pid
+                connected.set()
                 self.value = fn()
             except BaseException as exc:  # noqa: BLE001 -- handed to the test
                 self.error = exc
             finally:
+                connected.set()
                 connection.close()
 
-        self.thread = threading.Thread(target=body)
+        self.thread = threading.Thread(target=body, daemon=True)
         self.thread.start()
+        assert connected.wait(timeout=HANG), "the thread never connected"
+        if self.pid is None:  # it could not even connect
+            self.result()
 
     def result(self) -> Any:
-        self.thread.join(timeout=30)
-        assert not self.thread.is_alive(), "the other writer never finished"
+        self.thread.join(timeout=HANG)
+        assert not self.thread.is_alive(), "the other writer hung"
         if self.error is not None:
             raise self.error
         return self.value
+
+
+_releases: list[threading.Event] = []
+
+
+@pytest.fixture(autouse=True)
+def _release_held_transactions():
+    """A test that failed before releasing a held transaction does not leave it open."""
+    yield
+    while _releases:
+        _releases.pop().set()
 
 
 def _held_open(write: Callable[[], Any]) -> tuple[InThread, threading.Event]:
     """``write()`` inside a transaction on a thread of its own, left open until the returned
     event is set; returns once the write has run (its locks are held, nothing committed)."""
     holding, release = threading.Event(), threading.Event()
+    _releases.append(release)
 
     def body() -> Any:
         from django.db import transaction
@@ -105,25 +133,37 @@ def _held_open(write: Callable[[], Any]) -> tuple[InThread, threading.Event]:
         with transaction.atomic():
             value = write()
             holding.set()
-            release.wait(timeout=15)
+            assert release.wait(timeout=HANG), "never released"
         return value
 
     thread = InThread(body)
-    assert holding.wait(timeout=15), "the write never ran"
+    deadline = time.monotonic() + HANG
+    while not holding.wait(timeout=0.01):
+        if not thread.thread.is_alive():
+            thread.result()  # the write failed: its error, not a timeout
+            raise AssertionError("the write ended without holding its transaction open")
+        assert time.monotonic() < deadline, "the write hung"
     return thread, release
 
 
-def _wait_until_blocked(started: float) -> None:
-    """Until some backend of this database waits on a lock (the other writer reached the race)."""
+def _wait_until_blocked(waiter: InThread, by: int) -> None:
+    """Until PostgreSQL shows ``waiter``'s backend waiting for a lock held by backend ``by``
+    (``pg_blocking_pids``): the other writer reached the race. Fails only if the waiter ends
+    without having waited for ``by`` (the race did not happen), however long either takes."""
+    assert waiter.pid is not None
+    deadline = time.monotonic() + HANG
     with _other_connection() as admin:
-        while time.monotonic() - started < 15:
-            row = admin.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
-            ).fetchone()
-            if row and row[0] > 0:
+        admin.autocommit = True
+        while True:
+            row = admin.execute("SELECT pg_blocking_pids(%s)", [waiter.pid]).fetchone()
+            if row and by in row[0]:
                 return
-            time.sleep(0.02)
-    raise AssertionError("the other writer never blocked: the race did not happen")
+            if not waiter.thread.is_alive():
+                outcome = f"error {waiter.error!r}" if waiter.error is not None else f"value {waiter.value!r}"
+                raise AssertionError(f"the other writer ended ({outcome}) without waiting for backend {by}: "
+                                     "the race did not happen")
+            assert time.monotonic() < deadline, f"backend {waiter.pid} neither blocked on {by} nor finished"
+            time.sleep(0.005)
 
 
 def _in_flight_step(conn: psycopg.Connection, claimed: systemdb.ClaimedRun, name: str) -> int:
@@ -142,9 +182,9 @@ def test_a_claim_that_meets_a_steps_commit_in_flight_numbers_itself_after_it_and
     _expire_lease(claimed.id)  # the holder is presumed dead, but one step of its is still committing
     with _other_connection() as holder:
         assert _in_flight_step(holder, claimed, "s2") == 4
-        t0 = time.monotonic()
         claim = InThread(lambda: systemdb.claim(claimed.id, owner="b", ttl=30))
-        _wait_until_blocked(t0)  # the claim took seq 4 too and waits on the unique index
+        # the claim took seq 4 too and waits on the unique index
+        _wait_until_blocked(claim, by=holder.info.backend_pid)
         holder.commit()
     taken = claim.result()
     assert taken is not None and taken.fence == claimed.fence + 1
@@ -164,9 +204,8 @@ def test_a_step_that_meets_a_claims_commit_in_flight_is_refused_and_the_claim_ke
         with psycopg.RawCursor(claimer) as cur:
             cur.execute(systemdb._CLAIM_SQL, [claimed.id, "b", 30.0, systemdb._CLAIMABLE])
             assert cur.fetchone() is not None  # the claim's entry is 4, uncommitted
-        t0 = time.monotonic()
         late = InThread(lambda: _step(claimed, "s2"))
-        _wait_until_blocked(t0)
+        _wait_until_blocked(late, by=claimer.info.backend_pid)
         claimer.commit()
     with pytest.raises(LeaseLost):
         late.result()
@@ -178,10 +217,9 @@ def test_an_event_that_meets_a_steps_commit_in_flight_numbers_itself_after_it_an
     claimed = _claimed()
     with _other_connection() as holder:
         assert _in_flight_step(holder, claimed, "s1") == 3
-        t0 = time.monotonic()
         event = InThread(lambda: systemdb.append_event(claimed.id, kind="signal_received", name="go",
                                                        payload="{}", worker="api"))
-        _wait_until_blocked(t0)
+        _wait_until_blocked(event, by=holder.info.backend_pid)
         holder.commit()
     assert event.result() == 4
     assert _journal(claimed.id)[2:] == [(3, "step", "s1"), (4, "signal_received", "go")]
@@ -193,9 +231,8 @@ def test_a_step_that_meets_an_events_commit_in_flight_is_numbered_after_it():
     claimed = _claimed()
     event, release = _held_open(lambda: systemdb.append_event(claimed.id, kind="signal_received", name="go",
                                                                payload="{}", worker="api"))
-    t0 = time.monotonic()
     step = InThread(lambda: _step(claimed, "s1"))
-    _wait_until_blocked(t0)  # the step took seq 3 too and waits for the event's transaction
+    _wait_until_blocked(step, by=event.pid)  # the step took seq 3 too and waits for the event's transaction
     release.set()
     assert event.result() == 3
     assert step.result() == 4
@@ -207,9 +244,8 @@ def test_a_claim_that_waited_for_a_workers_transaction_numbers_itself_after_its_
     _expire_lease(claimed.id)
     intent, release = _held_open(lambda: systemdb.append(  # as the ledger records an effect's intent
         claimed.id, fence=claimed.fence, kind="effect_intent", name="charge", payload='{"key":"k"}', worker="a"))
-    t0 = time.monotonic()
     claim = InThread(lambda: systemdb.claim(claimed.id, owner="b", ttl=30))
-    _wait_until_blocked(t0)  # the worker holds the run's row FOR SHARE: the claim waits for it
+    _wait_until_blocked(claim, by=intent.pid)  # the worker holds the run's row FOR SHARE: the claim waits for it
     release.set()
     assert intent.result() == 3
     taken = claim.result()
@@ -229,9 +265,9 @@ def test_a_claim_that_waited_for_a_hand_back_counts_each_step_once():
                                                None, False, systemdb.sources(RunStatus.PENDING), None,
                                                "yielded", "{}", "a"])
             assert cur.fetchone() is not None
-        t0 = time.monotonic()
         claim = InThread(lambda: systemdb.claim(claimed.id, owner="b", ttl=30))
-        _wait_until_blocked(t0)  # waits for the run's row; PostgreSQL re-checks it after the commit
+        # waits for the run's row; PostgreSQL re-checks it after the commit
+        _wait_until_blocked(claim, by=holder.info.backend_pid)
         holder.commit()
     taken = claim.result()
     assert taken is not None
@@ -248,10 +284,9 @@ def test_a_decision_that_arrives_while_the_worker_parks_its_run_is_not_slept_thr
                         .replace("%(name)s", "$3").replace("%(payload)s", "$4").replace("%(worker)s", "$5"),
                         [claimed.id, "approval_decided", "ship", '{"approved":true}', "ann"])
             assert cur.fetchone() == (view + 1,)
-        t0 = time.monotonic()
         parked = InThread(lambda: systemdb.suspend(claimed.id, fence=claimed.fence, worker="a", expect_last_seq=view,
                                                    wake_at=None, payload={"waiting_for": "ship"}))
-        _wait_until_blocked(t0)
+        _wait_until_blocked(parked, by=approver.info.backend_pid)
         approver.commit()
     assert parked.result() is False  # refused: the worker replays and sees the decision
     stored = WorkflowRun.objects.get(id=claimed.id)
@@ -292,10 +327,9 @@ def test_a_writer_that_keeps_losing_its_seq_gives_up_with_the_databases_error(mo
     claimed = _claimed()
     with _other_connection() as holder:
         _in_flight_step(holder, claimed, "s1")
-        t0 = time.monotonic()
         event = InThread(lambda: systemdb.append_event(claimed.id, kind="signal_received", name="go",
                                                        payload="{}", worker="api"))
-        _wait_until_blocked(t0)
+        _wait_until_blocked(event, by=holder.info.backend_pid)
         holder.commit()
     with pytest.raises(IntegrityError, match="journal_unique_run_seq"):
         event.result()

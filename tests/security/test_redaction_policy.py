@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import copy
 import json
-import time
 
 import pytest
 from django.test import override_settings
@@ -158,18 +157,73 @@ def test_it_hides_extra_keys_named_in_the_setting():
     assert redact(value) == value  # back to the built-in list
 
 
-def test_it_redacts_a_megabyte_payload_in_well_under_a_second():
+class _CountingPattern:
+    """A compiled pattern that counts its ``search`` calls (the full scan of a text)."""
+
+    def __init__(self, pattern) -> None:
+        self.pattern, self.searches = pattern, 0
+
+    def search(self, *args, **kwargs):
+        self.searches += 1
+        return self.pattern.search(*args, **kwargs)
+
+
+@pytest.fixture
+def work(monkeypatch):
+    """Counts the redaction's costly operations: full scans of a text (``_TEXT.search``) and key
+    classifications not answered from the memo (``KeyPolicy.decide``). Starts with a fresh policy."""
+    from config import redaction
+
+    redaction._policy_for.cache_clear()
+    counted = {"scans": _CountingPattern(redaction._TEXT), "decisions": 0}
+    decide = redaction.KeyPolicy.decide
+
+    def counting_decide(self, key):
+        counted["decisions"] += 1
+        return decide(self, key)
+
+    monkeypatch.setattr(redaction, "_TEXT", counted["scans"])
+    monkeypatch.setattr(redaction.KeyPolicy, "decide", counting_decide)
+
+    def take() -> tuple[int, int]:
+        """(scans, decisions) since the last call; the next call starts from a fresh policy."""
+        done = (counted["scans"].searches, counted["decisions"])
+        counted["scans"].searches, counted["decisions"] = 0, 0
+        redaction._policy_for.cache_clear()
+        return done
+
+    yield take
+    redaction._policy_for.cache_clear()
+
+
+def test_it_redacts_a_megabyte_payload_with_work_that_grows_only_with_its_size(work):
+    """What keeps a big payload cheap, counted rather than timed (a timing target is bench's):
+    each distinct key is classified once however often it occurs, a text is scanned in full
+    only if a cheap test says it may hold a secret, and a scan resumes after each match instead
+    of starting again, so a long text costs one scan per secret found."""
     record = {
         "id": "ord-1", "customer": {"name": "Ada", "email": "a@example.com", "company": "ACME"},
         "items": [{"sku": "SKU-1", "qty": 2}], "usage": {"prompt_tokens": 1234, "completion_tokens": 56},
         "note": "retried at 2026-12-01T09:40:25Z, ticket 4411", "password": "hunter2",
         "headers": [["Authorization", "Bearer abcdefghijkl"]],
     }
+    keys = {"id", "customer", "name", "email", "company", "items", "sku", "qty", "usage", "prompt_tokens",
+            "completion_tokens", "note", "password", "headers", "Authorization"}
     payload = [dict(record, id=f"ord-{i}") for i in range(4_000)]
     assert len(json.dumps(payload)) > 1_000_000
-    started = time.perf_counter()
+    work()
     shown = redact(payload)
-    elapsed = time.perf_counter() - started
+    scans, decisions = work()
     text = json.dumps(shown)
     assert "hunter2" not in text and "abcdefghijkl" not in text and '"prompt_tokens": 1234' in text
-    assert elapsed < 2.0, f"{elapsed:.2f} s for 1 MB"  # about 0.1 to 0.2 s on the dev machine
+    assert shown[1234] == redact(dict(record, id="ord-1234"))
+    work()
+    assert decisions == len(keys), decisions  # memoised: 15 keys, not 15 per record
+    assert scans == len(payload), scans  # only the note of each record looks like it may hold a secret
+
+    pairs = 20_000
+    long_text = " ".join(f"a{i}=b{i} password=x{i}" for i in range(pairs))  # over half a megabyte
+    masked = redact_text(long_text)
+    scans, _ = work()
+    assert masked.count(MARK) == pairs and "x19999" not in masked and "a19999=b19999" in masked
+    assert scans == 2 * pairs + 1, scans  # each key=value found once, plus the search that finds no more
