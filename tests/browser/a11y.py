@@ -17,7 +17,7 @@ from pathlib import Path
 
 from playwright.sync_api import Page, expect
 
-from tests.browser.conftest import PASSWORD
+from tests.browser.conftest import _no_dialog
 from tests.procs import ROOT
 
 AXE = Path(__file__).resolve().parent / "vendor" / "axe.min.js"
@@ -32,8 +32,11 @@ SETTLED = """() => {
   const status = document.getElementById("live-status");
   return !status || !document.querySelector("[ws-connect]") ? true : status.dataset.state === "open";
 }"""
-OPEN_DETAILS = "() => document.querySelectorAll('details:not([open])').forEach((d) => { d.open = true; })"
+# In one call (each is a round trip to the browser, 100 checks): every <details> opened, then
+# axe-core's rules; null when axe-core is not in the page.
 RUN_AXE = """async (tags) => {
+  document.querySelectorAll("details:not([open])").forEach((d) => { d.open = true; });
+  if (typeof window.axe !== "object") return null;
   const result = await axe.run(document, {runOnly: {type: "tag", values: tags}, resultTypes: ["violations"]});
   return result.violations.map((v) => ({
     rule: v.id, impact: v.impact || "", help: v.help,
@@ -70,9 +73,10 @@ class Sweep:
         self.violations: list[Violation] = []
         self.checked: list[str] = []
         self.seconds: list[tuple[float, float, str]] = []  # (settling, axe) per check, for the summary
+        self.loading = 0.0  # seconds in page.goto, for the summary
 
     def page(self, username: str | None) -> Page:
-        """A page of a new context, logged in as ``username`` (None: nobody).
+        """A page of a new context of the console fixture, logged in as ``username`` (None: nobody).
 
         axe-core goes into every document of the context as an init script. Not with
         ``add_script_tag``: that inserts an inline <script>, which the console's policy
@@ -80,21 +84,15 @@ class Sweep:
         ones users get. An init script is evaluated through the DevTools protocol, which the
         policy does not govern (as tests/browser/test_csp.py's recorder), before the page's own
         scripts; it only defines ``window.axe``."""
-        context = self.console.browser.new_context(base_url=self.console.base)
-        context.add_init_script(path=str(AXE))
+        context = self.console.context(username, init_path=AXE)  # logged in by its session cookie
         page = context.new_page()
-        page.on("dialog", lambda d: (_ for _ in ()).throw(AssertionError(f"a script ran: dialog {d.message!r}")))
-        if username is not None:
-            page.goto("/login/")
-            page.fill("input[name=username]", username)
-            page.fill("input[name=password]", PASSWORD)
-            with page.expect_navigation():
-                page.click("button[type=submit]")
-            assert "/login/" not in page.url, f"{username} could not log in"
+        page.on("dialog", _no_dialog)
         return page
 
     def visit(self, page: Page, label: str, path: str, role: str, *, status: int = 200) -> None:
+        started = time.monotonic()
         response = page.goto(path)
+        self.loading += time.monotonic() - started
         assert response is not None and response.status == status, f"{label} {path} as {role}: " \
             f"{response and response.status}, expected {status}"
         self.check(page, label, role)
@@ -102,12 +100,10 @@ class Sweep:
     def check(self, page: Page, label: str, role: str) -> None:
         """axe on the page as it is now, every <details> open."""
         started = time.monotonic()
-        page.wait_for_load_state("load")
         page.wait_for_function(SETTLED, timeout=10_000)
-        page.evaluate(OPEN_DETAILS)
-        assert page.evaluate("() => typeof window.axe === 'object'"), f"no axe-core in {page.url}"
         settled = time.monotonic()
         found = page.evaluate(RUN_AXE, TAGS)
+        assert found is not None, f"no axe-core in {page.url}"
         path = page.url.removeprefix(self.console.base)
         self.seconds.append((settled - started, time.monotonic() - settled, f"{label} as {role}"))
         self.checked.append(f"{label} [{path}] as {role}")
@@ -124,8 +120,9 @@ class Sweep:
         if not self.seconds:
             return "no page checked"
         slowest = sorted(self.seconds, key=lambda t: -(t[0] + t[1]))[:5]
-        return (f"{len(self.seconds)} checks: settling {sum(t[0] for t in self.seconds):.1f} s, "
-                f"axe {sum(t[1] for t in self.seconds):.1f} s; slowest: "
+        settling, axe = sum(t[0] for t in self.seconds), sum(t[1] for t in self.seconds)
+        return (f"{len(self.seconds)} checks: loading pages {self.loading:.1f} s, settling {settling:.1f} s, "
+                f"axe {axe:.1f} s; slowest: "
                 + "; ".join(f"{name} {a:.1f}+{b:.1f} s" for a, b, name in slowest))
 
     def report(self) -> str:

@@ -16,8 +16,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 def test_it_keeps_the_text_after_an_override_in_reading_order(console, users):
     run = make_run(status=RunStatus.RUNNING, reason="", name="orders-\u202ex", business_key="invoice-\u202egpj.exe")
-    page = console.page("vic")
-    page.goto(f"/runs/{run.id}/")
+    page = console.page("vic", f"/runs/{run.id}/")
     title = page.locator("#live-run_header h1")
     name = title.locator("bdi").first.bounding_box()
     version = title.locator("span.muted", has_text="v1").bounding_box()

@@ -29,7 +29,7 @@ def test_it_resolves_every_unknown_email_effect_in_one_batch_with_live_progress(
                what="four emails and a capture to be UNKNOWN")
     first.kill()  # no worker: the batch waits in the queue, and its page shows it coming to life
 
-    page = console.page("olga")
+    page = console.page("olga", None)
     errors: list[str] = []  # a CSP violation is a console error in Chromium
     page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
     page.goto("/effects/?connector=email.send")

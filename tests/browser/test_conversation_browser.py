@@ -33,8 +33,7 @@ def test_it_shows_an_agent_run_as_a_conversation(console, users):
     assert run.status == RunStatus.COMPLETED
     payment = EffectRecord.objects.get(run_id=run.id, step_name="capture_payment")
 
-    page = console.page("vic")
-    page.goto(f"/runs/{run.id}/")
+    page = console.page("vic", f"/runs/{run.id}/")
     conversation = page.locator("#live-run_conversation")
     expect(conversation.get_by_role("heading", name=re.compile("Conversation"))).to_be_visible()
     turns = conversation.locator("li.turn")

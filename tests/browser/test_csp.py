@@ -61,7 +61,8 @@ class Watched:
         self.check()
 
     def check(self) -> None:
-        self.page.wait_for_timeout(100)  # violation events are queued as tasks
+        # Violation events are queued as tasks: once the page's event loop is idle, they have run.
+        self.page.evaluate("() => new Promise((done) => requestIdleCallback(() => done(), {timeout: 2000}))")
         self.problems += [f"{self.page.url}: {v}" for v in self.page.evaluate("window.__violations || []")]
         self.page.evaluate("window.__violations = []")
 

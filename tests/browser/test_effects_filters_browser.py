@@ -26,8 +26,7 @@ def test_it_filters_and_searches_the_effects_queue_with_business_context(console
         make_effect(run=run, tenant=tenant, connector=connector, step="capture", age=timedelta(minutes=minutes),
                     request_payload={"order": f"ORD-{n}", "amount_cents": 4999 * (n + 1), "currency": "EUR"})
 
-    page = console.page("olga")
-    page.goto("/effects/")
+    page = console.page("olga", "/effects/")
     expect(page.locator("tr.effect")).to_have_count(4)
     page.select_option("select[name=connector]", "qp.lookup")
     page.select_option("select[name=age]", "1h")

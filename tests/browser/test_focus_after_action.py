@@ -35,8 +35,7 @@ def _approve_name(approval: ApprovalRequest) -> str:
 
 def test_it_moves_the_focus_to_the_next_approve_then_to_the_notice(console, users):
     first, second, third = (_approval(f"order-{n}", n) for n in (1, 2, 3))
-    page = console.page("ann")
-    page.goto("/approvals/")
+    page = console.page("ann", "/approvals/")
     expect(page.locator("#live-status")).to_have_text("live", timeout=10_000)
     focused = page.locator(":focus")
 
@@ -73,8 +72,7 @@ def test_it_moves_the_focus_to_the_next_approve_then_to_the_notice(console, user
 
 def test_it_moves_the_focus_to_the_notice_after_a_run_action_that_leaves_nothing_to_do(console, users):
     run = make_run(status=RunStatus.WAITING, reason="", business_key="order-77")
-    page = console.page("olga")
-    page.goto(f"/runs/{run.id}/")
+    page = console.page("olga", f"/runs/{run.id}/")
     expect(page.locator("#live-status")).to_have_text("live", timeout=10_000)
     actions = page.locator("#live-run_actions")
     actions.get_by_role("group").filter(has_text="Cancel…").locator("summary").click()

@@ -115,8 +115,7 @@ def test_it_resolves_an_effect_and_approves_two_approvals_with_the_keyboard_alon
     by_run = {first.id: first, second.id: second}
 
     # The operator: an UNKNOWN email resolved with evidence.
-    page = console.page("olga")
-    page.goto("/effects/")
+    page = console.page("olga", "/effects/")
     wait_live(page)
     older, newer = (effects[int(i.removeprefix("effect-"))] for i in _row_ids(page, "tr.effect"))  # page order
     region = _live_region(page)
@@ -155,8 +154,7 @@ def test_it_resolves_an_effect_and_approves_two_approvals_with_the_keyboard_alon
 
     # The approver: two approvals in a row, the focus moving to the next one, then to the notice.
     runs = {ship_a.id: ship_a, ship_b.id: ship_b}
-    page = console.page("ann")
-    page.goto("/approvals/")
+    page = console.page("ann", "/approvals/")
     wait_live(page)
     pending = {a.id: a for a in ApprovalRequest.objects.filter(run__in=[ship_a, ship_b])}
     approvals = [pending[int(i.removeprefix("approval-"))] for i in _row_ids(page, "tr.approval")]  # page order

@@ -17,12 +17,13 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 PAUSED = "live updates paused: reload the page"
 HOSTILE = "<img src=x onerror=alert(1)>"
+COUNT_PUSHES = """() => { window.__pushes = 0;
+  document.addEventListener("htmx:wsAfterMessage", () => { window.__pushes += 1; }); }"""
 
 
 def test_it_says_live_updates_paused_when_a_section_is_too_large_to_push(console, users):
     run = make_run(status=RunStatus.RUNNING, reason="")
-    page = console.page("vic")
-    page.goto(f"/runs/{run.id}/")
+    page = console.page("vic", f"/runs/{run.id}/")
     expect(page.locator("#live-status")).to_have_text("live", timeout=10_000)
 
     hostile_history(run)  # 100 new entries: the run page's live history is now over the push limit
@@ -40,9 +41,10 @@ def test_it_says_live_updates_paused_when_a_section_is_too_large_to_push(console
     expect(page.locator("#live-run_history li.entry")).to_have_count(0)
     console.shot(page, "run-live-paused")
 
+    page.evaluate(COUNT_PUSHES)
     broadcast(topics.run_topic(str(run.id)))  # pushed again: still one notice, still paused
     assert publisher.flush(timeout=5)
-    page.wait_for_timeout(1000)
+    page.wait_for_function("() => window.__pushes >= 1", timeout=10_000)
     expect(page.locator("#live-run_history .live-stale:visible")).to_have_count(1)
     expect(page.locator("#live-status")).to_have_text(PAUSED)
 
@@ -51,8 +53,7 @@ def test_it_expands_a_truncated_payload_in_place(console, users):
     run = make_run(status=RunStatus.RUNNING, reason="", last_seq=1)
     JournalEntry.objects.create(run=run, seq=1, kind="step", name="plan", created_at=run.created_at,
                                 payload={"rows": [f"row-{i:05d}" for i in range(400)], "note": HOSTILE})
-    page = console.page("vic")
-    page.goto(f"/runs/{run.id}/")
+    page = console.page("vic", f"/runs/{run.id}/")
     entry = page.locator("#seq-1")
     expect(entry).to_contain_text("Showing the first 600 characters")
     expect(entry).not_to_contain_text("row-00399")

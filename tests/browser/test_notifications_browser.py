@@ -7,10 +7,12 @@ from __future__ import annotations
 import re
 
 from django.conf import settings
+from playwright.sync_api import expect
 
 from console.notifications.detect import deliveries_create_for_run
 from console.notifications.models import NotificationDelivery, NotificationEndpoint
 from demo.models import WebhookArrival
+from ledger.models import EffectRecord, EffectStatus
 from tests.console.queue_data import make_effect, make_run
 from tests.procs import wait_until
 
@@ -19,9 +21,7 @@ def test_it_configures_an_endpoint_and_shows_its_deliveries(console, users):
     staff = users["olga"]
     staff.is_staff = True
     staff.save()
-    page = console.page("olga")
-
-    page.goto("/notifications/endpoints/")
+    page = console.page("olga", "/notifications/endpoints/")
     page.fill("input[name=name]", "demo receiver")
     page.fill("input[name=url]", console.providers_url + "/webhook/receive")
     page.select_option("select[name=format]", "generic")
@@ -42,17 +42,20 @@ def test_it_configures_an_endpoint_and_shows_its_deliveries(console, users):
     delivery = NotificationDelivery.objects.get()
     wait_until(lambda: WebhookArrival.objects.filter(signature_ok=True).exists(), 30, what="the arrival")
 
+    wait_until(lambda: EffectRecord.objects.filter(run_id=NotificationDelivery.objects.get().notify_run_id,
+                                                   status=EffectStatus.SUCCEEDED).exists(), 20,
+               what="the notify run's POST to be recorded as succeeded")
     page.goto("/notifications/")
     row = page.locator(f"#delivery-{delivery.id}")
-    wait_until(lambda: (page.reload() or True) and "delivered" in row.inner_text(), 20, interval=0.5,
-               what="the deliveries page to show it delivered")
-    assert "order-0012" in row.inner_text() and "UNKNOWN effect" in row.inner_text()
+    expect(row.locator(".badge")).to_have_text("delivered")
+    expect(row).to_contain_text("order-0012")
+    expect(row).to_contain_text("UNKNOWN effect")
     console.shot(page, "notification_deliveries")
 
     page.goto(console.providers_url + "/webhook/")
     assert "signature ok" in page.content() and "order-0012" in page.content()
     console.shot(page, "webhook_receiver")
 
-    viewer = console.page("vic")
+    viewer = console.page("vic", None)
     assert viewer.goto("/notifications/endpoints/").status == 403
     assert viewer.goto("/notifications/").status == 200

@@ -5,7 +5,6 @@ links to what each entry is about. Screenshots: overview.png, audit.png, approva
 from __future__ import annotations
 
 import re
-import time
 from datetime import timedelta
 
 import pytest
@@ -22,6 +21,12 @@ from tests.procs import wait_until
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
+# The browser's own form check: a field it refuses fires "invalid" (it does not bubble) when the
+# form is submitted, and the form is then not sent.
+RECORD_INVALID = """() => { window.__invalid = [];
+  document.addEventListener("invalid", (e) => window.__invalid.push(e.target.name), true); }"""
+
+
 def status(run) -> str:
     return WorkflowRun.objects.values_list("status", flat=True).get(id=run.id)
 
@@ -33,8 +38,7 @@ def test_it_rejects_with_a_reason_and_a_confirmation_then_shows_it_on_the_overvi
     wait_until(lambda: status(run) == RunStatus.WAITING, 30, what="the run to wait for approval")
     approval = ApprovalRequest.objects.get(run=run)
 
-    page = console.page("ann")
-    page.goto("/approvals/")
+    page = console.page("ann", "/approvals/")
     row = page.locator(f"#approval-{approval.id}")
     expect(row.get_by_role("button", name="Approve")).to_be_visible()  # approving stays one click
     reject_button = row.get_by_role("button", name="Reject and compensate")
@@ -42,12 +46,16 @@ def test_it_rejects_with_a_reason_and_a_confirmation_then_shows_it_on_the_overvi
     row.locator("summary", has_text="Reject…").click()
     expect(row.locator("details.reject .warning")).to_contain_text("compensates")
     expect(row.locator("details.reject .warning")).to_contain_text("the 1 effect it has completed is undone")
+    posts: list[str] = []
+    page.on("request", lambda r: r.method == "POST" and posts.append(r.url))
+    page.evaluate(RECORD_INVALID)
     reject_button.click()  # no reason, no confirmation: the browser asks for them, nothing is sent
-    time.sleep(0.5)
-    assert ApprovalRequest.objects.get(id=approval.id).state == ApprovalState.PENDING
+    page.wait_for_function("(name) => window.__invalid.includes(name)", arg="comment", timeout=5_000)
     row.locator("details.reject textarea[name=comment]").fill("the customer cancelled by phone")
+    page.evaluate("() => { window.__invalid = []; }")
     reject_button.click()  # still no confirmation
-    time.sleep(0.5)
+    page.wait_for_function("(name) => window.__invalid.includes(name)", arg="confirm", timeout=5_000)
+    assert posts == []  # the browser's own check stopped both before anything was sent
     assert ApprovalRequest.objects.get(id=approval.id).state == ApprovalState.PENDING
     row.get_by_label("I understand the run will be compensated").check()
     console.shot(page, "approvals-reject")
@@ -67,8 +75,7 @@ def test_it_rejects_with_a_reason_and_a_confirmation_then_shows_it_on_the_overvi
                                              status=state, status_reason=reason, business_key=f"order-{reason}")
         WorkflowRun.objects.filter(id=stopped.id).update(updated_at=timezone.now() - age)
 
-    viewer = console.page("vic")
-    viewer.goto("/")
+    viewer = console.page("vic", "/")
     queues = viewer.locator("table.queues")
     expect(queues.locator("tr", has_text="Unknown effects")).to_contain_text("1")
     expect(queues.locator("tr", has_text="Unknown effects").locator("td.num")).to_have_text("1")

@@ -18,9 +18,7 @@ def test_it_shows_live_workers_and_stranded_versions_and_follows_new_workers(con
                what="the worker registered")
     WorkflowRun.objects.create(workflow_name="retired_flow", version=3, definition_hash="f" * 64,
                                status=RunStatus.PENDING, business_key="o-stranded", tenant="acme")
-    page = console.page("vic")
-
-    page.goto("/workers/")
+    page = console.page("vic", "/workers/")
 
     row = page.locator('tr[data-worker="wk-browser"]')
     assert row.is_visible()
