@@ -29,7 +29,7 @@ def pytest_xdist_auto_num_workers(config):
     return WHOLE_SUITE_WORKERS
 
 
-@pytest.hookimpl(wrapper=True)
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     """Tests that may not run in two workers at once share an xdist_group (one worker runs a
     group's tests one after another; --dist loadgroup hands out the largest groups first):
@@ -37,7 +37,11 @@ def pytest_collection_modifyitems(config, items):
     * the benchmark smokes: they use the saga_bench* databases, Redis dbs 1 and 10-14 and the
       virtualenvs under .bench/ (made on first use), never a test session's own;
     * the tests of a module with a module-scoped fixture (a private PostgreSQL server, a
-      deployment): split across workers, each would build it again."""
+      deployment): split across workers, each would build it again.
+
+    tryfirst: pytest-xdist's worker names the group in each node id (``<id>@<group>``) in its
+    own pytest_collection_modifyitems, which must see these marks. That suffix is read by
+    pytest up to 9.1 (pyproject.toml pins pytest below 9.2 for this reason)."""
     for item in items:
         path = item.path.relative_to(config.rootpath).as_posix()
         if path.startswith("tests/bench/"):
@@ -47,30 +51,6 @@ def pytest_collection_modifyitems(config, items):
         defs = fixtures.name2fixturedefs.values() if fixtures is not None else ()
         if any(fixturedef.scope in ("module", "package") for chain in defs for fixturedef in chain):
             item.add_marker(pytest.mark.xdist_group(path))
-    result = yield
-    if config.getoption("loadgroup", False):  # an xdist worker under --dist loadgroup
-        for item in items:
-            _name_the_group_in_the_node_id(item)
-    return result
-
-
-def _name_the_group_in_the_node_id(item) -> None:
-    """The loadgroup scheduler groups by the ``@<group>`` suffix an xdist worker gives a node
-    id. pytest-xdist 3.8 sets it as ``item._nodeid``, which pytest 9.2 no longer reads (the
-    id is ``item._id``, a NodeId): without this every group was silently split across workers.
-    No-op where xdist's own suffix took."""
-    groups = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
-                     for m in item.iter_markers("xdist_group")})
-    nodeid = item.nodeid
-    if not groups or nodeid.rfind("@") > nodeid.rfind("]"):
-        return
-    suffixed = f"{nodeid}@{'_'.join(groups)}"
-    if hasattr(item, "_id"):
-        from _pytest.nodeid import NodeId
-
-        item._id = NodeId.parse(suffixed)
-    else:
-        item._nodeid = suffixed
 
 
 @pytest.fixture(scope="session", autouse=True)
