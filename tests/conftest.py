@@ -7,7 +7,7 @@ import time
 import pytest
 from django.db import connection
 
-from tests.procs import Procs
+from tests.procs import Procs, SharedProviders
 
 
 # `make test` runs on pytest-xdist workers (addopts in pyproject.toml: -n auto --dist loadgroup).
@@ -93,6 +93,36 @@ def procs(tmp_path, request):
     rep = getattr(request.node, "rep_call", None)
     if rep is not None and rep.failed:
         print(group.logs())
+
+
+@pytest.fixture(scope="session")
+def _session_providers(django_db_setup, tmp_path_factory):
+    """The session's ``demo_providers`` process (``tests.procs.SharedProviders``), started
+    when a test first asks for ``providers_url``, stopped before the test database is dropped."""
+    shared = SharedProviders(tmp_path_factory.mktemp("providers"))
+    yield shared
+    shared.stop()
+
+
+@pytest.fixture
+def providers_url(_session_providers, transactional_db, settings, request):
+    """The URL of the session's simulated providers (a real ``demo_providers`` process on this
+    test database), set as DEMO_PROVIDERS_URL for this process's connectors. Transactional:
+    the providers see only committed rows, and their books are emptied after each test."""
+    url = _session_providers.for_a_test()
+    # Emptied by the last test's flush, but a request of its killed workers that was still in
+    # flight then (now done: for_a_test waited) may have written after it.
+    from demo.models import ProviderExecution, ProviderFault, ProviderReplay, WebhookArrival
+
+    with connection.cursor() as cur:
+        for model in (ProviderReplay, ProviderExecution, ProviderFault, WebhookArrival):
+            cur.execute(f"DELETE FROM {model._meta.db_table}")
+    settings.DEMO_PROVIDERS_URL = url
+    offset = _session_providers.log_offset()
+    yield url
+    rep = getattr(request.node, "rep_call", None)
+    if rep is not None and rep.failed:
+        print(f"----- shared providers (from this test on) -----\n{_session_providers.log_since(offset)[-6000:]}")
 
 
 @pytest.hookimpl(hookwrapper=True)
