@@ -100,3 +100,8 @@ from config.append_only import TRUNCATE_ESCAPE_GUC  # noqa: E402
 
 _db_options = DATABASES["default"]["OPTIONS"]  # noqa: F405
 _db_options["options"] = f"{_db_options.get('options', '')} -c {TRUNCATE_ESCAPE_GUC}=on".strip()
+
+# Django's PostgreSQL backend, emptying the tables between transactional tests with DELETE
+# rather than TRUNCATE (much cheaper for tables of a few rows; see tests/db_backend/base.py).
+# Only this test process: the processes the tests start run config.settings.
+DATABASES["default"]["ENGINE"] = "tests.db_backend"  # noqa: F405
