@@ -11,6 +11,7 @@ import sys
 
 import pytest
 
+from bench.dbos import venv_ready as dbos_venv_ready
 from tests.procs import ROOT
 
 
@@ -44,6 +45,12 @@ def test_it_runs_each_benchmark_at_tiny_size_and_prints_its_table(script, expect
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     table = [line for line in done.stdout.splitlines() if line.startswith("|")]
+    if script == "bench/engine.py" and not dbos_venv_ready():
+        # The smoke run installs nothing: without the DBOS virtualenv its rounds are left out,
+        # and the table says so and how to make it (`make bench-env`).
+        [left_out] = [line for line in table if "DBOS Transact: pure steps per second, ours / DBOS" in line]
+        assert "not measured: no DBOS environment" in left_out and "make bench-env" in left_out, left_out
+        expected_rows = [row for row in expected_rows if "DBOS" not in row]
     for row in expected_rows:
         matches = [line for line in table if row in line]
         if len(matches) > 1:  # "ambiguous-effects queue" and its filtered variants: the row named exactly
