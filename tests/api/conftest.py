@@ -69,7 +69,7 @@ def login(name: str, *groups: str, **fields: Any):
 
 
 @pytest.fixture
-def keys(transactional_db) -> dict[str, str]:
+def keys(db) -> dict[str, str]:
     """A key per role (``viewer``, ``operator``, ``approver``), a second operator and an
     operator limited to tenant ``acme``: name -> plain key."""
     made = {}
