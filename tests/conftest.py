@@ -7,7 +7,7 @@ import time
 import pytest
 from django.db import connection
 
-from tests.procs import Procs, SharedProviders
+from tests.procs import BENCH_SHARED, Procs, SharedProviders
 
 
 # `make test` runs on pytest-xdist workers (addopts in pyproject.toml: -n auto --dist loadgroup).
@@ -35,7 +35,13 @@ def pytest_collection_modifyitems(config, items):
     group's tests one after another; --dist loadgroup hands out the largest groups first):
 
     * the benchmark smokes: they use the saga_bench* databases, Redis dbs 1 and 10-14 and the
-      virtualenvs under .bench/ (made on first use), never a test session's own;
+      virtualenvs under .bench/, never a test session's own. Two groups, which share none of
+      these, so the smokes run on two workers and still never two on one resource at once:
+      BENCH_SHARED (the smokes on saga_bench and Redis 14, which each empties, and with them
+      continue_loop on Redis 12, which bench/engine.py runs too, and agents, which uses the
+      other .bench/ virtualenv) and BENCH_OWN (faults and retention on private servers,
+      retention and bulk on Redis 11, api on Redis 1). tests/bench marks the second group;
+      an unmarked smoke joins the first;
     * the tests of a module with a module-scoped fixture (a private PostgreSQL server, a
       deployment): split across workers, each would build it again.
 
@@ -45,7 +51,8 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         path = item.path.relative_to(config.rootpath).as_posix()
         if path.startswith("tests/bench/"):
-            item.add_marker(pytest.mark.xdist_group("bench"))
+            if not any(item.iter_markers("xdist_group")):
+                item.add_marker(pytest.mark.xdist_group(BENCH_SHARED))
             continue
         fixtures = getattr(item, "_fixtureinfo", None)
         defs = fixtures.name2fixturedefs.values() if fixtures is not None else ()

@@ -19,6 +19,9 @@ from django.conf import settings
 from django.db import connection
 
 ROOT = Path(__file__).resolve().parent.parent
+# The two xdist groups of the benchmark smokes (tests/bench), which share no database, Redis
+# db or virtualenv: see pytest_collection_modifyitems in tests/conftest.py.
+BENCH_SHARED, BENCH_OWN = "bench-shared", "bench-own-servers"
 
 
 def test_database_url() -> str:
