@@ -35,6 +35,19 @@ def default_database_url() -> str:
     return urlunsplit(parts._replace(path="/saga_bench_dbos"))
 
 
+MAKE_IT = "make bench-env"  # builds this virtualenv and bench/agents.py's (Makefile)
+
+
+def venv_ready() -> bool:
+    """Whether the DBOS virtualenv is there with this very requirement in (nothing is installed)."""
+    return STAMP.exists() and STAMP.read_text() == REQUIREMENT and (VENV / "bin" / "python").exists()
+
+
+def absent_reason() -> str:
+    """What a smoke run prints where it leaves DBOS out because its virtualenv is absent."""
+    return f"not measured: no DBOS environment ({VENV.relative_to(ROOT)}), `{MAKE_IT}` makes it"
+
+
 def ensure_venv() -> Path:
     """The DBOS virtualenv's interpreter, creating the virtualenv and installing DBOS
     unless the stamp says this very requirement is already in.
@@ -42,7 +55,7 @@ def ensure_venv() -> Path:
     The virtualenv is made from the interpreter running this (the project's, so
     Python >= 3.11, which bench/dbos_pure.py needs for ``-P``)."""
     python = VENV / "bin" / "python"
-    if STAMP.exists() and STAMP.read_text() == REQUIREMENT and python.exists():
+    if venv_ready():
         return python
     if not python.exists():
         _run_or_exit([sys.executable, "-m", "venv", str(VENV)], "creating the DBOS virtualenv")

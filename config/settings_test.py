@@ -110,3 +110,4 @@ from core.append_only import TRUNCATE_ESCAPE_GUC  # noqa: E402
 
 _db_options = DATABASES["default"]["OPTIONS"]  # noqa: F405
 _db_options["options"] = f"{_db_options.get('options', '')} -c {TRUNCATE_ESCAPE_GUC}=on".strip()
+

@@ -1,7 +1,7 @@
 """Testing your workflows: crashes, recovery and time, in the test's own process.
 
 Everything here drives the engine's real code path against the real PostgreSQL journal and
-ledger: a run is claimed and advanced exactly as a worker does it (``sagas.engine.advance``),
+ledger: a run is claimed and advanced exactly as a worker does it (``sagas.replay.engine.advance``),
 the sweeper's real pass wakes timers and finds expired leases. Only three things are
 simulated: where the process dies (``crash_at``), which worker is "next"
 (``run_until_idle``'s owner), and what time it is (``frozen_clock``, ``expire_lease``).
@@ -65,8 +65,9 @@ from datetime import datetime, timedelta
 from django.db import connection
 from django.utils import timezone
 
-from sagas import crashpoints, engine, queue, recovery
 from sagas.models import LEASED_STATUSES, RunStatus, WorkflowRun
+from sagas.replay import engine
+from sagas.runtime import crashpoints, queue, recovery
 
 __all__ = [
     "Clock",
@@ -89,7 +90,7 @@ _ADVANCING = frozenset({RunStatus.PENDING, RunStatus.COMPENSATING})
 _owners = itertools.count(1)
 
 
-class SimulatedCrash(BaseException):  # noqa: N818 -- named for what it stands for
+class SimulatedCrash(BaseException):
     """The engine reached the crash point ``crash_at`` armed: the advance ends here, with
     nothing after the point written and the transaction in flight rolled back."""
 
@@ -170,8 +171,8 @@ def _owner(owner: str | None) -> str:
 
 
 def advance(run_id: object, *, owner: str | None = None) -> WorkflowRun:
-    """One claim and advance of the run, as one worker's job does it (``sagas.jobs.advance``:
-    the run's wake-up marker in Redis is cleared, then ``sagas.engine.advance``), under ``owner``
+    """One claim and advance of the run, as one worker's job does it (``sagas.runtime.jobs.advance``:
+    the run's wake-up marker in Redis is cleared, then ``sagas.replay.engine.advance``), under ``owner``
     (default: a new name each call, so each call is "another worker"). The job ``start`` put
     in the queue stays there; a worker that takes it later finds nothing to claim.
     Returns the run as stored afterwards; ``run.outcome`` is the engine's ``Outcome``."""
@@ -220,7 +221,7 @@ def _database_now() -> datetime:
 
 
 def sweep_once() -> recovery.SweepReport:
-    """One pass of the real sweeper (``sagas.recovery.sweep``, what ``sagas_sweep`` and every
+    """One pass of the real sweeper (``sagas.runtime.recovery.sweep``, what ``sagas_sweep`` and every
     worker's background thread run): wakes runs whose timer or deadline is due by Django's clock
     (see ``frozen_clock``), queues runs whose lease expired or whose wake-up was lost, re-asks
     lookups of UNKNOWN effects. Returns its ``SweepReport`` (``.woken``, ``.expired``...)."""

@@ -7,12 +7,16 @@ import time
 import pytest
 from django.db import connection
 
-from tests.procs import Procs
+from tests.procs import BENCH_SHARED, Procs, SharedProviders
 
 # `make test` runs on pytest-xdist workers (addopts in pyproject.toml: -n auto --dist loadgroup).
 # Each worker has its own test database and Redis database (config/settings_test.py); what
 # tests share beyond those is kept to one worker by an xdist_group below.
-WHOLE_SUITE_WORKERS = 2
+# Three on the 2-core machine: the tests mostly wait (processes starting, leases expiring,
+# polling), so a third worker fills the idle time. tests/ledger, tests/agents and tests/api
+# (133 tests) took 343 s of wall time on 2 workers and 266 s on 3, with the same CPU time
+# (2026-12-04, a machine shared with other suites).
+WHOLE_SUITE_WORKERS = 3
 
 
 @pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist (the dev extra)
@@ -28,48 +32,35 @@ def pytest_xdist_auto_num_workers(config):
     return WHOLE_SUITE_WORKERS
 
 
-@pytest.hookimpl(wrapper=True)
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     """Tests that may not run in two workers at once share an xdist_group (one worker runs a
     group's tests one after another; --dist loadgroup hands out the largest groups first):
 
     * the benchmark smokes: they use the saga_bench* databases, Redis dbs 1 and 10-14 and the
-      virtualenvs under .bench/ (made on first use), never a test session's own;
+      virtualenvs under .bench/, never a test session's own. Two groups, which share none of
+      these, so the smokes run on two workers and still never two on one resource at once:
+      BENCH_SHARED (the smokes on saga_bench and Redis 14, which each empties, and with them
+      continue_loop on Redis 12, which bench/engine.py runs too, and agents, which uses the
+      other .bench/ virtualenv) and BENCH_OWN (faults and retention on private servers,
+      retention and bulk on Redis 11, api on Redis 1). tests/bench marks the second group;
+      an unmarked smoke joins the first;
     * the tests of a module with a module-scoped fixture (a private PostgreSQL server, a
-      deployment): split across workers, each would build it again."""
+      deployment): split across workers, each would build it again.
+
+    tryfirst: pytest-xdist's worker names the group in each node id (``<id>@<group>``) in its
+    own pytest_collection_modifyitems, which must see these marks. That suffix is read by
+    pytest up to 9.1 (pyproject.toml pins pytest below 9.2 for this reason)."""
     for item in items:
         path = item.path.relative_to(config.rootpath).as_posix()
         if path.startswith("tests/bench/"):
-            item.add_marker(pytest.mark.xdist_group("bench"))
+            if not any(item.iter_markers("xdist_group")):
+                item.add_marker(pytest.mark.xdist_group(BENCH_SHARED))
             continue
         fixtures = getattr(item, "_fixtureinfo", None)
         defs = fixtures.name2fixturedefs.values() if fixtures is not None else ()
         if any(fixturedef.scope in ("module", "package") for chain in defs for fixturedef in chain):
             item.add_marker(pytest.mark.xdist_group(path))
-    result = yield
-    if config.getoption("loadgroup", False):  # an xdist worker under --dist loadgroup
-        for item in items:
-            _name_the_group_in_the_node_id(item)
-    return result
-
-
-def _name_the_group_in_the_node_id(item) -> None:
-    """The loadgroup scheduler groups by the ``@<group>`` suffix an xdist worker gives a node
-    id. pytest-xdist 3.8 sets it as ``item._nodeid``, which pytest 9.2 no longer reads (the
-    id is ``item._id``, a NodeId): without this every group was silently split across workers.
-    No-op where xdist's own suffix took."""
-    groups = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
-                     for m in item.iter_markers("xdist_group")})
-    nodeid = item.nodeid
-    if not groups or nodeid.rfind("@") > nodeid.rfind("]"):
-        return
-    suffixed = f"{nodeid}@{'_'.join(groups)}"
-    if hasattr(item, "_id"):
-        from _pytest.nodeid import NodeId
-
-        item._id = NodeId.parse(suffixed)
-    else:
-        item._nodeid = suffixed
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -114,6 +105,36 @@ def procs(tmp_path, request):
         print(group.logs())
 
 
+@pytest.fixture(scope="session")
+def _session_providers(django_db_setup, tmp_path_factory):
+    """The session's ``demo_providers`` process (``tests.procs.SharedProviders``), started
+    when a test first asks for ``providers_url``, stopped before the test database is dropped."""
+    shared = SharedProviders(tmp_path_factory.mktemp("providers"))
+    yield shared
+    shared.stop()
+
+
+@pytest.fixture
+def providers_url(_session_providers, transactional_db, settings, request):
+    """The URL of the session's simulated providers (a real ``demo_providers`` process on this
+    test database), set as DEMO_PROVIDERS_URL for this process's connectors. Transactional:
+    the providers see only committed rows, and their books are emptied after each test."""
+    url = _session_providers.for_a_test()
+    # Emptied by the last test's flush, but a request of its killed workers that was still in
+    # flight then (now done: for_a_test waited) may have written after it.
+    from demo.models import ProviderExecution, ProviderFault, ProviderReplay, WebhookArrival
+
+    with connection.cursor() as cur:
+        for model in (ProviderReplay, ProviderExecution, ProviderFault, WebhookArrival):
+            cur.execute(f"DELETE FROM {model._meta.db_table}")
+    settings.DEMO_PROVIDERS_URL = url
+    offset = _session_providers.log_offset()
+    yield url
+    rep = getattr(request.node, "rep_call", None)
+    if rep is not None and rep.failed:
+        print(f"----- shared providers (from this test on) -----\n{_session_providers.log_since(offset)[-6000:]}")
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield
@@ -130,7 +151,7 @@ def step_calls(transactional_db):
                    id bigserial PRIMARY KEY, run_id text NOT NULL, step text NOT NULL,
                    pid int NOT NULL, payload jsonb, at timestamptz NOT NULL DEFAULT clock_timestamp())"""
         )
-        cur.execute("TRUNCATE test_step_calls")
+        cur.execute("DELETE FROM test_step_calls")  # a few rows: cheaper than TRUNCATE's new files
     return StepCalls()
 
 

@@ -19,6 +19,9 @@ from django.conf import settings
 from django.db import connection
 
 ROOT = Path(__file__).resolve().parent.parent
+# The two xdist groups of the benchmark smokes (tests/bench), which share no database, Redis
+# db or virtualenv: see pytest_collection_modifyitems in tests/conftest.py.
+BENCH_SHARED, BENCH_OWN = "bench-shared", "bench-own-servers"
 
 
 def test_database_url() -> str:
@@ -117,12 +120,100 @@ def wait_until(predicate: Callable[[], object], timeout: float, interval: float 
         time.sleep(interval)
 
 
-def start_providers(procs, **env: str) -> str:
+def listening_port(url: str) -> int:
+    return int(url.rsplit(":", 1)[1].split("/")[0])
+
+
+def open_connections(pid: int, port: int) -> int:
+    """How many TCP connections process ``pid`` holds on its local ``port``, listening socket
+    not counted: the requests an HTTP/1.0 server is still working on (each handler closes its
+    connection when it is done, also when its caller died meanwhile)."""
+    inodes = set()
+    try:
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            try:
+                target = os.readlink(fd)
+            except OSError:
+                continue
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+    except OSError:
+        return 0
+    count = 0
+    for table in ("tcp", "tcp6"):
+        try:
+            lines = Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            local, state, inode = fields[1], fields[3], fields[9]
+            if inode in inodes and state != "0A" and int(local.rsplit(":", 1)[1], 16) == port:  # 0A: LISTEN
+                count += 1
+    return count
+
+
+class SharedProviders:
+    """One ``demo_providers`` process for a whole test session (each xdist worker has its own,
+    on its own test database), for the tests in which the providers are a real HTTP process
+    to call and not the process under test (none of them kills or stops it).
+
+    What a test sees of it is its books, which live in the test database: the tests using it
+    are transactional, so pytest-django empties those tables after each test, as it did when
+    each test had a process of its own. What could still leak from one test into the next is a
+    request the providers are still working on (a ``latency`` fault sleeps before the work
+    and then executes it, after its caller was killed): ``for_a_test`` waits for the process
+    to have no request in flight, and starts a new one if it keeps one longer than a moment.
+    A test that needs other settings of the providers (an environment variable) or stops them
+    starts its own with ``start_providers``."""
+
+    IDLE_WAIT = 3.0
+
+    def __init__(self, log_dir: Path) -> None:
+        self.procs = Procs(log_dir)
+        self.proc: Proc | None = None
+        self.url = ""
+        self.started = 0
+
+    def for_a_test(self) -> str:
+        """The URL of a live providers process with nothing in flight."""
+        if self.proc is not None and self.proc.alive() and self._idle():
+            return self.url
+        if self.proc is not None:
+            self.proc.kill()
+        self.url = start_providers(self.procs, name=f"providers-{self.started + 1}")
+        self.proc, self.started = self.procs.procs[-1], self.started + 1
+        return self.url
+
+    def _idle(self) -> bool:
+        port = listening_port(self.url)
+        deadline = time.monotonic() + self.IDLE_WAIT
+        while open_connections(self.proc.pid, port):
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.02)
+        return True
+
+    def log_offset(self) -> int:
+        return self.proc.log_path.stat().st_size if self.proc is not None and self.proc.log_path.exists() else 0
+
+    def log_since(self, offset: int) -> str:
+        if self.proc is None:
+            return ""
+        with open(self.proc.log_path, "rb") as handle:
+            handle.seek(offset)
+            return handle.read().decode(errors="replace")
+
+    def stop(self) -> None:
+        self.procs.stop_all()
+
+
+def start_providers(procs, name: str = "providers", **env: str) -> str:
     """The demo providers as a real ``demo_providers`` process on a port it picks itself (no race
     with another suite), started by ``procs``; its URL once it listens."""
     import re
 
-    server = procs.start("providers", ["manage.py", "demo_providers", "--port", "0"], worker_env("", **env))
+    server = procs.start(name, ["manage.py", "demo_providers", "--port", "0"], worker_env("", **env))
     found = wait_until(lambda: re.search(r"listening on (http://\S+)", server.log()) or not server.alive(), 30,
                        what="the provider server to listen")
     assert server.alive(), server.log()

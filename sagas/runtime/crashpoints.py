@@ -32,9 +32,9 @@ _points: frozenset[str] | None = None
 
 # Every point the engine and the ledger reach (the first argument of each crash_point call).
 POINTS = frozenset({
-    "before_step", "after_step", "after_step_record",  # sagas.context: ctx.step
-    "before_complete", "before_continue_as_new",  # sagas.engine
-    "continue_as_new_uncommitted", "after_continue_as_new",  # sagas.continuation
+    "before_step", "after_step", "after_step_record",  # sagas.replay.context: ctx.step
+    "before_complete", "before_continue_as_new",  # sagas.replay.engine
+    "continue_as_new_uncommitted", "after_continue_as_new",  # sagas.replay.continuation
     "before_compensation",  # sagas.compensation
     "before_intent", "after_intent", "after_dispatch", "after_outcome",  # ledger.protocol: ctx.effect
 })

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from api.keys import apikey_create
-from tests.procs import start_providers, wait_until, worker_env
+from tests.procs import wait_until, worker_env
 
 MODULES = "tests.ledger.wf_sagas,tests.ledger.wf_orders,tests.sagas.wf_engine,tests.api.wf_api"
 
@@ -69,7 +69,7 @@ def login(name: str, *groups: str, **fields: Any):
 
 
 @pytest.fixture
-def keys(transactional_db) -> dict[str, str]:
+def keys(db) -> dict[str, str]:
     """A key per role (``viewer``, ``operator``, ``approver``), a second operator and an
     operator limited to tenant ``acme``: name -> plain key."""
     made = {}
@@ -98,10 +98,9 @@ def _free_port() -> int:
 
 
 @pytest.fixture
-def api_server(procs, transactional_db, settings) -> ApiServer:
-    """daphne serving the project (the API included) on the test database, with the providers."""
-    providers_url = start_providers(procs)
-    settings.DEMO_PROVIDERS_URL = providers_url
+def api_server(transactional_db, providers_url, procs) -> ApiServer:
+    """daphne serving the project (the API included) on the test database, with the session's
+    providers (tests/conftest.py); daphne and the workers are killed before the tables are emptied."""
     port = _free_port()
     daphne = procs.start("daphne", ["-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "config.asgi:application"],
                          worker_env(MODULES, DEMO_PROVIDERS_URL=providers_url))

@@ -13,7 +13,7 @@ from console.models import AuditEntry
 from sagas.models import WorkflowRun
 from tests.sagas import wf_engine  # noqa: F401  (registers five_steps)
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = pytest.mark.django_db
 
 
 def call(method: str, path: str, key: str | None = None, body=None, **headers):

@@ -19,7 +19,7 @@ from console import roles
 from console.models import AuditEntry, AuditOutcome
 from tests.api.conftest import login
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = pytest.mark.django_db
 NO_RUN = "/api/v1/runs/00000000-0000-0000-0000-000000000000"
 
 

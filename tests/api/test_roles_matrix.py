@@ -16,7 +16,7 @@ from sagas.models import RunStatus
 from tests.api.actions_data import approval_of, call, problem, waiting_run
 from tests.console.queue_data import make_effect, make_run
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = pytest.mark.django_db
 
 
 @dataclass

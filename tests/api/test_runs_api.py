@@ -16,7 +16,7 @@ from sagas.models import JournalEntry, RunStatus, WorkflowRun
 from tests.api.actions_data import SECRET, approval_of, call, problem, waiting_run, walk
 from tests.console.queue_data import make_effect, make_run
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = pytest.mark.django_db
 
 
 def aged(run: WorkflowRun, created_at) -> WorkflowRun:

@@ -11,9 +11,12 @@ import re
 import subprocess
 import sys
 
-from tests.procs import ROOT
+import pytest
+
+from tests.procs import BENCH_OWN, ROOT
 
 
+@pytest.mark.xdist_group(BENCH_OWN)  # saga_bench_api_smoke and Redis 1
 def test_it_starts_runs_through_the_api_and_answers_every_long_poll_soon_after_the_run_finished():
     done = subprocess.run([sys.executable, "bench/api.py", "--smoke"], cwd=ROOT, capture_output=True, text=True,
                           timeout=120)

@@ -17,7 +17,7 @@ from tests.console.conftest import client_for
 from tests.console.run_data import IMG, IMG_ESCAPED, SCRIPT, SCRIPT_ESCAPED, run_url, text
 from tests.sagas import wf_retention  # noqa: F401  (registers ret_order)
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture

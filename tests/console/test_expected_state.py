@@ -22,7 +22,7 @@ from tests.console.race_moves import (
     waiting_run,
 )
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = pytest.mark.django_db
 
 
 def test_it_refuses_an_effect_resolution_that_does_not_say_what_was_seen(people):

@@ -30,8 +30,15 @@ ORDER = {"order": "order-1842", "amount_cents": 4999, "currency": "EUR"}
 
 
 @pytest.fixture
-def providers(procs, settings) -> str:
-    """A real ``demo_providers`` process on a free port; the connectors in this process point at it."""
+def providers(providers_url) -> str:
+    """The session's real ``demo_providers`` process (tests/conftest.py), its books emptied; the
+    connectors in this process point at it."""
+    return providers_url
+
+
+@pytest.fixture
+def own_providers(procs, settings) -> str:
+    """A ``demo_providers`` process of this test's own, for a test that stops it."""
     url = start_providers(procs)
     settings.DEMO_PROVIDERS_URL = url
     return url
@@ -300,7 +307,7 @@ def test_it_reports_an_unreachable_provider_as_retryable_and_its_status_as_unkno
     assert isinstance(outcome, Unknown) and "refused" in outcome.reason
 
 
-def test_it_stops_cleanly_on_sigterm_even_while_holding_an_answer(providers, procs, settings):
+def test_it_stops_cleanly_on_sigterm_even_while_holding_an_answer(own_providers, procs, settings):
     settings.DEMO_PROVIDER_TIMEOUT = 0.3
     with pytest.raises(Timeout):
         client.call("POST", "/email/send", {"to": "a@example.com", "subject": "s", "body": "b"},

@@ -2,8 +2,6 @@ from __future__ import annotations
 
 import pytest
 
-from tests.procs import start_providers
-
 MODULES = "tests.ledger.wf_orders"
 
 
@@ -18,7 +16,7 @@ class Stack:
 
 
 @pytest.fixture
-def stack(procs, transactional_db, settings):
-    url = start_providers(procs)
-    settings.DEMO_PROVIDERS_URL = url
-    return Stack(procs, url)
+def stack(transactional_db, providers_url, procs):
+    """The session's providers (tests/conftest.py), and workers started by ``procs``; set up
+    in this order so that the workers are killed before the tables are emptied."""
+    return Stack(procs, providers_url)

@@ -17,10 +17,11 @@ from django.utils import timezone
 from ledger.connectors import Connector, connector
 from ledger.models import EffectRecord, EffectStatus
 from ledger.outcomes import NotExecuted, Succeeded
-from sagas import crashpoints, start, testing
-from sagas.models import ApprovalRequest, ApprovalState, JournalEntry, RunStatus, WorkflowRun
+from sagas import start, testing
 from sagas.engine import Outcome
+from sagas.models import ApprovalRequest, ApprovalState, JournalEntry, RunStatus, WorkflowRun
 from sagas.registry import workflow
+from sagas.runtime import crashpoints
 from sagas.testing import (
     CrashPointNotReached,
     RunLeased,
