@@ -61,6 +61,7 @@ import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from uuid import UUID
 
 from django.db import connection
 from django.utils import timezone
@@ -170,20 +171,24 @@ def _owner(owner: str | None) -> str:
     return owner or f"test-worker-{next(_owners)}"
 
 
-def advance(run_id: object, *, owner: str | None = None) -> WorkflowRun:
+def advance(run_id: UUID | str, *, owner: str | None = None) -> WorkflowRun:
     """One claim and advance of the run, as one worker's job does it (``sagas.runtime.jobs.advance``:
     the run's wake-up marker in Redis is cleared, then ``sagas.replay.engine.advance``), under ``owner``
     (default: a new name each call, so each call is "another worker"). The job ``start`` put
     in the queue stays there; a worker that takes it later finds nothing to claim.
     Returns the run as stored afterwards; ``run.outcome`` is the engine's ``Outcome``."""
-    queue.clear_marker(str(run_id))
-    outcome = engine.advance(str(run_id), owner=_owner(owner))
-    run = WorkflowRun.objects.get(id=run_id)
-    run.outcome = outcome
+    run, outcome = _advance(run_id, owner)
+    run.outcome = outcome  # type: ignore[attr-defined]  # documented: the caller reads it
     return run
 
 
-def run_until_idle(run_id: object, *, owner: str | None = None, max_advances: int = 100) -> WorkflowRun:
+def _advance(run_id: UUID | str, owner: str | None) -> tuple[WorkflowRun, engine.Outcome]:
+    queue.clear_marker(str(run_id))
+    outcome = engine.advance(str(run_id), owner=_owner(owner))
+    return WorkflowRun.objects.get(id=run_id), outcome
+
+
+def run_until_idle(run_id: UUID | str, *, owner: str | None = None, max_advances: int = 100) -> WorkflowRun:
     """Advance the run until no worker has anything to do with it: finished (COMPLETED,
     FAILED, CANCELLED, COMPENSATED), WAITING, or parked for a person (NEEDS_ATTENTION).
     A run handed back PENDING is advanced again, each time as another worker.
@@ -191,8 +196,9 @@ def run_until_idle(run_id: object, *, owner: str | None = None, max_advances: in
     ``RunLeased`` if another worker's lease holds it (after a simulated crash, call
     ``expire_lease`` first). Returns the run as stored (``run.outcome``: the last advance's)."""
     for _ in range(max_advances):
-        run = advance(run_id, owner=owner)
-        if run.outcome == engine.Outcome.NOT_CLAIMED:
+        run, outcome = _advance(run_id, owner)
+        run.outcome = outcome  # type: ignore[attr-defined]  # documented: the caller reads it
+        if outcome == engine.Outcome.NOT_CLAIMED:
             if run.status in LEASED_STATUSES and run.lease_expires_at is not None:
                 raise RunLeased(f"run {run_id} is {run.status}, leased by {run.lease_owner!r} until "
                                 f"{run.lease_expires_at:%H:%M:%S}; after a crash, call expire_lease first")
@@ -202,7 +208,7 @@ def run_until_idle(run_id: object, *, owner: str | None = None, max_advances: in
     raise AssertionError(f"run {run_id} is still {run.status} after {max_advances} advances")
 
 
-def expire_lease(run_id: object) -> WorkflowRun:
+def expire_lease(run_id: UUID | str) -> WorkflowRun:
     """Move the run's lease expiry into the past on PostgreSQL's clock: what the database sees
     once a dead worker's lease ran out. The next claim (``run_until_idle``) and the sweeper's
     ``expired`` count then treat it as a worker that died. Returns the run."""

@@ -30,10 +30,10 @@ from console import broadcast as live_broadcast
 from console import consumers, live, roles, topics
 from console.models import AuditEntry
 from sagas import start
-from sagas.engine import Outcome, advance
+from sagas.events import PROGRESS_INTERVAL, run_changed
 from sagas.models import WorkflowRun
-from sagas.registry import workflow
-from sagas.signals import PROGRESS_INTERVAL, run_changed
+from sagas.replay.engine import Outcome, advance
+from sagas.versions.registry import workflow
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -53,9 +53,15 @@ def run_status_fragment(monkeypatch):  # a small fragment of this module's own: 
 
 
 progress_seen = threading.Event()  # set when a "progress" signal is sent
+claimed_seen = threading.Event()  # set when the claim's signal is sent
 
 
-def _step_of(i: int, last: bool) -> str:  # the last step returns once a "progress" signal was sent
+def _step_of(i: int, last: bool, before_last: bool = False) -> str:
+    """The step before the last returns once the claim was announced (a step recorded after it
+    is progress the heartbeat has not reported: on a quick machine every other step may be done
+    by then); the last one returns once a "progress" signal was sent."""
+    if before_last and not claimed_seen.wait(HANG):
+        raise RuntimeError("the claim was never announced")
     if last and not progress_seen.wait(HANG):
         raise RuntimeError("no progress signal while the run went on")
     return "ok"
@@ -69,7 +75,7 @@ def live_two_steps(ctx, spec):
 @workflow("live_many_steps", version=1)
 def live_many_steps(ctx, spec):
     for i in range(spec["steps"]):
-        ctx.step("s", _step_of, i, i == spec["steps"] - 1)
+        ctx.step("s", _step_of, i, i == spec["steps"] - 1, i == spec["steps"] - 2)
     return "done"
 
 
@@ -301,7 +307,7 @@ def test_it_sends_no_redis_traffic_per_step_of_a_worker(monkeypatch):
     """200 steps make two signals (claimed, completed), and the heartbeat adds a "progress" one
     at most once per PROGRESS_INTERVAL so that an open run page keeps moving. Load-proof: the
     last step waits for a progress signal, and the spacing is read from the heartbeat's decisions."""
-    from sagas.heartbeat import Heartbeat
+    from sagas.runtime.heartbeat import Heartbeat
 
     steps = 200
     causes: Counter[str] = Counter()
@@ -317,9 +323,12 @@ def test_it_sends_no_redis_traffic_per_step_of_a_worker(monkeypatch):
         causes[cause] += 1
         if cause == "progress":
             progress_seen.set()
+        if cause == "claimed":
+            claimed_seen.set()
 
     monkeypatch.setattr(Heartbeat, "_report_progress", recording_report)
     progress_seen.clear()
+    claimed_seen.clear()
     run_changed.connect(count, weak=False, dispatch_uid="test-live-count")
     try:
         run = start("live_many_steps", {"steps": steps})
@@ -377,7 +386,7 @@ def _postgres_away(user, params: dict[str, str]) -> str:
 
 
 def test_it_closes_a_socket_for_a_retry_when_postgres_is_away_at_a_push(viewer_cookie, monkeypatch, caplog):
-    from config.storage import OUTAGES, POSTGRES
+    from core.storage import OUTAGES, POSTGRES
 
     monkeypatch.setitem(live.FRAGMENTS, "test_postgres_away",
                         live.Fragment("test_postgres_away", _postgres_away, (topics.RUNS,)))

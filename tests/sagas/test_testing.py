@@ -18,9 +18,8 @@ from ledger.connectors import Connector, connector
 from ledger.models import EffectRecord, EffectStatus
 from ledger.outcomes import NotExecuted, Succeeded
 from sagas import start, testing
-from sagas.engine import Outcome
 from sagas.models import ApprovalRequest, ApprovalState, JournalEntry, RunStatus, WorkflowRun
-from sagas.registry import workflow
+from sagas.replay.engine import Outcome
 from sagas.runtime import crashpoints
 from sagas.testing import (
     CrashPointNotReached,
@@ -33,6 +32,7 @@ from sagas.testing import (
     run_until_idle,
     sweep_once,
 )
+from sagas.versions.registry import workflow
 from tests.sagas import wf_continue, wf_engine  # noqa: F401  (registers the workflows in this process)
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -18,9 +18,9 @@ from django.db import connection
 from rq import Worker
 
 from sagas import Context, start, workflow
-from sagas.context import shutdown_requested
 from sagas.models import JournalEntry, RunStatus, WorkerProcess, WorkflowRun
-from sagas.queue import redis_connection
+from sagas.replay.context import shutdown_requested
+from sagas.runtime.queue import redis_connection
 from tests.procs import wait_until
 from tests.sagas import wf_engine  # noqa: F401  (registers the workflows in this process)
 from tests.sagas.wf_engine import record_call

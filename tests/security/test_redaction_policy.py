@@ -172,7 +172,7 @@ class _CountingPattern:
 def work(monkeypatch):
     """Counts the redaction's costly operations: full scans of a text (``_TEXT.search``) and key
     classifications not answered from the memo (``KeyPolicy.decide``). Starts with a fresh policy."""
-    from config import redaction
+    from core import redaction
 
     redaction._policy_for.cache_clear()
     counted = {"scans": _CountingPattern(redaction._TEXT), "decisions": 0}
