@@ -1,4 +1,4 @@
-"""Signed webhooks in (issue 15): a provider's signed callback wakes the run it names; a bad,
+"""Signed webhooks in: a provider's signed callback wakes the run it names; a bad,
 stale, future or replayed signature, an unknown hook, a malformed or oversized body wake nothing."""
 
 from __future__ import annotations

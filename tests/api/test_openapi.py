@@ -15,7 +15,7 @@ from tests.api.conftest import login
 
 pytestmark = pytest.mark.django_db
 
-# Every endpoint the issue asks for (issue 15), as "METHOD path".
+# Every endpoint the API serves, as "METHOD path".
 ENDPOINTS = {
     "POST /api/v1/runs", "GET /api/v1/runs", "GET /api/v1/runs/{run_id}", "GET /api/v1/runs/{run_id}/history",
     "POST /api/v1/runs/{run_id}/signal", "POST /api/v1/runs/{run_id}/cancel",

@@ -1,4 +1,4 @@
-"""axe-core in the console's pages, for tests/browser/test_accessibility.py (issue 17).
+"""axe-core in the console's pages, for tests/browser/test_accessibility.py.
 
 ``Sweep`` logs a role in, visits pages, waits until each has settled (loaded, its live socket
 open or known to be off) and runs axe-core's WCAG 2.0/2.1/2.2 A and AA rules on it, with every

@@ -1,4 +1,4 @@
-"""Where the keyboard focus goes after an action (issue 17), in a real browser (Chromium, daphne,
+"""Where the keyboard focus goes after an action, in a real browser (Chromium, daphne,
 the real channel layer): the decided row leaves the inbox, and the focus goes to the next row's
 Approve, whose name says which run it approves; after the last one it goes to the notice, which
 a screen reader then reads. A live push that adds a row leaves the focus where it is."""

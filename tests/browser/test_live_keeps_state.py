@@ -1,4 +1,4 @@
-"""Live pages keep the operator's work (issue 13): in a real browser (Chromium, daphne, the real
+"""Live pages keep the operator's work: in a real browser (Chromium, daphne, the real
 channel layer, real workers), pushes morph the page instead of replacing it. A message stays
 until dismissed; a half-typed note, its caret, the keyboard focus and the scroll position survive
 50 pushes; and a run page's actions follow the run's state."""

@@ -1,4 +1,4 @@
-"""The console while Redis is down (issue 10): pages still load, the live status says so,
+"""The console while Redis is down: pages still load, the live status says so,
 what an operator types stays, and live updates come back by themselves with Redis.
 
 A real browser against daphne whose channel layer and publisher use a private Redis

@@ -1,4 +1,4 @@
-"""Keyboard and screen-reader users (issue 17): a skip link, row actions named by their run and
+"""Keyboard and screen-reader users: a skip link, row actions named by their run and
 step, one persistent polite live region for the results of actions, the live connection status
 as a status, and form errors announced as alerts and tied to their fields."""
 

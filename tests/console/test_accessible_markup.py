@@ -1,5 +1,5 @@
 """What the console looks like to people who do not see colour well or use a screen reader
-(WCAG 2.2 AA, issue 17): the shipped stylesheet's text colours against the surfaces they sit on,
+(WCAG 2.2 AA): the shipped stylesheet's text colours against the surfaces they sit on,
 links that stand out without colour, focus that shows, table headers that say what their column
 is, and an overview chart whose numbers can be read without hovering or telling colours apart.
 

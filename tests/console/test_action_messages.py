@@ -1,4 +1,4 @@
-"""Action results are messages outside the live regions (issue 13): a push re-renders a region
+"""Action results are messages outside the live regions: a push re-renders a region
 and must not take the result of the operator's last action with it."""
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def test_it_answers_an_htmx_action_with_its_message_out_of_band_and_outside_the_
     assert response.status_code == 200 and OOB in html
     said = f"Effect #{effect.id} (capture) resolved as failed"
     assert said in html and said not in _region(html, "effects_queue")
-    # a success is announced by the polite #messages region it goes into (issue 17), not a live region of its own
+    # a success is announced by the polite #messages region it goes into, not a live region of its own
     assert re.search(r'class="action-message success" tabindex="-1">.*' + re.escape(said), html)
     assert 'class="action-message-dismiss"' in html
 

@@ -1,4 +1,4 @@
-"""The run page's actions region is live (issue 13): it follows the run's state, so Cancel is no
+"""The run page's actions region is live: it follows the run's state, so Cancel is no
 longer offered once the run completes, and the hint that the run waits for an unknown effect
 goes once it no longer does.
 

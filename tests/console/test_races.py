@@ -1,4 +1,4 @@
-"""Two people acting on one run at once (issue 10, point 3): real concurrent POSTs, each from
+"""Two people acting on one run at once: real concurrent POSTs, each from
 its own thread with its own Django test client and its own PostgreSQL connection, released
 together by a barrier, against committed data (transactional_db).
 

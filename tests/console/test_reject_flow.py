@@ -88,7 +88,7 @@ def test_it_shows_the_rejection_behind_its_own_step_with_what_it_will_compensate
     assert 'value="approve"' in approve_form and 'value="reject"' not in approve_form
     assert re.search(r'<textarea name="comment"[^>]*>', approve_form) and " required" not in approve_form
     reject = row[row.index(f'<details class="reject" id="reject-{approval.id}"'):row.index("</details>")]
-    assert '<summary data-row-action="reject">Reject…<span class="visually-hidden">' in reject  # + its run (issue 17)
+    assert '<summary data-row-action="reject">Reject…<span class="visually-hidden">' in reject  # + its run
     assert re.search(r'<textarea name="comment"[^>]*\brequired\b', reject)
     assert re.search(r'<input type="checkbox" name="confirm" value="compensate" required>\s*' + CONFIRM, reject)
     assert "compensates" in reject and "the 2 effects it has completed" in reject

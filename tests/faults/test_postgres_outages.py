@@ -1,4 +1,4 @@
-"""PostgreSQL restarts, crashes and dropped connections under real workers (issue 10).
+"""PostgreSQL restarts, crashes and dropped connections under real workers.
 
 None of them is a workflow's failure: every run completes, nothing runs twice at the
 providers (whose books are on the shared test database, which is not restarted), no

@@ -1,4 +1,4 @@
-"""Redis stopped for 20 s under real workers and a client starting runs (issue 10).
+"""Redis stopped for 20 s under real workers and a client starting runs.
 
 Redis only carries wake-ups: while it is down, ``start()`` still commits the run in
 PostgreSQL and returns, workers keep their process and reconnect by themselves,

@@ -1,4 +1,4 @@
-"""Every failure window of seed 004 §9 that concerns effects, with real workers, a real
+"""Every failure window between our commit and a downstream's action that concerns effects, with real workers, a real
 provider process and real SIGKILLs. The providers' own tables count real executions."""
 
 from __future__ import annotations

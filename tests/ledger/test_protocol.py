@@ -1,4 +1,4 @@
-"""The ledger's effect protocol on its own, without a workflow (DESIGN §6).
+"""The ledger's effect protocol on its own, without a workflow.
 
 ``ListJournal`` is a journal kept in a Python list: the smallest thing that keeps
 ``ledger.journal.Journal``'s promises (entries appear when their transaction commits;
