@@ -124,10 +124,9 @@ def listening_port(url: str) -> int:
     return int(url.rsplit(":", 1)[1].split("/")[0])
 
 
-def open_connections(pid: int, port: int) -> int:
-    """How many TCP connections process ``pid`` holds on its local ``port``, listening socket
-    not counted: the requests an HTTP/1.0 server is still working on (each handler closes its
-    connection when it is done, also when its caller died meanwhile)."""
+def tcp_sockets(pid: int) -> list[tuple[int, int, str]]:
+    """Process ``pid``'s TCP sockets as ``(local port, remote port, state)``, read from /proc
+    (state ``0A`` is LISTEN); empty when the process is gone."""
     inodes = set()
     try:
         for fd in Path(f"/proc/{pid}/fd").iterdir():
@@ -138,8 +137,8 @@ def open_connections(pid: int, port: int) -> int:
             if target.startswith("socket:["):
                 inodes.add(target[8:-1])
     except OSError:
-        return 0
-    count = 0
+        return []
+    found = []
     for table in ("tcp", "tcp6"):
         try:
             lines = Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]
@@ -147,10 +146,16 @@ def open_connections(pid: int, port: int) -> int:
             continue
         for line in lines:
             fields = line.split()
-            local, state, inode = fields[1], fields[3], fields[9]
-            if inode in inodes and state != "0A" and int(local.rsplit(":", 1)[1], 16) == port:  # 0A: LISTEN
-                count += 1
-    return count
+            if fields[9] in inodes:
+                found.append((int(fields[1].rsplit(":", 1)[1], 16), int(fields[2].rsplit(":", 1)[1], 16), fields[3]))
+    return found
+
+
+def open_connections(pid: int, port: int) -> int:
+    """How many TCP connections process ``pid`` holds on its local ``port``, listening socket
+    not counted: the requests an HTTP/1.0 server is still working on (each handler closes its
+    connection when it is done, also when its caller died meanwhile)."""
+    return sum(1 for local, _, state in tcp_sockets(pid) if local == port and state != "0A")
 
 
 class SharedProviders:

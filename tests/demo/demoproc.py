@@ -12,7 +12,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from tests.procs import ROOT, worker_env
+from tests.procs import ROOT, tcp_sockets, worker_env
 
 
 class Demo:
@@ -87,19 +87,4 @@ def running(pid: int) -> bool:
 
 def pg_client_ports(pid: int, db_port: int) -> set[int]:
     """The local TCP ports of process ``pid``'s connections to PostgreSQL on port ``db_port``."""
-    inodes = set()
-    for fd in Path(f"/proc/{pid}/fd").iterdir():
-        try:
-            target = os.readlink(fd)
-        except OSError:
-            continue
-        if target.startswith("socket:["):
-            inodes.add(target[8:-1])
-    ports = set()
-    for table in ("tcp", "tcp6"):
-        for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
-            fields = line.split()
-            local, remote, inode = fields[1], fields[2], fields[9]
-            if inode in inodes and int(remote.rsplit(":", 1)[1], 16) == db_port:
-                ports.add(int(local.rsplit(":", 1)[1], 16))
-    return ports
+    return {local for local, remote, _ in tcp_sockets(pid) if remote == db_port}
