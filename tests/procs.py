@@ -120,6 +120,18 @@ def wait_until(predicate: Callable[[], object], timeout: float, interval: float 
         time.sleep(interval)
 
 
+def wait_sessions_gone(application_name: str, timeout: float = 60) -> None:
+    """Wait until PostgreSQL has no session named ``application_name`` left (a killed worker's
+    backends finish what the server had already received, a COMMIT included, then go)."""
+    from django.db import connection
+
+    def gone() -> bool:
+        with connection.cursor() as cur:
+            cur.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", [application_name])
+            return cur.fetchone()[0] == 0
+    wait_until(gone, timeout, what=f"the sessions of {application_name!r} to end")
+
+
 def listening_port(url: str) -> int:
     return int(url.rsplit(":", 1)[1].split("/")[0])
 

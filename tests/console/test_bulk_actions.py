@@ -5,7 +5,6 @@ and audited like it; re-submitting, and a worker killed mid-batch."""
 from __future__ import annotations
 
 import re
-import time
 from datetime import timedelta
 
 import pytest
@@ -19,7 +18,7 @@ from ledger.models import EffectRecord, EffectStatus
 from sagas.models import ApprovalRequest, ApprovalState, JournalEntry, JournalKind, RunStatus, WorkflowRun
 from tests.console.conftest import client_for
 from tests.console.queue_data import make_approval, make_effect, make_run, resolve, text
-from tests.procs import wait_until
+from tests.procs import wait_sessions_gone, wait_until
 
 PREVIEW = "console:bulk_preview"
 
@@ -268,7 +267,7 @@ def test_it_finishes_a_batch_after_its_worker_is_killed_mid_batch_without_acting
         return batch.ok
     wait_until(lambda: progress() >= CHUNK, 60, what="the first worker to make progress")
     first.kill()  # SIGKILL of its process group, mid-batch
-    time.sleep(0.5)
+    wait_sessions_gone("sagas_worker bulk-w1")  # whatever it had sent is committed or gone
     halfway = progress()
     assert CHUNK <= halfway < N, halfway
     assert BulkItem.objects.filter(batch=batch, outcome="pending").count() == N - halfway

@@ -201,11 +201,11 @@ class FaultEnv:
         self.db = PrivateDB(self.pg, self.dbname)
 
     def env(self, **extra: str) -> dict[str, str]:
-        return worker_env(
-            MODULES, DATABASE_URL=self.pg.url(self.dbname), REDIS_URL=self.redis.url(),
-            DEMO_PROVIDERS_URL=self.providers_url, SAGAS_LEASE_TTL=LEASE_TTL, FAULTS_CALLS=str(self.calls_path),
-            **extra,
-        )
+        return worker_env(MODULES, **{
+            "DATABASE_URL": self.pg.url(self.dbname), "REDIS_URL": self.redis.url(),
+            "DEMO_PROVIDERS_URL": self.providers_url, "SAGAS_LEASE_TTL": LEASE_TTL,
+            "FAULTS_CALLS": str(self.calls_path), **extra,
+        })
 
     def worker(self, name: str, *args: str, **env: str) -> Proc:
         return self.procs.start(name, ["manage.py", "sagas_worker", "--name", name, *args], self.env(**env))

@@ -19,11 +19,13 @@ from tests.procs import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-# New work after an outage must not wait for a pooled connection to age out
-# (DB_CONN_MAX_AGE, 300 s) or for a lease: the tester saw runs PENDING for 30+ s.
-PICKUP_BOUND = 20.0
 # Only a guard against a real hang, for waits on an observable state.
 HANG = 300.0
+# New work after an outage must not wait for a pooled connection to age out or for a lease to
+# expire (a tester once saw runs PENDING for 30+ s). The pickup tests make both an hour long,
+# far beyond HANG: if picking up depended on either, the wait would hang and fail, however fast
+# or loaded the machine is. No wall-clock duration is asserted.
+AN_HOUR = {"DB_CONN_MAX_AGE": "3600", "SAGAS_LEASE_TTL": "3600"}
 
 
 def provider_executions() -> Counter:
@@ -81,9 +83,10 @@ def test_it_completes_every_run_once_across_a_postgres_restart(faults, mode):
 
 
 def test_it_runs_new_work_within_seconds_of_a_restart_while_workers_were_idle(faults):
-    w1 = faults.worker("w1")
-    w2 = faults.worker("w2")
+    w1 = faults.worker("w1", **AN_HOUR)
+    w2 = faults.worker("w2", **AN_HOUR)
     faults.workers_ready(w1, w2)
+    assert "lease 3600s" in w1.log(), w1.log()
     driver = faults.driver()
     warm = [driver.start_ok("ticks", {"steps": 2}) for _ in range(4)]
     faults.wait_completed(warm, 60)
@@ -94,10 +97,9 @@ def test_it_runs_new_work_within_seconds_of_a_restart_while_workers_were_idle(fa
     faults.pg.restart("fast")
     back = time.time()
     new = [driver.start_ok("ticks", {"steps": 3}) for _ in range(4)]
-    after = faults.wait_completed(new, 90, since=back)
+    after = faults.wait_completed(new, HANG, since=back)
     print(f"\nidle workers, restart 'fast': 4 new runs completed {after:.2f}s after the server was back")
 
-    assert after <= PICKUP_BOUND, f"new runs took {after:.1f}s after the restart"
     assert faults.repeated_steps() == {}
     assert w1.alive() and w2.alive()
 
@@ -106,8 +108,9 @@ def test_it_runs_new_work_within_seconds_after_a_workers_connections_are_termina
     """``pg_terminate_backend`` of every session of one worker process (found by the
     application_name it gives them, checked against its sockets), while it runs one run and
     idles in its other thread; then new runs arrive."""
-    worker = faults.worker("w1", "--concurrency", "2")
+    worker = faults.worker("w1", "--concurrency", "2", **AN_HOUR)
     faults.workers_ready(worker)
+    assert "lease 3600s" in worker.log(), worker.log()
     driver = faults.driver()
     warm = [driver.start_ok("ticks", {"steps": 2}) for _ in range(2)]
     faults.wait_completed(warm, 60)
@@ -123,11 +126,10 @@ def test_it_runs_new_work_within_seconds_after_a_workers_connections_are_termina
     ended = faults.pg.terminate_backends(faults.dbname, application_name="sagas_worker w1")
     ended_at = time.time()
     new = [driver.start_ok("ticks", {"steps": 3}) for _ in range(4)]
-    after = faults.wait_completed([busy, *new], 90, since=ended_at)
+    after = faults.wait_completed([busy, *new], HANG, since=ended_at)
     print(f"\nterminated {ended} session(s) of w1: the busy run and 4 new runs completed {after:.2f}s later")
 
     assert ended >= 1
-    assert after <= PICKUP_BOUND, f"runs took {after:.1f}s after the sessions were terminated"
     assert faults.repeated_steps() == {}
     assert worker.alive()
 
