@@ -41,8 +41,8 @@ from django.db import IntegrityError, transaction
 
 from api.errors import Problem
 from api.models import Hook, HookReceipt
-from console.actors import system_label
-from console.services.actions import Actor, audit_done
+from operators.actors import system_label
+from operators.services.actions import Actor, audit_done
 from sagas.errors import InvalidArgument, NotSerializable, RunFinished
 from sagas.integration import SIGNAL_NAME_CHARS, checked_text
 from sagas.models import WorkflowRun

@@ -14,10 +14,10 @@ from django.db import transaction
 from django.utils import timezone
 
 from api.models import ApiKey
-from console import roles
-from console.models import AuditEntry, AuditOutcome, TenantScope
-from console.services.actions import Actor, Refused
-from console.services.limits import clip_text
+from operators import roles
+from operators.models import AuditEntry, AuditOutcome, TenantScope
+from operators.services.actions import Actor, Refused
+from operators.services.limits import clip_text
 
 KEY_PREFIX = "sk_"
 # The console's actions on a key (staff only), as the audit log names them; object "apikey/<name>".

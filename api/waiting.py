@@ -176,7 +176,7 @@ listener = RunStatusListener()
 
 
 def _read(run_id: str, user: Any, release: bool) -> tuple[WorkflowRun | None, bool]:
-    from console.selectors.runs import run_get
+    from operators.selectors.runs import run_get
 
     run = run_get(run_id, user=user)
     settled = run is not None and run_settled(run)

@@ -64,7 +64,7 @@ def operator():  # type: ignore[no-untyped-def]
     from django.contrib.auth import get_user_model
     from django.contrib.auth.models import Group
 
-    from console import roles
+    from operators import roles
 
     roles.ensure_groups()
     user, _ = get_user_model().objects.get_or_create(username="bench-bulk-operator")
@@ -126,9 +126,10 @@ class Pushes:
 
 def run_batch(label: str, action: str, user, fields: dict[str, str],  # type: ignore[no-untyped-def]
               filters: dict[str, str], pushes: Pushes) -> tuple[str, ...]:
-    from console.models import AuditEntry, BulkBatch
-    from console.services.actions import Actor
+    from console.models import BulkBatch
     from console.services.bulk import batch_confirm, batch_preview
+    from operators.models import AuditEntry
+    from operators.services.actions import Actor
 
     actor = Actor(user=user, ip="127.0.0.1")
     t0 = time.perf_counter()

@@ -268,7 +268,7 @@ def operator_user():  # type: ignore[no-untyped-def]
     from django.contrib.auth import get_user_model
     from django.contrib.auth.models import Group
 
-    from console import roles
+    from operators import roles
 
     roles.ensure_groups()
     user, _ = get_user_model().objects.get_or_create(username=OPERATOR)
@@ -294,7 +294,7 @@ def page_figures(size: dict) -> list[tuple[str, str, float, float, str]]:
     from django.db import connection
     from django.test import Client
 
-    from console.selectors.paging import encode_cursor
+    from operators.selectors.paging import encode_cursor
 
     client = Client()
     client.force_login(operator_user())

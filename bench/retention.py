@@ -355,7 +355,7 @@ def viewer_user():  # type: ignore[no-untyped-def]
     from django.contrib.auth import get_user_model
     from django.contrib.auth.models import Group
 
-    from console import roles
+    from operators import roles
 
     roles.ensure_groups()
     user, _ = get_user_model().objects.get_or_create(username=VIEWER)

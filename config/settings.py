@@ -85,8 +85,9 @@ INSTALLED_APPS = [
     "ninja",
     "ledger",
     "sagas",
-    "console",
+    "operators",
     "api",
+    "console",
 ]
 
 MIDDLEWARE = [

@@ -15,7 +15,5 @@ urlpatterns = [
     path("metrics", metrics, name="metrics"),
     # The JSON API (api/): API keys, problem JSON; OpenAPI at /api/v1/openapi.json.
     path("api/v1/", api.urls),
-    # The console's page for the API's keys and hooks (api/views.py): in api, as api -> console.
-    path("api-keys/", include("api.urls")),
     path("", include("console.urls")),
 ]

@@ -15,7 +15,7 @@ roles, so it applies the policy to all of them once every admin module is loaded
 * in the remaining models (the demo providers' injected faults) a staff user in the
   viewer group who is neither operator nor superuser can add, change and delete
   nothing, whatever Django permissions they were given;
-* a user limited to some tenants (console/selectors/tenancy.py) sees none of these
+* a user limited to some tenants (operators/selectors/tenancy.py) sees none of these
   models here: the admin is not tenant-scoped, the console's pages are.
 """
 
@@ -28,16 +28,17 @@ from django.apps import apps
 from django.contrib import admin
 from django.http import HttpRequest
 
-from console import roles
-from console.models import AuditEntry, BulkBatch, BulkItem
-from console.selectors.tenancy import tenants_of
+from console.models import BulkBatch, BulkItem
 from core.redacted_admin import RedactedFieldsAdmin
+from operators import roles
+from operators.models import AuditEntry
+from operators.selectors.tenancy import tenants_of
 
 log = logging.getLogger("console.admin")
 
-POLICY_APPS = ("ledger", "sagas", "console", "demo")
+POLICY_APPS = ("ledger", "sagas", "operators", "console", "demo")
 # Read-only in the admin for everyone: only services change them (see the module docstring).
-SERVICE_OWNED = frozenset({"ledger", "sagas", "console", "demo.providerexecution", "demo.providerreplay"})
+SERVICE_OWNED = frozenset({"ledger", "sagas", "operators", "console", "demo.providerexecution", "demo.providerreplay"})
 
 
 class ReadOnlyAdmin(RedactedFieldsAdmin):
@@ -65,7 +66,7 @@ def _may_read(user: Any) -> bool:
 
 
 def _tenant_limited(user: Any) -> bool:
-    """Limited to some tenants (console/selectors/tenancy.py). The admin lists every tenant's rows,
+    """Limited to some tenants (operators/selectors/tenancy.py). The admin lists every tenant's rows,
     so it shows such a user none of these models, whatever Django permissions they hold."""
     return tenants_of(user) is not None
 

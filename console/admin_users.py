@@ -18,8 +18,8 @@ from django.contrib.auth.models import User
 from django.db import transaction
 from django.http import HttpRequest, HttpResponse
 
-from console.models import TenantScope
 from console.user_audit import role_changes
+from operators.models import TenantScope
 
 
 class TenantScopeInline(admin.StackedInline):

@@ -18,7 +18,7 @@ from axes.signals import user_locked_out
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
-from console.models import AuditEntry, AuditOutcome
+from operators.models import AuditEntry, AuditOutcome
 
 ACTION = "auth.lockout"
 

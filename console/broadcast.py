@@ -42,7 +42,6 @@ from channels.layers import DEFAULT_CHANNEL_LAYER, channel_layers
 from django.db import connection, transaction
 from django.db.models.signals import post_save
 
-from console.models import AuditEntry
 from console.topics import (
     APPROVALS,
     AUDIT,
@@ -55,6 +54,7 @@ from console.topics import (
     run_topic,
 )
 from ledger.signals import effect_changed
+from operators.models import AuditEntry
 from sagas.events import run_changed
 
 log = logging.getLogger("console.live")

@@ -10,7 +10,7 @@ Contract:
 
 * only authenticated users with a console role connect (others are refused before the
   handshake completes), and a page about a run outside the user's tenants
-  (console/selectors/tenancy.py) is refused too;
+  (operators/selectors/tenancy.py) is refused too;
 * access is checked again before every push and whenever the user's account changes (the
   ``user.<id>`` topic, published by console/user_audit.py: password, active flag, roles,
   tenants): a user whose password changed since the session was made (Django's session
@@ -45,10 +45,11 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.contrib.auth import HASH_SESSION_KEY, get_user_model
 from django.utils.crypto import constant_time_compare
 
-from console import live, roles
-from console.selectors.tenancy import may_see
+from console import live
 from console.topics import group_for, user_topic
 from core.storage import OUTAGES, REDIS, is_storage_error, note_failure
+from operators import roles
+from operators.selectors.tenancy import may_see
 from sagas.models import WorkflowRun
 
 log = logging.getLogger("console.live")

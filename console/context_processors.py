@@ -5,7 +5,7 @@ from typing import Any
 from django.http import HttpRequest
 from django.urls import reverse
 
-from console import roles
+from operators import roles
 
 NAV = [
     ("Runs", "console:runs"),

@@ -24,10 +24,10 @@ from django.core.validators import MaxLengthValidator
 from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
 
-from console.models import AuditOutcome
 from console.selectors.audit import AuditFilters
-from console.selectors.paging import BadCursor, Cursor, decode_cursor, encode_cursor
-from console.selectors.runs import RunFilters
+from operators.models import AuditOutcome
+from operators.selectors.paging import BadCursor, Cursor, decode_cursor, encode_cursor
+from operators.selectors.runs import RunFilters
 from sagas.models import RunStatus
 
 MAX_FILTER_CHARS = 200
@@ -78,7 +78,7 @@ class FilterParams:
 
 
 class CursorField(forms.CharField):
-    """A keyset page cursor (``console.selectors.paging``); cleans to a ``Cursor`` or None.
+    """A keyset page cursor (``operators.selectors.paging``); cleans to a ``Cursor`` or None.
 
     ``key``: the list's id type (``int`` or ``uuid.UUID``). ``forgiving``: a damaged cursor
     cleans to None (the first page) instead of being an error."""

@@ -14,7 +14,7 @@ from django import forms
 from django.core.exceptions import ValidationError
 
 from console.forms import MAX_FILTER_CHARS, EffectsPageForm, FilterParams, text_field
-from console.selectors.queues import EffectFilters
+from operators.selectors.queues import EffectFilters
 
 # "Older than": how long the outcome has been unknown (since the last dispatch).
 AGES: dict[str, tuple[str, timedelta]] = {

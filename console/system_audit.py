@@ -1,6 +1,6 @@
 """Audit entries for what automated actors change outside the console's action frame.
 
-People act through ``console.services.actions.perform``, which audits each action in its
+People act through ``operators.services.actions.perform``, which audits each action in its
 transaction. Some changes a person would otherwise make are made by the system itself: the
 reconciler settles an UNKNOWN effect when the provider's lookup answers. Each such resolution
 writes one ``effect.resolve`` entry, by the named system actor (``system: reconciler``, no user),
@@ -16,12 +16,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from console.actors import system_label
-from console.models import AuditEntry, AuditOutcome
-from console.services.actions import in_action
-from console.services.limits import clip_text
 from ledger.models import EffectRecord
 from ledger.services import effect_resolved
+from operators.actors import system_label
+from operators.models import AuditEntry, AuditOutcome
+from operators.services.actions import in_action
+from operators.services.limits import clip_text
 from sagas.integration import ArchivedBatch, runs_archived
 from sagas.models import ArchivedRun
 

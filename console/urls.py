@@ -1,5 +1,5 @@
 """URL map of the console, by page family (views in ``console/views/<family>.py``). Every action
-is a POST with CSRF that goes through ``console.services``."""
+is a POST with CSRF that goes through ``operators.services``."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from django.urls import path
 
 from console.forms import LoginForm
 from console.views import (
+    api_keys,
     audit,
     bulk,
     notifications,
@@ -66,4 +67,8 @@ urlpatterns = [
     path("notifications/endpoints/<int:endpoint_id>/", notifications.endpoint, name="notification_endpoint"),
     path("notifications/endpoints/<int:endpoint_id>/rotate/", notifications.endpoint_rotate,
          name="notification_endpoint_rotate"),
+    # The HTTP API's keys (staff): list, expire now, revoke; and its webhooks in (read-only).
+    path("api-keys/", api_keys.api_keys, name="api_keys"),
+    path("api-keys/<int:key_id>/expire/", api_keys.api_key_expire, name="api_key_expire"),
+    path("api-keys/<int:key_id>/revoke/", api_keys.api_key_revoke, name="api_key_revoke"),
 ]

@@ -36,8 +36,8 @@ from django.db.models import QuerySet
 from django.db.models.signals import m2m_changed, post_delete, post_save, pre_delete, pre_save
 
 from console.broadcast import broadcast
-from console.models import AuditEntry, AuditOutcome, TenantScope
 from console.topics import user_topic
+from operators.models import AuditEntry, AuditOutcome, TenantScope
 
 ACTION = "user.roles"
 SYSTEM = "system"
@@ -222,10 +222,10 @@ def _scope_after(sender: Any, instance: TenantScope, raw: bool = False, origin: 
 def connect_signals() -> None:
     """Called by the app's ``ready``. Idempotent (dispatch_uid)."""
     user = get_user_model()
-    pre_save.connect(_user_pre_save, sender=user, dispatch_uid="console.roles.user_pre_save")
-    post_save.connect(_user_post_save, sender=user, dispatch_uid="console.roles.user_post_save")
-    m2m_changed.connect(_groups_changed, sender=user.groups.through, dispatch_uid="console.roles.groups")
-    pre_save.connect(_scope_before, sender=TenantScope, dispatch_uid="console.roles.scope_pre_save")
-    post_save.connect(_scope_after, sender=TenantScope, dispatch_uid="console.roles.scope_post_save")
-    pre_delete.connect(_scope_before, sender=TenantScope, dispatch_uid="console.roles.scope_pre_delete")
-    post_delete.connect(_scope_after, sender=TenantScope, dispatch_uid="console.roles.scope_post_delete")
+    pre_save.connect(_user_pre_save, sender=user, dispatch_uid="operators.roles.user_pre_save")
+    post_save.connect(_user_post_save, sender=user, dispatch_uid="operators.roles.user_post_save")
+    m2m_changed.connect(_groups_changed, sender=user.groups.through, dispatch_uid="operators.roles.groups")
+    pre_save.connect(_scope_before, sender=TenantScope, dispatch_uid="operators.roles.scope_pre_save")
+    post_save.connect(_scope_after, sender=TenantScope, dispatch_uid="operators.roles.scope_post_save")
+    pre_delete.connect(_scope_before, sender=TenantScope, dispatch_uid="operators.roles.scope_pre_delete")
+    post_delete.connect(_scope_after, sender=TenantScope, dispatch_uid="operators.roles.scope_post_delete")

@@ -47,13 +47,13 @@ from django.db import connection
 from django.db.models import Count
 from django.utils import timezone
 
-from console import roles
-from console.services.actions import Actor, Denied, Refused
-from console.services.queues import approval_act
 from core.storage import OUTAGES, POSTGRES, REDIS, Backoff, is_storage_error, note_failure, note_success
 from demo.models import ProviderFault
 from demo.providers.faults import FINAL, TIMEOUT_AFTER_WORK, inject
 from ledger.models import EffectKind, EffectRecord, EffectStatus
+from operators import roles
+from operators.services.actions import Actor, Denied, Refused
+from operators.services.queues import approval_act
 from sagas import start
 from sagas.integration import redis_connection
 from sagas.models import OPEN_APPROVAL_STATES, TERMINAL_STATUSES, ApprovalRequest, ApprovalState, RunStatus, WorkflowRun

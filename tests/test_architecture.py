@@ -1,9 +1,11 @@
 """The module boundaries of the design, checked from the source (``ast``; nothing is imported).
 
 * Every top-level package is in one layer, and dependencies run one way:
-  ``config -> demo -> api -> console -> sagas -> ledger -> core`` (``config`` is only the wiring:
-  settings, URLs, ASGI/WSGI; ``demo`` is the example app, installed by ``config.settings_demo``
-  only; ``core`` is the bottom layer every app shares). So there is no cycle between packages,
+  ``config -> demo -> console -> api -> operators -> sagas -> ledger -> core`` (``config`` is only
+  the wiring: settings, URLs, ASGI/WSGI; ``demo`` is the example app, installed by
+  ``config.settings_demo`` only; ``console`` is the web pages, ``api`` the HTTP API, and
+  ``operators`` what both let a person do: roles, tenants, audit and the actions; ``core`` is the
+  bottom layer every app shares). So there is no cycle between packages,
   and none inside a package either. Every import counts, at module level or inside a function:
   a function-level import is how a cycle usually hides. Imports under ``if TYPE_CHECKING:``
   never run and are left out.
@@ -20,7 +22,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-LAYERS = ("config", "demo", "api", "console", "sagas", "ledger", "core")  # each may import only the ones after it
+LAYERS = ("config", "demo", "console", "api", "operators", "sagas", "ledger", "core")  # each may import only the ones after it
 SKIP_DIRS = {"migrations", "bench", "node_modules", "__pycache__"}
 
 # Private-looking names that are documented public API of what they belong to.

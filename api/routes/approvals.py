@@ -11,10 +11,10 @@ from api.auth import ApiRequest
 from api.errors import Problem
 from api.routes.common import MAX_PAGE, Text, console_action, int_id_of, next_link, parse_cursor
 from api.routes.runs import RunOut, actor_of, run_out
-from console.selectors.paging import keyset_page
-from console.selectors.queues import approvals_open
-from console.selectors.tenancy import scope
-from console.services.queues import approval_act
+from operators.selectors.paging import keyset_page
+from operators.selectors.queues import approvals_open
+from operators.selectors.tenancy import scope
+from operators.services.queues import approval_act
 from sagas.models import OPEN_APPROVAL_STATES, ApprovalRequest, ApprovalState, WorkflowRun
 
 router = Router(tags=["approvals"])

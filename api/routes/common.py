@@ -13,9 +13,9 @@ from django.http import HttpRequest
 from pydantic import AfterValidator
 
 from api.errors import Problem
-from console.selectors.paging import BadCursor, Cursor, decode_cursor
-from console.services.actions import MISSING_EXPECTED, Denied, Incomplete, Refused
 from ledger.errors import InvalidResolution
+from operators.selectors.paging import BadCursor, Cursor, decode_cursor
+from operators.services.actions import MISSING_EXPECTED, Denied, Incomplete, Refused
 from sagas.errors import FourEyesViolation, InvalidArgument, NotSerializable
 
 MAX_PAGE = 200  # rows a page may ask for (``limit``)
@@ -35,7 +35,7 @@ API_MISSING_EXPECTED = ("send `expected`: the state you saw (for instance WAITIN
 
 @contextmanager
 def console_action(what: str, object_id: Any) -> Iterator[None]:
-    """Run a console action (``console.services``) on ``what`` ``object_id``: its exceptions as
+    """Run a console action (``operators.services``) on ``what`` ``object_id``: its exceptions as
     problems. The action audits itself (denied, refused, done); this only says it to the caller."""
     try:
         yield

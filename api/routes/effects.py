@@ -11,10 +11,10 @@ from api.auth import ApiRequest
 from api.errors import Problem
 from api.routes.common import MAX_PAGE, Text, console_action, int_id_of, next_link, parse_cursor
 from api.routes.runs import actor_of
-from console.selectors.paging import keyset_page
-from console.selectors.queues import effects_ambiguous
-from console.services.queues import effect_manual_resolve
 from ledger.models import EffectRecord, EffectStatus
+from operators.selectors.paging import keyset_page
+from operators.selectors.queues import effects_ambiguous
+from operators.services.queues import effect_manual_resolve
 
 router = Router(tags=["effects"])
 OPEN = (EffectStatus.UNKNOWN, EffectStatus.IN_PROGRESS)

@@ -35,7 +35,7 @@ class WaitQuery(Schema):
             description=WAIT_DESCRIPTION)
 async def get_run(request: ApiRequest, run_id: str, query: Query[WaitQuery]) -> dict[str, Any]:
     if query.wait is None:
-        from console.selectors.runs import run_get
+        from operators.selectors.runs import run_get
 
         run = await sync_to_async(run_get)(run_id, user=request.user)
     else:

@@ -13,15 +13,15 @@ from ninja import Field, Query, Router, Schema, Status
 from api.auth import ApiRequest, actor_ip
 from api.errors import Problem
 from api.routes.common import MAX_PAGE, Text, console_action, next_link, parse_cursor, run_id_of
-from console import roles
-from console.models import AuditEntry, AuditOutcome
-from console.selectors.runs import HISTORY_PAGE_SIZE, RUNS_PAGE_SIZE, RunFilters, run_get, run_history_page, runs_page
-from console.selectors.tenancy import may_see
-from console.services.actions import Actor, audit_denied, audit_done
-from console.services.limits import clip_text
-from console.services.runs import run_cancel_act, run_compensate_act, run_retry_act
-from console.services.tenancy import OUTSIDE_TENANTS, check_tenant
 from core.redaction import redact
+from operators import roles
+from operators.models import AuditEntry, AuditOutcome
+from operators.selectors.runs import HISTORY_PAGE_SIZE, RUNS_PAGE_SIZE, RunFilters, run_get, run_history_page, runs_page
+from operators.selectors.tenancy import may_see
+from operators.services.actions import Actor, audit_denied, audit_done
+from operators.services.limits import clip_text
+from operators.services.runs import run_cancel_act, run_compensate_act, run_retry_act
+from operators.services.tenancy import OUTSIDE_TENANTS, check_tenant
 from sagas.errors import (
     InvalidArgument,
     NotSerializable,

@@ -9,9 +9,9 @@ from typing import Any
 from django.db.models import QuerySet
 
 from console.notifications.models import NotificationDelivery, NotificationEndpoint
-from console.selectors.paging import Cursor, Page, keyset_page
-from console.selectors.tenancy import User, scope
 from ledger.models import EffectRecord, EffectStatus
+from operators.selectors.paging import Cursor, Page, keyset_page
+from operators.selectors.tenancy import User, scope
 from sagas.models import RunStatus, WorkflowRun
 
 DELIVERIES_PAGE_SIZE = 50

@@ -12,11 +12,11 @@ from typing import Any
 from django.contrib.auth.models import User
 from django.db import transaction
 
-from console.models import AuditEntry, AuditOutcome
 from console.notifications import signing
 from console.notifications.models import NotificationEndpoint
-from console.services.actions import Actor
-from console.services.limits import clip_text
+from operators.models import AuditEntry, AuditOutcome
+from operators.services.actions import Actor
+from operators.services.limits import clip_text
 
 OBJECT_TYPE = "notification_endpoint"
 CREATE, UPDATE, ROTATE = "notification.endpoint_create", "notification.endpoint_update", "notification.secret_rotate"

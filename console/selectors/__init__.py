@@ -1,4 +1,5 @@
-"""Reads for the console pages, one module per page family: ``overview``, ``runs`` (the list and
-a run's page), ``queues`` (ambiguous effects and approvals), ``versions`` and ``audit``; paged
-lists all use ``paging``. Each returns plain data, model instances or QuerySets; views only
-render them and never query the ORM themselves."""
+"""Reads for the console's pages, one module per page family: ``overview``, ``history`` and
+``conversation`` (a run's page), ``versions``, ``workers``, ``audit``, ``bulk``, ``decisions``
+and ``payloads``. The reads the HTTP API shares (runs, queues, tenancy, paging, search) are in
+``operators.selectors``. Each returns plain data, model instances or QuerySets; views only render
+them and never query the ORM themselves."""

@@ -13,12 +13,13 @@ from django.contrib.auth import get_user_model
 from django.db.models import QuerySet
 from django.urls import NoReverseMatch, reverse
 
-from console.actors import is_system_label
-from console.models import AuditEntry, BulkBatch
-from console.roles import ACTION_ROLES
-from console.selectors.paging import Cursor, Page, keyset_page
-from console.selectors.tenancy import User, scope, scope_runs
+from console.models import BulkBatch
 from ledger.models import EffectRecord
+from operators.actors import is_system_label
+from operators.models import AuditEntry
+from operators.roles import ACTION_ROLES
+from operators.selectors.paging import Cursor, Page, keyset_page
+from operators.selectors.tenancy import User, scope, scope_runs
 from sagas.models import ApprovalRequest, WorkflowRun
 
 AUDIT_PAGE_SIZE = 50  # each entry renders its before/after payloads; 100 put the p95 over 100 ms at scale

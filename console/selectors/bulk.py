@@ -16,10 +16,10 @@ from django.db.models.functions import Cast
 from console.forms import RunFilterForm
 from console.forms_queues import EffectFilterForm
 from console.models import BulkBatch, BulkItem, BulkOutcome
-from console.selectors.queues import approvals_open, effects_ambiguous
-from console.selectors.runs import runs_filtered
-from console.selectors.tenancy import User, tenants_of
 from ledger.models import EffectRecord
+from operators.selectors.queues import approvals_open, effects_ambiguous
+from operators.selectors.runs import runs_filtered
+from operators.selectors.tenancy import User, tenants_of
 from sagas.models import TERMINAL_STATUSES, ApprovalRequest, RunStatus, WorkflowRun
 
 SAMPLE_SIZE = 10
@@ -37,7 +37,7 @@ class BulkAction:
 
     name: str
     object_type: str  # run, effect, approval
-    item_action: str  # a key of console.roles.ACTION_ROLES
+    item_action: str  # a key of operators.roles.ACTION_ROLES
     label: str
     verb: str  # "cancelled", for "3 runs cancelled"
 

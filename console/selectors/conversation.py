@@ -38,10 +38,10 @@ from typing import Any
 
 from django.db.models import Q
 
-from console.selectors.runs import HISTORY_PAGE_SIZE
 from console.templatetags.payloads import PREVIEW_CHARS, SECRET_MARGIN, pruned  # the payload previews' own cut
 from core.redaction import redact_json, redact_text
 from ledger.models import EffectKind, EffectRecord
+from operators.selectors.runs import HISTORY_PAGE_SIZE
 from sagas.models import ApprovalRequest, ApprovalState, JournalEntry, WorkflowRun, WorkflowVersion
 
 # Journal rows read for one page: model turns and plain tool calls together. A longer

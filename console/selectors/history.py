@@ -20,8 +20,8 @@ from typing import Any
 from django.db.models.fields.json import KT
 from django.utils import timezone
 
-from console.selectors.runs import HISTORY_PAGE_SIZE
 from ledger.models import EffectRecord
+from operators.selectors.runs import HISTORY_PAGE_SIZE
 from sagas.integration import CONTINUED_AS_NEW
 from sagas.models import ApprovalRequest, JournalEntry, JournalKind
 

@@ -7,7 +7,7 @@ them), the approvals from ``approvals_open`` (the inbox), and each runs line fro
 each, grouped by ``status_reason``, and summed over the reasons a line's link filters on). So a
 count and its page differ only by what changed between the two reads.
 
-Everything is counted within the user's tenants (console/selectors/tenancy.py).
+Everything is counted within the user's tenants (operators/selectors/tenancy.py).
 Three queries whatever the data: one count by status, one ``UNION ALL`` of the queues' counts
 and oldest items, one for the per-minute chart. The page is re-rendered on every push to every
 open overview, so its cost is paid often.
@@ -26,9 +26,9 @@ from django.db.models.functions import Coalesce, Concat
 from django.urls import reverse
 from django.utils import timezone
 
-from console.selectors.queues import approvals_open, effects_ambiguous
-from console.selectors.runs import RunFilters, runs_filtered
-from console.selectors.tenancy import User, scope_runs, tenants_of
+from operators.selectors.queues import approvals_open, effects_ambiguous
+from operators.selectors.runs import RunFilters, runs_filtered
+from operators.selectors.tenancy import User, scope_runs, tenants_of
 from sagas.models import RunStatus, WorkflowRun
 
 NA = RunStatus.NEEDS_ATTENTION

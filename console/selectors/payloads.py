@@ -13,8 +13,8 @@ from typing import Any
 
 from django.db.models import Manager, QuerySet
 
-from console.models import AuditEntry
 from ledger.models import EffectRecord
+from operators.models import AuditEntry
 from sagas.models import ApprovalRequest, JournalEntry, WorkflowRun
 
 # kind -> (rows, column, key) for values that belong to a run, looked up by the item's id in ``key``

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from django.db.models import Count, QuerySet
 
-from console.selectors.tenancy import User, scope_runs
+from operators.selectors.tenancy import User, scope_runs
 from sagas.models import TERMINAL_STATUSES, RunStatus, WorkflowRun, WorkflowVersion
 from sagas.selectors import workers_live
 

@@ -4,7 +4,7 @@ that runs wait on but no live worker carries (stranded).
 
 Workers, and the versions they carry, are processes and code, the same for every tenant, and
 shown to everyone; the runs (held now, waiting on a stranded version) are listed and counted
-within the user's tenants (console/selectors/tenancy.py).
+within the user's tenants (operators/selectors/tenancy.py).
 
 Bounded whatever the registry holds: every live worker, the silent ones (no beat for the
 liveness window, never stopped: killed, hung or cut off) of the last ``SILENT_WINDOW``, and the
@@ -22,8 +22,8 @@ from typing import Any
 from django.db.models import Count, Min, Q
 from django.utils import timezone
 
-from console.selectors.tenancy import User, scope_runs
 from core.storage import is_redis_error
+from operators.selectors.tenancy import User, scope_runs
 from sagas.integration import redis_connection
 from sagas.models import LEASED_STATUSES, RunStatus, WorkerProcess, WorkflowRun, WorkflowVersion
 from sagas.selectors import worker_liveness

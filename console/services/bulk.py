@@ -4,7 +4,7 @@ A batch is previewed (``batch_preview``: the objects and the state each is in no
 the batch's items), confirmed with a reason (``batch_confirm``: one audit entry for the batch,
 then jobs on the queue every worker reads) and worked through in chunks (``batch_work``).
 
-Each item goes through the same frame as the single action (``console.services.actions``):
+Each item goes through the same frame as the single action (``operators.services.actions``):
 the author's tenants and role as they are when the item is reached, the four-eyes rule for
 approvals, and the state fixed at the preview (an item that moved on since is refused, not
 acted on), with the single action's audit entry. The item's outcome is written in the same
@@ -31,18 +31,20 @@ from django.db import connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from console import roles, topics
+from console import topics
 from console.broadcast import broadcast
-from console.models import AuditEntry, AuditOutcome, BulkBatch, BulkItem, BulkOutcome, BulkState
+from console.models import BulkBatch, BulkItem, BulkOutcome, BulkState
 from console.selectors.bulk import ACTIONS, BulkAction, matching
-from console.selectors.tenancy import object_tenant
-from console.services.actions import Actor, Denied, Incomplete, Refused, audit_denied
-from console.services.limits import clip_text
-from console.services.queues import approval_act, effect_manual_resolve
-from console.services.runs import run_cancel_act, run_retry_act
-from console.services.tenancy import OUTSIDE_TENANTS, NotFound
 from core.storage import is_database_error, is_storage_error
 from ledger.services import RESOLUTION_OUTCOMES
+from operators import roles
+from operators.models import AuditEntry, AuditOutcome
+from operators.selectors.tenancy import object_tenant
+from operators.services.actions import Actor, Denied, Incomplete, Refused, audit_denied
+from operators.services.limits import clip_text
+from operators.services.queues import approval_act, effect_manual_resolve
+from operators.services.runs import run_cancel_act, run_retry_act
+from operators.services.tenancy import OUTSIDE_TENANTS, NotFound
 from sagas.events import swept
 from sagas.integration import compensation_queue_name, get_queue, shutdown_requested
 

@@ -7,8 +7,8 @@ from typing import Any
 
 from django import template
 
-from console import roles
 from console.selectors.bulk import actions_for, filter_params
+from operators import roles
 
 register = template.Library()
 

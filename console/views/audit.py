@@ -19,11 +19,11 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from console.forms import AuditFilterForm
-from console.models import AuditEntry
 from console.selectors.audit import AuditFilters, audit_known_values, audit_page, audit_rows
 from console.views.base import ConsoleRequest, live_context, viewer_required
 from console.views.run_history import async_parts
 from core.redaction import redact, redact_text
+from operators.models import AuditEntry
 
 AUDIT_FRAGMENT = "audit_log"
 CSV_CHUNK = 2000

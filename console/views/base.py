@@ -16,13 +16,13 @@ from django.http.response import HttpResponseBase
 from django.shortcuts import render
 from django_htmx.middleware import HtmxDetails
 
-from console import roles
 from console.forms import ActionForm
-from console.selectors.runs import run_get
-from console.selectors.tenancy import scoped_get
-from console.services.actions import Actor, audit_denied
-from console.services.tenancy import check_tenant
 from ledger.models import EffectRecord
+from operators import roles
+from operators.selectors.runs import run_get
+from operators.selectors.tenancy import scoped_get
+from operators.services.actions import Actor, audit_denied
+from operators.services.tenancy import check_tenant
 from sagas.models import ApprovalRequest, WorkflowRun
 
 M = TypeVar("M", bound=Model)
@@ -81,7 +81,7 @@ def actor_of(request: ConsoleRequest) -> Actor:
 def get_run_for_user(request: ConsoleRequest, run_id: Any, *, action: str = "") -> WorkflowRun:
     """The run, or 404 for an unknown or malformed id and for a run outside the user's tenants
     (404, not 403: the answer does not say it exists). ``action``: the page is an action's, and
-    an attempt on another tenant's run is audited as denied (console/services/tenancy.py)."""
+    an attempt on another tenant's run is audited as denied (operators/services/tenancy.py)."""
     run = run_get(run_id, user=request.user)
     if run is None:
         if action:

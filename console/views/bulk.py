@@ -20,7 +20,6 @@ from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
 from django.views.decorators.http import require_GET, require_POST
 
-from console import roles
 from console.models import BulkBatch, BulkState
 from console.selectors.bulk import (
     ACTIONS,
@@ -32,10 +31,11 @@ from console.selectors.bulk import (
     filter_params,
     own_runs_among,
 )
-from console.services.actions import Denied, Incomplete
 from console.services.bulk import MAX_ITEMS, batch_confirm, batch_denied, batch_preview
 from console.views.base import ConsoleRequest, actor_of, bad_request, live_context, viewer_required
 from ledger.services import RESOLUTION_OUTCOMES
+from operators import roles
+from operators.services.actions import Denied, Incomplete
 
 BULK_FRAGMENT = "bulk_batch"
 OUTCOME_LABELS = {

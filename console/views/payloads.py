@@ -26,9 +26,7 @@ from django.shortcuts import render
 from django.utils.cache import patch_vary_headers
 from django.views.decorators.http import require_GET
 
-from console.models import AuditEntry
 from console.selectors.payloads import TEXT_KINDS, audit_value, run_item_value, run_value
-from console.selectors.tenancy import scope
 from console.templatetags.payloads import (
     EXPAND_MAX_CHARS,
     long_text,
@@ -38,6 +36,8 @@ from console.templatetags.payloads import (
     size_of,
 )
 from console.views.base import ConsoleRequest, get_run_for_user, viewer_required
+from operators.models import AuditEntry
+from operators.selectors.tenancy import scope
 
 
 def _answer(request: ConsoleRequest, value: Any, *, kind: str, name: str) -> HttpResponse:

@@ -2,7 +2,7 @@
 
 Each page is a live region (``console.live``): the page, the htmx swap after an action and the
 websocket push all render the same ``<page>_live.html`` fragment. Actions are POSTs that go
-through ``console.services`` (role check, stale-state check, audit entry): a denied action answers
+through ``operators.services`` (role check, stale-state check, audit entry): a denied action answers
 403 and a refused one 409, each with the page and the reason; a successful one redirects back
 with a message, or returns the re-rendered fragment to htmx.
 """
@@ -23,23 +23,9 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
-from console import roles
 from console.forms import ApprovalDecideForm, EffectResolveForm
 from console.forms_queues import EffectFilterForm
 from console.selectors.decisions import effects_to_undo
-from console.selectors.queues import (
-    INBOX_LIMIT,
-    approval_current_decision,
-    approvals_inbox,
-    approvals_recently_decided,
-    effect_connectors,
-    effect_current_outcome,
-    effects_ambiguous_page,
-)
-from console.selectors.runs import workflow_names
-from console.services.actions import Denied, Incomplete, Refused
-from console.services.queues import approval_act, effect_manual_resolve
-from console.services.queues import effect_query as effect_query_service
 from console.views.base import (
     ConsoleRequest,
     action_input,
@@ -52,6 +38,20 @@ from console.views.base import (
 )
 from console.views.notices import message_oob, page_messages
 from ledger.models import EffectRecord
+from operators import roles
+from operators.selectors.queues import (
+    INBOX_LIMIT,
+    approval_current_decision,
+    approvals_inbox,
+    approvals_recently_decided,
+    effect_connectors,
+    effect_current_outcome,
+    effects_ambiguous_page,
+)
+from operators.selectors.runs import workflow_names
+from operators.services.actions import Denied, Incomplete, Refused
+from operators.services.queues import approval_act, effect_manual_resolve
+from operators.services.queues import effect_query as effect_query_service
 from sagas.models import ApprovalRequest, ApprovalState
 
 EFFECTS_FRAGMENT = "effects_queue"

@@ -1,6 +1,6 @@
 """The run actions: cancel, retry and compensate (with a preview of the plan first).
 
-Actions are POSTs that go through ``console.services`` (role check, stale-state check, audit
+Actions are POSTs that go through ``operators.services`` (role check, stale-state check, audit
 entry in the same transaction). Denied answers 403 and refused 409, each with the reason; done
 redirects back with a message, or, for htmx, returns the re-rendered actions region, the header
 (out of band) and the result as a message (out of band, into the messages area: see
@@ -19,16 +19,7 @@ from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
 from django.views.decorators.http import require_http_methods, require_POST
 
-from console import roles
 from console.forms import RunActionForm
-from console.selectors.runs import (
-    compensation_item_count,
-    effects_by_id,
-    run_get,
-    run_has_compensation,
-)
-from console.services.actions import Denied, Incomplete, Refused
-from console.services.runs import run_cancel_act, run_compensate_act, run_retry_act
 from console.views.base import ConsoleRequest, action_input, action_view, actor_of, get_run_for_user
 from console.views.notices import message_oob
 from console.views.run_detail import (
@@ -37,6 +28,15 @@ from console.views.run_detail import (
     header_context,
     run_page,
 )
+from operators import roles
+from operators.selectors.runs import (
+    compensation_item_count,
+    effects_by_id,
+    run_get,
+    run_has_compensation,
+)
+from operators.services.actions import Denied, Incomplete, Refused
+from operators.services.runs import run_cancel_act, run_compensate_act, run_retry_act
 from sagas.integration import compensation_preview
 from sagas.models import RunStatus, WorkflowRun
 

@@ -16,9 +16,9 @@ from typing import Any
 from django.http import HttpResponse
 from django.shortcuts import render
 
-from console.selectors.tenancy import scope
 from console.views.base import ConsoleRequest
 from core.redaction import redact_text
+from operators.selectors.tenancy import scope
 from sagas.integration import run_lines, store_for_location
 from sagas.models import ArchivedRun
 

@@ -32,10 +32,14 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
-from console import roles
 from console.selectors.conversation import run_conversation
 from console.selectors.history import history_timeline, timeline_rows
-from console.selectors.runs import (
+from console.views.base import ConsoleRequest, get_run_for_user, live_context, viewer_required
+from console.views.notices import page_messages
+from console.views.run_archive import archived_get, run_archived_page
+from core.redaction import redact_text
+from operators import roles
+from operators.selectors.runs import (
     RUN_EFFECTS_LIMIT,
     run_approvals,
     run_compensation,
@@ -44,10 +48,6 @@ from console.selectors.runs import (
     run_has_compensation,
     run_history_since,
 )
-from console.views.base import ConsoleRequest, get_run_for_user, live_context, viewer_required
-from console.views.notices import page_messages
-from console.views.run_archive import archived_get, run_archived_page
-from core.redaction import redact_text
 from sagas.models import (
     OPEN_APPROVAL_STATES,
     TERMINAL_STATUSES,

@@ -28,9 +28,9 @@ from django.views.decorators.http import require_GET
 
 from console.history_forms import HistoryPageForm
 from console.selectors.history import history_jump_before, history_timeline, kinds_for
-from console.selectors.runs import run_history_batches
 from console.views.base import ConsoleRequest, get_run_for_user, viewer_required
 from core.redaction import redact
+from operators.selectors.runs import run_history_batches
 from sagas.models import WorkflowRun
 from sagas.selectors import run_newest_seq
 

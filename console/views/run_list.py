@@ -17,10 +17,10 @@ from django.template.loader import render_to_string
 from django.urls import reverse
 from django.views.decorators.http import require_GET
 
-from console import roles
 from console.forms import RunFilterForm
-from console.selectors.runs import runs_page, workflow_names
 from console.views.base import ConsoleRequest, live_context, viewer_required
+from operators import roles
+from operators.selectors.runs import runs_page, workflow_names
 from sagas.models import RunStatus
 
 RUNS_TABLE = "runs_table"

@@ -1,4 +1,4 @@
-"""Indexes for the console's runs list (console.selectors.runs_page).
+"""Indexes for the console's runs list (operators.selectors.runs.runs_page).
 
 The list pages on ``(created_at desc, id desc)``; every equality filter gets an index that
 leads with it and then carries that order, so a filtered page is a short index range scan

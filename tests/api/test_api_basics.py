@@ -9,7 +9,7 @@ from django.core.management import call_command
 from django.test import Client
 
 from api.keys import apikey_create, apikey_revoke
-from console.models import AuditEntry
+from operators.models import AuditEntry
 from sagas.models import WorkflowRun
 from tests.sagas import wf_engine  # noqa: F401  (registers five_steps)
 

@@ -13,7 +13,7 @@ from django.test import Client
 import sagas
 from api.hooks import MAX_BODY_BYTES, hook_create, hook_sign
 from api.models import HookReceipt
-from console.models import AuditEntry
+from operators.models import AuditEntry
 from sagas.models import JournalEntry, WorkflowRun
 from tests.api import wf_api  # noqa: F401  (registers api_payment)
 from tests.procs import wait_until

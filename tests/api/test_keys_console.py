@@ -15,8 +15,8 @@ from django.utils import timezone
 
 from api.keys import apikey_create, apikey_revoke
 from api.models import ApiKey, Hook
-from console import roles
-from console.models import AuditEntry, AuditOutcome
+from operators import roles
+from operators.models import AuditEntry, AuditOutcome
 from tests.api.conftest import login
 
 pytestmark = pytest.mark.django_db
@@ -34,7 +34,7 @@ def test_it_lists_every_key_with_its_state_and_the_hooks_without_their_secrets()
     apikey_revoke(key=gone, by="alice")
     Hook.objects.create(name="payments", secret="whsec-never-shown-7f3a", signal="<script>alert(1)</script>",
                         tenant="acme")
-    page = login("sam", is_staff=True).get(reverse("api_pages:api_keys"))
+    page = login("sam", is_staff=True).get(reverse("console:api_keys"))
     assert page.status_code == 200
     html = page.content.decode()
     for text in ("orders", "acme, globex", "ACTIVE", "old-batch", "EXPIRED", "leaked", "REVOKED", "by <bdi>alice</bdi>",
@@ -47,18 +47,18 @@ def test_it_lists_every_key_with_its_state_and_the_hooks_without_their_secrets()
     csp = page["Content-Security-Policy"]
     assert "script-src 'self'" in csp and "unsafe-inline" not in csp
     # the nav shows the page to staff only
-    assert f'href="{reverse("api_pages:api_keys")}"' in html
+    assert f'href="{reverse("console:api_keys")}"' in html
     viewer_home = login("vic", roles.VIEWER).get(reverse("console:overview")).content.decode()
-    assert reverse("api_pages:api_keys") not in viewer_home
+    assert reverse("console:api_keys") not in viewer_home
 
 
 def test_it_turns_away_anyone_but_staff_and_audits_their_attempt():
     model, key = apikey_create(name="orders", role="operator")
-    url = reverse("api_pages:api_key_revoke", args=[model.id])
-    anonymous = Client().get(reverse("api_pages:api_keys"))
+    url = reverse("console:api_key_revoke", args=[model.id])
+    anonymous = Client().get(reverse("console:api_keys"))
     assert anonymous.status_code == 302 and "/login/" in anonymous["Location"]
     superop = login("ops", roles.VIEWER, roles.OPERATOR, roles.APPROVER)
-    assert superop.get(reverse("api_pages:api_keys")).status_code == 403
+    assert superop.get(reverse("console:api_keys")).status_code == 403
     assert superop.post(url, {"reason": "not mine to do", "confirm": "yes"}).status_code == 403
     denied = AuditEntry.objects.get(action="apikey.revoke")
     assert (denied.outcome, denied.object_type, denied.object_id, denied.actor_label) == \
@@ -69,7 +69,7 @@ def test_it_turns_away_anyone_but_staff_and_audits_their_attempt():
 def test_it_revokes_a_key_after_confirmation_with_a_reason_and_audits_it_in_one_go():
     model, key = apikey_create(name="orders", role="operator")
     staff = login("sam", is_staff=True)
-    url = reverse("api_pages:api_key_revoke", args=[model.id])
+    url = reverse("console:api_key_revoke", args=[model.id])
     no_reason = staff.post(url, {"reason": "  ", "confirm": "yes"})
     assert no_reason.status_code == 400 and "A reason is required" in no_reason.content.decode()
     unconfirmed = staff.post(url, {"reason": "leaked in a log"})
@@ -94,7 +94,7 @@ def test_it_expires_a_key_now_and_a_revocation_can_still_follow():
     model, key = apikey_create(name="batch", role="viewer")
     assert api_get(key).status_code == 404  # the key works: no such run
     staff = login("root", is_superuser=True)
-    expired = staff.post(reverse("api_pages:api_key_expire", args=[model.id]),
+    expired = staff.post(reverse("console:api_key_expire", args=[model.id]),
                          {"reason": "job retired", "confirm": "on"})
     assert expired.status_code == 302
     model.refresh_from_db()
@@ -102,12 +102,12 @@ def test_it_expires_a_key_now_and_a_revocation_can_still_follow():
     assert api_get(key).status_code == 401
     entry = AuditEntry.objects.get(action="apikey.expire")
     assert (entry.outcome, entry.object_id, entry.actor_label) == (AuditOutcome.OK, "batch", "root")
-    assert staff.post(reverse("api_pages:api_key_expire", args=[model.id]),
+    assert staff.post(reverse("console:api_key_expire", args=[model.id]),
                       {"reason": "again", "confirm": "on"}).status_code == 409
-    assert staff.post(reverse("api_pages:api_key_revoke", args=[model.id]),
+    assert staff.post(reverse("console:api_key_revoke", args=[model.id]),
                       {"reason": "for good", "confirm": "on"}).status_code == 302
     assert ApiKey.objects.get(pk=model.id).state == "REVOKED"
-    assert staff.post(reverse("api_pages:api_key_revoke", args=[99999]),
+    assert staff.post(reverse("console:api_key_revoke", args=[99999]),
                       {"reason": "x", "confirm": "on"}).status_code == 404
 
 
@@ -116,7 +116,7 @@ def test_it_refuses_a_post_without_the_csrf_token():
     user = User.objects.create_user("sam", password="pw-for-tests", is_staff=True)
     client = Client(enforce_csrf_checks=True)
     client.force_login(user)
-    forged = client.post(reverse("api_pages:api_key_revoke", args=[model.id]), {"reason": "x", "confirm": "yes"})
+    forged = client.post(reverse("console:api_key_revoke", args=[model.id]), {"reason": "x", "confirm": "yes"})
     assert forged.status_code == 403 and ApiKey.objects.get(pk=model.id).state == "ACTIVE"
 
 

@@ -10,7 +10,7 @@ from django.contrib.staticfiles import finders
 from django.test import Client
 
 from api.keys import apikey_create
-from console import roles
+from operators import roles
 from tests.api.conftest import login
 
 pytestmark = pytest.mark.django_db

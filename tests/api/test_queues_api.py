@@ -10,8 +10,8 @@ from datetime import timedelta
 
 import pytest
 
-from console.models import AuditEntry
 from ledger.models import EffectRecord, EffectStatus
+from operators.models import AuditEntry
 from sagas.models import ApprovalRequest, ApprovalState, RunStatus, WorkflowRun
 from tests.api.actions_data import approval_of, call, problem, waiting_run, walk
 from tests.console.queue_data import make_approval, make_effect, make_run

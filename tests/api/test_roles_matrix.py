@@ -11,7 +11,7 @@ import pytest
 
 from api.keys import apikey_create, apikey_revoke
 from api.models import ApiKey
-from console.models import AuditEntry
+from operators.models import AuditEntry
 from sagas.models import RunStatus
 from tests.api.actions_data import approval_of, call, problem, waiting_run
 from tests.console.queue_data import make_effect, make_run

@@ -9,9 +9,9 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from console.models import AuditEntry
 from core.redaction import MARK
 from ledger.models import EffectRecord
+from operators.models import AuditEntry
 from sagas.models import JournalEntry, RunStatus, WorkflowRun
 from tests.api.actions_data import SECRET, approval_of, call, problem, waiting_run, walk
 from tests.console.queue_data import make_effect, make_run

@@ -30,7 +30,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.db import connections
 
-from console import roles
+from operators import roles
 from tests.procs import ROOT, Proc, Procs, start_providers, wait_until, worker_env
 
 # Playwright's sync API marks its event loop as running in this thread between its calls (see

@@ -24,14 +24,15 @@ from django.utils import timezone
 from playwright.sync_api import Page, expect
 
 from api.keys import apikey_create, apikey_revoke
-from console import roles
-from console.models import AuditEntry, BulkBatch, BulkState
-from console.services.actions import Actor
+from console.models import BulkBatch, BulkState
 from console.services.bulk import batch_confirm, batch_preview
-from console.services.queues import approval_act, effect_manual_resolve
-from console.services.runs import run_compensate_act
 from demo.providers.faults import inject
 from ledger.models import EffectRecord
+from operators import roles
+from operators.models import AuditEntry
+from operators.services.actions import Actor
+from operators.services.queues import approval_act, effect_manual_resolve
+from operators.services.runs import run_compensate_act
 from sagas import start
 from sagas.models import ApprovalRequest, ApprovalState, ArchivedRun, RunStatus, WorkflowRun, WorkflowVersion
 from sagas.replay.engine import advance

@@ -8,9 +8,10 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from console.models import AuditEntry, BulkBatch
+from console.models import BulkBatch
 from demo.providers.faults import inject
 from ledger.models import EffectRecord, EffectStatus
+from operators.models import AuditEntry
 from sagas import start
 from sagas.models import RunStatus, WorkflowRun
 from tests.ledger import wf_orders  # noqa: F401  (register the workflows here too)

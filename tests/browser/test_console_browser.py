@@ -9,9 +9,9 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from console.models import AuditEntry
 from demo.providers.faults import inject
 from ledger.models import EffectRecord, EffectStatus
+from operators.models import AuditEntry
 from sagas import start
 from sagas.models import ApprovalRequest, RunStatus, WorkflowRun
 from tests.console.queue_data import make_run

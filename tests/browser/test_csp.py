@@ -11,7 +11,7 @@ from django.contrib.auth.hashers import make_password
 from django.urls import reverse
 from playwright.sync_api import expect
 
-from console.models import AuditEntry
+from operators.models import AuditEntry
 from sagas import services, start
 from sagas.models import RunStatus, WorkflowRun
 from tests.browser.conftest import PASSWORD

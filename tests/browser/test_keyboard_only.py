@@ -13,9 +13,9 @@ import pytest
 from playwright.sync_api import Page, expect
 from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
-from console.models import AuditEntry
 from demo.providers.faults import inject
 from ledger.models import EffectRecord, EffectStatus
+from operators.models import AuditEntry
 from sagas import start
 from sagas.models import ApprovalRequest, ApprovalState, RunStatus
 from tests.browser.a11y import wait_live

@@ -13,11 +13,11 @@ import pytest
 from django.db.models import F
 from playwright.sync_api import expect
 
-from console.services.actions import Actor
-from console.services.queues import effect_manual_resolve
 from demo.providers.faults import inject
 from ledger.models import EffectRecord, EffectStatus
 from ledger.signals import send_effect_changed
+from operators.services.actions import Actor
+from operators.services.queues import effect_manual_resolve
 from sagas import start
 from sagas.models import RunStatus, WorkflowRun
 from tests.console.queue_data import make_effect

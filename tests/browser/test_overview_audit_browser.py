@@ -11,8 +11,8 @@ import pytest
 from django.utils import timezone
 from playwright.sync_api import expect
 
-from console.models import AuditEntry
 from demo.providers.faults import inject
+from operators.models import AuditEntry
 from sagas import start
 from sagas.models import ApprovalRequest, ApprovalState, RunStatus, WorkflowRun
 from tests.ledger import wf_orders, wf_sagas  # noqa: F401  (register the workflows here too)

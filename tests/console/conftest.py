@@ -7,7 +7,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.test import Client
 
-from console.roles import APPROVER, OPERATOR, VIEWER, ensure_groups
+from operators.roles import APPROVER, OPERATOR, VIEWER, ensure_groups
 
 
 @functools.cache

@@ -10,10 +10,10 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from console.models import AuditEntry, AuditOutcome
 from ledger import Connector, connector
 from ledger.models import EffectRecord, EffectStatus
 from ledger.outcomes import Unknown
+from operators.models import AuditEntry, AuditOutcome
 from sagas import Context, workflow
 from sagas.models import (
     ApprovalRequest,

@@ -12,9 +12,9 @@ from django.db import connection
 from django.test import Client
 from django.urls import reverse
 
-from console.models import AuditEntry
 from ledger import Connector, Timeout, connector
 from ledger.models import EffectRecord
+from operators.models import AuditEntry
 from sagas import Context, start, workflow
 from sagas.models import (
     ApprovalRequest,

@@ -11,8 +11,8 @@ from django.db import connection
 from django.test import Client
 from django.urls import reverse
 
-from console.models import AuditEntry
 from ledger import Connector, connector
+from operators.models import AuditEntry
 from sagas import Context, start, workflow
 from sagas.models import (
     RunStatus,

@@ -10,9 +10,9 @@ from django.db import DatabaseError, connection, transaction
 from django.test import Client
 from django.utils import timezone
 
-from console import roles
-from console.models import AuditEntry
 from ledger.models import EffectRecord, EffectStatus
+from operators import roles
+from operators.models import AuditEntry
 from sagas import start
 from sagas.models import JournalEntry, RunStatus, WorkflowRun
 from sagas.versions.registry import workflow
@@ -91,10 +91,10 @@ def test_it_keeps_the_audit_log_and_the_journal_read_only_for_superusers():
     root = User.objects.create_superuser("root", password="pw-for-tests")
     client = Client()
     client.force_login(root)
-    for url in (f"/admin/sagas/journalentry/{entry.pk}/change/", f"/admin/console/auditentry/{audit.pk}/change/"):
+    for url in (f"/admin/sagas/journalentry/{entry.pk}/change/", f"/admin/operators/auditentry/{audit.pk}/change/"):
         page = client.get(url)
         assert page.status_code == 200 and 'name="_save"' not in page.content.decode()
-    assert client.get("/admin/console/auditentry/add/").status_code == 403
+    assert client.get("/admin/operators/auditentry/add/").status_code == 403
     assert client.post(f"/admin/sagas/journalentry/{entry.pk}/delete/", {"post": "yes"}).status_code == 403
     assert client.get("/admin/sagas/journalentry/").status_code == 200
     assert WorkflowRun.objects.get(id=run.id).status == RunStatus.PENDING
@@ -150,7 +150,7 @@ def test_it_never_finds_an_audit_entry_by_text_the_admin_shows_redacted():
     client.force_login(_user("auditor", roles.VIEWER, is_staff=True))
 
     def found(term: str) -> bool:
-        page = client.get("/admin/console/auditentry/", {"q": term})
+        page = client.get("/admin/operators/auditentry/", {"q": term})
         assert page.status_code == 200
         return "row-7" in page.content.decode()
 

@@ -11,16 +11,16 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.test import Client
 
-from console.models import AuditEntry
-from console.roles import APPROVER, OPERATOR, VIEWER
 from demo.management.commands.demo import USERS, ensure_demo_users
+from operators.models import AuditEntry
+from operators.roles import APPROVER, OPERATOR, VIEWER
 
 pytestmark = pytest.mark.django_db
 
 PASSWORD = "a-long-enough-pass-42"
 CHANGELISTS = ("/admin/auth/user/", "/admin/auth/group/", "/admin/sagas/workflowrun/", "/admin/sagas/journalentry/",
-               "/admin/sagas/approvalrequest/", "/admin/ledger/effectrecord/", "/admin/console/auditentry/",
-               "/admin/console/tenantscope/", "/admin/demo/providerfault/")
+               "/admin/sagas/approvalrequest/", "/admin/ledger/effectrecord/", "/admin/operators/auditentry/",
+               "/admin/operators/tenantscope/", "/admin/demo/providerfault/")
 
 
 def every_model_permission(verb: str) -> list[str]:

@@ -9,8 +9,8 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from console.models import AuditEntry, AuditOutcome
 from console.user_audit import ACTION as ROLE_CHANGES  # the fixture's role grants
+from operators.models import AuditEntry, AuditOutcome
 from sagas import start
 from sagas.models import (
     ApprovalRequest,

@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from console.models import TenantScope
+from operators.models import TenantScope
 from sagas import start
 from sagas.models import ArchivedRun, RunStatus, WorkflowRun
 from sagas.replay.engine import advance

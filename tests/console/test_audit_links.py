@@ -13,12 +13,13 @@ from django.core.management import call_command
 from django.urls import reverse
 from django.utils import timezone
 
-from console.models import AuditEntry, AuditOutcome, BulkBatch, BulkState
-from console.roles import VIEWER
+from console.models import BulkBatch, BulkState
 from demo.loadgen import bot_approve, bot_user
 from ledger.models import EffectStatus
 from ledger.outcomes import Succeeded
 from ledger.reconcile import reconcile_due
+from operators.models import AuditEntry, AuditOutcome
+from operators.roles import VIEWER
 from sagas.models import ApprovalRequest, ApprovalState
 from tests.console.conftest import client_for
 from tests.console.queue_data import LookupConnector, make_effect, make_run, resolve

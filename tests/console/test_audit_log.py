@@ -12,8 +12,8 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from console.models import AuditEntry, AuditOutcome
 from console.user_audit import ACTION as ROLE_CHANGES
+from operators.models import AuditEntry, AuditOutcome
 from tests.console.conftest import client_for
 from tests.console.queue_data import (
     audit,

@@ -11,10 +11,11 @@ import pytest
 from django.contrib.auth.models import Group
 from django.urls import reverse
 
-from console.models import AuditEntry, AuditOutcome, BulkBatch, BulkItem, BulkState, TenantScope
+from console.models import BulkBatch, BulkItem, BulkState
 from console.services.bulk import CHUNK, batch_work
 from console.user_audit import ACTION as ROLE_CHANGES  # the fixtures' role grants
 from ledger.models import EffectRecord, EffectStatus
+from operators.models import AuditEntry, AuditOutcome, TenantScope
 from sagas.models import ApprovalRequest, ApprovalState, JournalEntry, JournalKind, RunStatus, WorkflowRun
 from tests.console.conftest import client_for
 from tests.console.queue_data import make_approval, make_effect, make_run, resolve, text

@@ -11,7 +11,7 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 from django.urls import reverse
 
-from console.models import TenantScope
+from operators.models import TenantScope
 from sagas import start, workflow
 from tests.console.conftest import client_for
 from tests.console.queue_data import make_effect, make_run, resolve, text

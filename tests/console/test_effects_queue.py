@@ -10,10 +10,10 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from console.models import AuditEntry, AuditOutcome
 from console.user_audit import ACTION as ROLE_CHANGES  # the fixture's role grants
 from ledger.models import EffectRecord, EffectStatus
 from ledger.outcomes import NotExecuted, Succeeded, Unknown
+from operators.models import AuditEntry, AuditOutcome
 from sagas.models import (
     JournalEntry,
     RunStatus,

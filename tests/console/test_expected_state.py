@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from console.models import AuditOutcome
 from ledger.models import EffectStatus
+from operators.models import AuditOutcome
 from sagas.models import (
     ApprovalState,
     JournalEntry,

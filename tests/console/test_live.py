@@ -27,8 +27,9 @@ from django.utils.html import format_html
 
 from config.asgi import application
 from console import broadcast as live_broadcast
-from console import consumers, live, roles, topics
-from console.models import AuditEntry
+from console import consumers, live, topics
+from operators import roles
+from operators.models import AuditEntry
 from sagas import start
 from sagas.events import PROGRESS_INTERVAL, run_changed
 from sagas.models import WorkflowRun

@@ -19,9 +19,9 @@ from django.contrib.auth.models import Group, User
 from django.test import Client
 
 from config.asgi import application
-from console import roles
-from console.services.actions import Actor
-from console.services.queues import effect_manual_resolve
+from operators import roles
+from operators.services.actions import Actor
+from operators.services.queues import effect_manual_resolve
 from sagas import start
 from sagas.replay.engine import Outcome, advance
 from sagas.versions.registry import workflow

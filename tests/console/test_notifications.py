@@ -14,7 +14,6 @@ import pytest
 from django.urls import reverse
 
 import tests.console.wf_notify  # noqa: F401  (registers nt_email in this process)
-from console.models import AuditEntry, AuditOutcome
 from console.notifications.detect import deliveries_create_recent
 from console.notifications.models import NotificationDelivery, NotificationEndpoint, NotificationKind
 from console.notifications.selectors import delivery_states
@@ -22,6 +21,7 @@ from demo.models import WebhookArrival
 from demo.providers import faults
 from ledger.connectors import get_connector
 from ledger.models import EffectRecord, EffectStatus
+from operators.models import AuditEntry, AuditOutcome
 from sagas import start
 from sagas.events import send_run_changed_now
 from sagas.models import RunStatus, WorkflowRun
@@ -310,7 +310,7 @@ def test_it_never_delivers_twice_when_the_worker_is_killed_mid_delivery(procs, r
 
 @pytest.mark.django_db(transaction=True)
 def test_it_shows_deliveries_only_of_the_tenants_a_user_may_see(people):
-    from console.models import TenantScope
+    from operators.models import TenantScope
 
     endpoint("everything", secret="s")
     for tenant, key in (("acme", "order-acme-1"), ("globex", "order-globex-1")):

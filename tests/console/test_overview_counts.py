@@ -12,8 +12,8 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from console.models import TenantScope
 from ledger.models import EffectRecord, EffectStatus
+from operators.models import TenantScope
 from sagas.models import ApprovalRequest, RunStatus, WorkflowRun
 from tests.console.conftest import client_for
 

@@ -8,8 +8,8 @@ from django.test import Client
 from django.urls import reverse
 
 from console import live
-from console.models import AuditEntry, AuditOutcome
 from ledger.models import EffectStatus
+from operators.models import AuditEntry, AuditOutcome
 from sagas.models import (
     ApprovalState,
 )

@@ -17,8 +17,8 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from console.models import AuditOutcome
 from ledger.models import EffectRecord, EffectStatus
+from operators.models import AuditOutcome
 from sagas import start
 from sagas.models import (
     ApprovalRequest,

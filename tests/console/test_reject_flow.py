@@ -8,8 +8,8 @@ import re
 import pytest
 from django.urls import reverse
 
-from console.models import AuditEntry, AuditOutcome
 from console.user_audit import ACTION as ROLE_CHANGES
+from operators.models import AuditEntry, AuditOutcome
 from sagas.models import ApprovalRequest, ApprovalState, CompensationPlan, JournalEntry, RunStatus
 from sagas.replay.engine import advance
 from tests.console.conftest import client_for

@@ -9,14 +9,14 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.utils import timezone
 
-from console import roles
-from console.models import AuditEntry
 from ledger.models import EffectRecord, EffectStatus
+from operators import roles
+from operators.models import AuditEntry
 from sagas.models import ApprovalRequest, ApprovalState, RunStatus, WorkflowRun
 
 pytestmark = pytest.mark.django_db
 
-# Who may do what, written out by hand rather than read from console.roles, so that a wrong
+# Who may do what, written out by hand rather than read from operators.roles, so that a wrong
 # roles table fails here. Anonymous visitors are sent to the login page for every action.
 ALLOWED, DENIED = "allowed", "denied"
 ROLE_USERS = ("viewer", "operator", "approver", "superuser")

@@ -9,7 +9,7 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from console.models import AuditOutcome
+from operators.models import AuditOutcome
 from sagas import start
 from sagas.models import (
     CompensationItemState,

@@ -14,9 +14,9 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from console.models import AuditEntry, TenantScope
-from console.selectors.paging import decode_cursor, encode_cursor
-from console.selectors.runs import RunFilters, runs_page
+from operators.models import AuditEntry, TenantScope
+from operators.selectors.paging import decode_cursor, encode_cursor
+from operators.selectors.runs import RunFilters, runs_page
 from sagas import start
 from sagas.models import (
     RunStatus,

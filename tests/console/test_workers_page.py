@@ -10,8 +10,8 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from console.models import TenantScope
 from console.selectors.workers import rq_threads
+from operators.models import TenantScope
 from sagas import start
 from sagas.models import RunStatus, WorkerProcess, WorkflowRun
 from sagas.runtime.queue import compensation_queue_name, redis_connection

@@ -9,8 +9,8 @@ import signal
 
 import pytest
 
-from console.models import AuditEntry
 from ledger.models import EffectRecord, EffectStatus
+from operators.models import AuditEntry
 from sagas.models import ApprovalRequest, ApprovalState, RunStatus, WorkflowRun
 from tests.demo.demoproc import http_status
 from tests.procs import wait_until

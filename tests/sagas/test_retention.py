@@ -16,8 +16,8 @@ from django.contrib.auth import get_user_model
 from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
-from console.models import AuditEntry
 from ledger.models import EffectKeyIndex, EffectRecord
+from operators.models import AuditEntry
 from sagas import approve, get_run, start
 from sagas.models import (
     ArchivedRun,

@@ -9,7 +9,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.test import Client
 
-from console.roles import OPERATOR, ensure_groups
+from operators.roles import OPERATOR, ensure_groups
 from sagas.runtime.queue import compensation_queue_name, enqueue_advance, get_queue
 
 pytestmark = pytest.mark.django_db

@@ -92,7 +92,7 @@ import json
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.test import Client
-from console.models import AuditEntry
+from operators.models import AuditEntry
 from sagas import approvals
 
 user = get_user_model().objects.create(username="ann")

@@ -34,7 +34,8 @@ from django.urls import NoReverseMatch, URLPattern, URLResolver, get_resolver, r
 from console.forms import AuditFilterForm, RunFilterForm
 from console.forms_queues import EffectFilterForm
 from console.history_forms import HistoryPageForm
-from console.models import AuditEntry, AuditOutcome, BulkBatch, BulkItem, BulkState
+from console.models import BulkBatch, BulkItem, BulkState
+from operators.models import AuditEntry, AuditOutcome
 from sagas.models import RunStatus, WorkflowVersion
 from tests.console.conftest import client_for
 from tests.console.queue_data import make_approval, make_effect, make_run

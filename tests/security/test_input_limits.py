@@ -11,8 +11,8 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from console.models import AuditEntry, AuditOutcome
 from ledger.models import EffectStatus
+from operators.models import AuditEntry, AuditOutcome
 from sagas.models import ApprovalState, RunStatus, WorkflowRun, WorkflowVersion
 from tests.console.conftest import client_for
 from tests.console.queue_data import make_approval, make_effect, make_run, resolve

@@ -13,8 +13,8 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.test import Client
 
-from console.models import AuditEntry
-from console.roles import VIEWER, ensure_groups
+from operators.models import AuditEntry
+from operators.roles import VIEWER, ensure_groups
 
 pytestmark = pytest.mark.django_db
 

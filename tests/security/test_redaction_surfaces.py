@@ -21,9 +21,9 @@ from django.urls import reverse
 from config.asgi import application
 from console import topics
 from console.broadcast import broadcast
-from console.models import AuditEntry
 from demo.models import ProviderExecution
 from ledger.models import EffectRecord
+from operators.models import AuditEntry
 from sagas.models import ApprovalRequest, JournalEntry, RunStatus, WorkflowRun
 from tests.console.queue_data import audit, make_approval, make_effect, make_run
 from tests.console.run_data import append_entries

@@ -12,9 +12,9 @@ from django.core.management import call_command
 from django.db import transaction
 from django.urls import reverse
 
-from console.models import AuditEntry, TenantScope
-from console.roles import OPERATOR, VIEWER, ensure_groups
 from console.user_audit import ACTION
+from operators.models import AuditEntry, TenantScope
+from operators.roles import OPERATOR, VIEWER, ensure_groups
 from tests.console.conftest import client_for
 
 pytestmark = pytest.mark.django_db

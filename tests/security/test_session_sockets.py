@@ -16,7 +16,7 @@ from django.test import Client
 
 from config.asgi import application
 from console import consumers, topics
-from console.roles import VIEWER, ensure_groups
+from operators.roles import VIEWER, ensure_groups
 from tests.console.queue_data import make_run
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -18,10 +18,10 @@ from django.test import Client
 from django.urls import reverse
 
 from config.asgi import application
-from console.models import AuditEntry, AuditOutcome, TenantScope
-from console.roles import APPROVER, OPERATOR, VIEWER, ensure_groups
-from console.services.tenancy import OUTSIDE_TENANTS
 from ledger.models import EffectStatus
+from operators.models import AuditEntry, AuditOutcome, TenantScope
+from operators.roles import APPROVER, OPERATOR, VIEWER, ensure_groups
+from operators.services.tenancy import OUTSIDE_TENANTS
 from sagas.models import ApprovalState, RunStatus, WorkflowVersion
 from tests.console.conftest import client_for
 from tests.console.queue_data import make_approval, make_effect, make_run, resolve, text

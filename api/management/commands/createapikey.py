@@ -11,9 +11,9 @@ from django.utils import timezone
 from django.utils.text import slugify
 
 from api.keys import apikey_create
-from console import roles
-from console.actors import system_label
-from console.models import AuditEntry, AuditOutcome
+from operators import roles
+from operators.actors import system_label
+from operators.models import AuditEntry, AuditOutcome
 
 ACTOR = system_label("createapikey")
 

@@ -9,8 +9,8 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils.text import slugify
 
 from api.hooks import SIGNATURE_HEADER, TIMESTAMP_HEADER, hook_create
-from console.actors import system_label
-from console.models import AuditEntry, AuditOutcome
+from operators.actors import system_label
+from operators.models import AuditEntry, AuditOutcome
 
 ACTOR = system_label("createhook")
 

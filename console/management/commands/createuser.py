@@ -22,10 +22,10 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 
-from console import roles
-from console.actors import system_label
-from console.models import TenantScope
 from console.user_audit import role_changes
+from operators import roles
+from operators.actors import system_label
+from operators.models import TenantScope
 
 ACTOR = system_label("createuser")
 

@@ -22,8 +22,8 @@ from django.contrib.auth import models as auth_models
 from django.core.exceptions import ValidationError
 from django.db.models import Model, QuerySet
 
-from console.models import TenantScope
 from ledger.models import EffectRecord
+from operators.models import TenantScope
 from sagas.models import ApprovalRequest, WorkflowRun
 
 M = TypeVar("M", bound=Model)

@@ -1,9 +1,7 @@
-"""The console's page for API keys and hooks (staff only): the keys with their state, use and
+"""The page for the HTTP API's keys and hooks (staff only): the keys with their state, use and
 rate, "expire now" and "revoke" (confirmed, with a reason, audited as ``apikey.expire`` /
-``apikey.revoke``), and the signed webhooks in (never their secret). Keys are made with
-``manage.py createapikey``. A console page that lives in ``api`` because dependencies run
-``api -> console`` (tests/test_architecture.py): it uses the console's layout and helpers; the
-console knows only its URL names (``api_pages:api_keys``, in the nav of ``console/base.html``)."""
+``apikey.revoke`` by ``api.keys``), and the signed webhooks in (never their secret). Keys are
+made with ``manage.py createapikey``."""
 
 from __future__ import annotations
 
@@ -20,8 +18,8 @@ from django.views.decorators.http import require_GET, require_POST
 from api.keys import EXPIRE, REVOKE, NotStaff, apikey_end, is_staff
 from api.models import ApiKey, Hook
 from console.forms import MAX_TEXT_CHARS, Problems, text_field
-from console.services.actions import Refused
 from console.views.base import ConsoleRequest, actor_of
+from operators.services.actions import Refused
 
 # The state's badge, in the colours the console already gives these meanings (console.css).
 _BADGE = {"ACTIVE": "COMPLETED", "EXPIRED": "NEEDS_ATTENTION", "REVOKED": "FAILED"}
@@ -69,7 +67,7 @@ def _end(request: ConsoleRequest, key_id: int, action: str) -> HttpResponse:
         return _page(request, status=409, problems=[str(exc)])
     done = "expired now" if action == EXPIRE else "revoked"
     messages.success(request, f"Key “{key.name}” {done}: it is refused from its next request on.")
-    return redirect("api_pages:api_keys")
+    return redirect("console:api_keys")
 
 
 @require_POST

@@ -6,10 +6,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from console.services.actions import Actor, Incomplete, Refused, Target, at_time, perform
 from ledger.models import EffectRecord, EffectStatus
 from ledger.reconcile import reconcile_effect
 from ledger.services import effect_resolve
+from operators.services.actions import Actor, Incomplete, Refused, Target, at_time, perform
 from sagas.integration import approval_decide, approval_lock, effect_lock
 from sagas.models import OPEN_APPROVAL_STATES, ApprovalRequest
 

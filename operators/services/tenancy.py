@@ -1,4 +1,4 @@
-"""Actions on objects outside the actor's tenants (console/selectors/tenancy.py): refused as if
+"""Actions on objects outside the actor's tenants (operators/selectors/tenancy.py): refused as if
 the object did not exist (HTTP 404, so the answer does not say it exists), and the attempt is
 written to the audit log as denied, with the object's tenant (so the attempt is shown to that
 tenant's users and to those who see every tenant, not to the one who tried)."""
@@ -9,12 +9,12 @@ from typing import TYPE_CHECKING, Any
 
 from django.http import Http404
 
-from console.models import AuditEntry, AuditOutcome
-from console.selectors.tenancy import may_see, object_tenant
-from console.services.limits import clip_text
+from operators.models import AuditEntry, AuditOutcome
+from operators.selectors.tenancy import may_see, object_tenant
+from operators.services.limits import clip_text
 
 if TYPE_CHECKING:
-    from console.services.actions import Actor
+    from operators.services.actions import Actor
 
 OUTSIDE_TENANTS = "outside the user's tenants"
 

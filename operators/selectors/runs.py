@@ -1,7 +1,7 @@
 """Reads for the runs list and a run's page (header, history, effects, approvals, compensation).
 
 The list and ``run_get`` take the user and see only the user's tenants
-(console/selectors/tenancy.py); the reads of one run's parts take a run already got that way.
+(operators/selectors/tenancy.py); the reads of one run's parts take a run already got that way.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from django.core.exceptions import ValidationError
 from django.db import connection
 from django.db.models import QuerySet
 
-from console.selectors.paging import Cursor, Page, keyset_page
-from console.selectors.search import runs_matching
-from console.selectors.tenancy import User, scope_runs
 from ledger.models import EffectRecord
+from operators.selectors.paging import Cursor, Page, keyset_page
+from operators.selectors.search import runs_matching
+from operators.selectors.tenancy import User, scope_runs
 from sagas.integration import chain_place
 from sagas.models import (
     ApprovalRequest,
@@ -43,7 +43,7 @@ class RunFilters:
     """The runs list's filters, already validated (console.forms.RunFilterForm). Empty values
     filter nothing.
 
-    ``search`` matches a run id or a business key (console/selectors/search.py): a whole UUID
+    ``search`` matches a run id or a business key (operators/selectors/search.py): a whole UUID
     matches that run (or a business key spelled exactly like it); a run id prefix (hex digits,
     as the list shows them) matches runs whose id starts with it; any term matches business keys
     that contain it, ignoring case.

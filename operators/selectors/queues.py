@@ -1,5 +1,5 @@
 """Reads for the queues people work through: ambiguous effects and the approvals inbox, each
-narrowed to the user's tenants (console/selectors/tenancy.py)."""
+narrowed to the user's tenants (operators/selectors/tenancy.py)."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from console.selectors.paging import Cursor, Page, keyset_page
-from console.selectors.search import run_ids_matching
-from console.selectors.tenancy import User, scope
 from ledger.connectors import Operation, get_connector
 from ledger.errors import ConnectorNotRegistered
 from ledger.models import EffectRecord, EffectStatus
+from operators.selectors.paging import Cursor, Page, keyset_page
+from operators.selectors.search import run_ids_matching
+from operators.selectors.tenancy import User, scope
 from sagas.models import (
     LEASED_STATUSES,
     OPEN_APPROVAL_STATES,
@@ -37,7 +37,7 @@ class EffectFilters:
     """The queue's filters, already validated (console.forms_queues.EffectFilterForm). Empty
     values filter nothing. ``older_than``: unknown (since the last dispatch) for at least this
     long. ``search``: a business key substring or a run id or its first hex digits
-    (console/selectors/search.py)."""
+    (operators/selectors/search.py)."""
 
     connector: str = ""
     workflow: str = ""

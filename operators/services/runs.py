@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from console.services.actions import Actor, Target, at_time, perform
+from operators.services.actions import Actor, Target, at_time, perform
 from sagas.integration import compensation_start, run_cancel, run_lock, run_retry
 from sagas.models import JournalEntry, WorkflowRun
 

@@ -22,13 +22,13 @@ from typing import Any
 from django.contrib.auth.models import User
 from django.db import transaction
 
-from console import roles
-from console.actors import system_label
-from console.models import AuditEntry, AuditOutcome
-from console.selectors.tenancy import object_tenant
-from console.services.limits import clip_text
-from console.services.tenancy import check_tenant
 from ledger.errors import LedgerError
+from operators import roles
+from operators.actors import system_label
+from operators.models import AuditEntry, AuditOutcome
+from operators.selectors.tenancy import object_tenant
+from operators.services.limits import clip_text
+from operators.services.tenancy import check_tenant
 from sagas.errors import SagaError
 
 
@@ -55,7 +55,7 @@ class Incomplete(Exception):
 @dataclass(frozen=True)
 class Actor:
     """Who acts: a person, or an automated actor acting with a user's roles (``system``: its name,
-    such as "approver-bot"; the audit log names it ``system: approver-bot``, ``console.actors``)."""
+    such as "approver-bot"; the audit log names it ``system: approver-bot``, ``operators.actors``)."""
 
     user: User
     ip: str | None
@@ -124,7 +124,7 @@ def perform(
     """Run ``change`` as ``actor`` if their role allows ``action``; audit in the same transaction.
 
     Order: the tenant (``NotFound`` for an object outside the actor's tenants, audited, see
-    console/services/tenancy.py); the role (``Denied``, audited whatever ``reason`` holds, which
+    operators/services/tenancy.py); the role (``Denied``, audited whatever ``reason`` holds, which
     ``clip_text`` makes storable, before anything is read);
     then, in one transaction, ``target.lock()``, the snapshot read under those locks, the
     check that it is still in the state ``expected`` the person saw (``Incomplete`` when the

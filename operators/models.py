@@ -1,0 +1,72 @@
+"""The audit log (who did what, to which object, from what to what, and whether it was allowed),
+and the tenants each user may see. Both were first made by the ``console`` app: their tables
+keep its names (``console_auditentry``, ``console_tenantscope``), so a deployment's rows,
+append-only trigger and grants stay as they were."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.contrib.postgres.fields import ArrayField
+from django.db import models
+
+
+class AuditOutcome(models.TextChoices):
+    OK = "ok", "done"
+    DENIED = "denied", "denied (role)"
+    REFUSED = "refused", "refused (state)"
+
+
+class AuditEntry(models.Model):
+    """Append-only: a database trigger refuses UPDATE and DELETE."""
+
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT,
+                              related_name="+")
+    actor_label = models.CharField(max_length=200)
+    action = models.CharField(max_length=60)
+    object_type = models.CharField(max_length=60)
+    object_id = models.CharField(max_length=100)
+    before = models.JSONField(null=True, blank=True)
+    after = models.JSONField(null=True, blank=True)
+    reason = models.TextField(blank=True, default="")
+    ip = models.GenericIPAddressField(null=True, blank=True)
+    outcome = models.CharField(max_length=10, choices=AuditOutcome.choices)
+    message = models.TextField(blank=True, default="")
+    # The tenant of the object the entry is about ("" for none: users, logins); the audit log
+    # shows an entry only to users who may see that tenant (operators/selectors/tenancy.py).
+    tenant = models.CharField(max_length=100, blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        db_table = "console_auditentry"
+        ordering = ["-created_at", "-id"]
+        verbose_name_plural = "audit entries"
+        indexes = [
+            models.Index(fields=["actor_label", "-created_at"], name="audit_actor"),
+            models.Index(fields=["action", "-created_at"], name="audit_action"),
+            models.Index(fields=["object_type", "object_id"], name="audit_object"),
+            models.Index(fields=["-created_at", "-id"], name="audit_keyset"),
+            models.Index(fields=["tenant", "-created_at", "-id"], name="audit_tenant_keyset"),
+        ]
+
+    def __str__(self) -> str:
+        return (f"{self.created_at:%Y-%m-%d %H:%M:%S} {self.actor_label} {self.action} "
+                f"{self.object_type}:{self.object_id} [{self.outcome}]")
+
+
+class TenantScope(models.Model):
+    """The tenants a user is limited to. No row: every tenant (the default); a row with an
+    empty list: none. So removing a tenant from the list never widens what the user sees;
+    only deleting the row does. Superusers see every tenant regardless."""
+
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, primary_key=True,
+                                related_name="tenant_scope")
+    tenants = ArrayField(models.CharField(max_length=100), default=list, blank=True,
+                         help_text="Comma-separated. The user sees only these tenants' runs, effects, approvals "
+                                   "and audit entries; empty: none. Delete this limit to let them see every tenant.")
+
+    class Meta:
+        db_table = "console_tenantscope"
+        verbose_name = "tenant limit"
+
+    def __str__(self) -> str:
+        return f"{self.user_id}: {', '.join(self.tenants) or '(no tenant)'}"
