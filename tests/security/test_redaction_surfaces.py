@@ -130,7 +130,7 @@ def test_it_shows_no_secret_on_admin_change_pages_and_changelists(leaky_run, sup
         "sagas/journalentry": JournalEntry.objects.get(run=leaky_run, seq=2).pk,
         "ledger/effectrecord": EffectRecord.objects.get(run_id=leaky_run.id).pk,
         "sagas/approvalrequest": ApprovalRequest.objects.get(run=leaky_run).pk,
-        "console/auditentry": AuditEntry.objects.get(object_id=str(leaky_run.id)).pk,
+        "operators/auditentry": AuditEntry.objects.get(object_id=str(leaky_run.id)).pk,
         "demo/providerexecution": ProviderExecution.objects.get(idempotency_key="k-1").pk,
     }
     for model, pk in rows.items():
