@@ -44,13 +44,22 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from ledger.connectors import Operation, get_connector
-from ledger.errors import EffectFailed, Final, KeyConflict, OutcomeUnknown, PayloadNotJSON, ReplayDiverged, Retryable
+from ledger.errors import (
+    EffectFailed,
+    Final,
+    KeyConflict,
+    LedgerError,
+    OutcomeUnknown,
+    PayloadNotJSON,
+    ReplayDiverged,
+    Retryable,
+)
 from ledger.journal import EFFECT_KINDS, KINDS, FenceLost, Journal
 from ledger.keyindex import archived_effect
 from ledger.models import EffectRecord, EffectStatus
 from ledger.outcomes import NotExecuted, Succeeded, Unknown
 from ledger.reconcile import BASE_SECONDS, lookup
-from ledger.services import canonical_json, effect_transition, payload_hash
+from ledger.services import canonical_json, effect_resolve, effect_transition, payload_hash
 
 # Kinds that may take a forward effect's position in the journal besides its intent.
 _AT_INTENT = frozenset({EFFECT_KINDS.refused})
@@ -328,12 +337,35 @@ def _settle_succeeded(
         _settle(journal, name, effect, write)
     except FenceLost:
         if not already:
-            with transaction.atomic():
-                fresh = EffectRecord.objects.select_for_update().get(id=effect.id)
-                if fresh.status in (EffectStatus.IN_PROGRESS, EffectStatus.UNKNOWN):
-                    effect_transition(fresh, EffectStatus.SUCCEEDED, result=result, downstream_ref=ref)
+            _record_late_success(effect, result, ref)
         raise
     return json.loads(journal_json(result))
+
+
+LATE_ANSWER = "late_answer"  # EffectRecord.resolution of an outcome a worker learnt after losing its run
+
+
+def _record_late_success(effect: EffectRecord, result: Any, ref: str) -> None:
+    """The provider answered after this worker lost the run: its lease expired (a process frozen
+    past it, a stalled container) and another worker took the run over, which may already have
+    found the effect UNKNOWN and parked the run for a person. The answer is still the truth about
+    the effect. It is recorded as a resolution (``ledger.services.effect_resolve``), so the run's
+    owner journals it and a run parked only for this effect resumes at once. While another
+    worker holds the run, only the ledger record is written: that worker's recovery reads it.
+    """
+    try:
+        effect_resolve(
+            effect_id=effect.id, outcome="succeeded", user=None, actor="a worker whose lease had expired",
+            note="the provider's answer reached a worker after it had lost the run", downstream_ref=ref,
+            result=json.loads(journal_json(result)), resolution=LATE_ANSWER,
+        )
+        return
+    except LedgerError:
+        pass  # already settled by someone else, or a worker holds the run right now
+    with transaction.atomic():
+        fresh = EffectRecord.objects.select_for_update().get(id=effect.id)
+        if fresh.status in (EffectStatus.IN_PROGRESS, EffectStatus.UNKNOWN):
+            effect_transition(fresh, EffectStatus.SUCCEEDED, result=result, downstream_ref=ref)
 
 
 def _settle_failed(journal: Journal, name: str, effect: EffectRecord, exc: BaseException, note: str = "") -> Any:

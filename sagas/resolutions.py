@@ -9,6 +9,7 @@ resumes once none remains.
 
 from __future__ import annotations
 
+from django.db import transaction
 from django.utils import timezone
 
 from ledger.errors import InvalidResolution
@@ -90,3 +91,22 @@ def run_wake_if_unblocked(*, run_id: str, reason: str) -> bool:
     queue.enqueue_after_commit(run.id, run.definition_hash, compensating=target == RunStatus.COMPENSATING)
     send_run_changed(run.id, target, cause=JournalKind.RESUMED)
     return True
+
+
+def runs_resume_settled(*, limit: int = 1000) -> list[str]:
+    """The sweeper's re-check of runs parked for UNKNOWN effects: each whose unknown effects have
+    all been settled since (an answer that reached a worker after it lost the run, a resolution
+    whose wake-up was lost) resumes, as ``run_wake_if_unblocked`` would have resumed it. A run
+    is never left parked for a reason that no longer holds. The ids of the runs resumed."""
+    parked = list(
+        WorkflowRun.objects.filter(status=RunStatus.NEEDS_ATTENTION, status_reason__in=list(_RESUME_AFTER_RESOLUTION))
+        .exclude(id__in=EffectRecord.objects.filter(status=EffectStatus.UNKNOWN).values("run_id"))
+        .order_by("updated_at").values_list("id", flat=True)[:limit]
+    )
+    resumed = []
+    why = "its unknown effects were settled (found by the sweeper)"
+    for run_id in parked:
+        with transaction.atomic():
+            if run_wake_if_unblocked(run_id=str(run_id), reason=why):
+                resumed.append(str(run_id))
+    return resumed

@@ -10,8 +10,10 @@ PostgreSQL is the truth; Redis only carries wake-ups. One pass:
   stuck in a queue nobody reads (NEEDS_ATTENTION, ``version_mismatch``):
   ``parked``. Never a COMPENSATING run: it needs connectors, not workflow code,
   and goes to the compensation queue that every worker reads;
-* resumes runs parked that way once a live worker has their code again:
-  ``resumed``;
+* resumes runs parked that way once a live worker has their code again, and runs parked
+  for UNKNOWN effects that have all been settled since (an answer that reached a worker
+  after it lost the run): ``resumed``. No run stays parked for a reason that no longer
+  holds;
 * wakes WAITING runs whose timer or deadline is due: ``woken``;
 * re-queries UNKNOWN effects that have a lookup (the ledger's reconciler) and
   wakes their runs when the answer is conclusive: ``reconciled``.
@@ -33,7 +35,7 @@ from django.conf import settings
 from django.db import connection
 
 from ledger.reconcile import reconcile_due
-from sagas import events, selectors, services, waits
+from sagas import events, resolutions, selectors, services, waits
 from sagas.models import LEASED_STATUSES, RunStatus
 from sagas.runtime import queue
 
@@ -107,6 +109,7 @@ def sweep() -> SweepReport:
     report.orphaned = _route(orphaned, live, report)
     if live:
         report.resumed = len(services.runs_resume_stranded(hashes=live))
+    report.resumed += len(resolutions.runs_resume_settled(limit=BATCH))
     report.woken = waits.runs_wake_due()
     reconciled = reconcile_due()
     report.reconciled = reconciled.succeeded + reconciled.not_executed

@@ -179,3 +179,39 @@ def test_it_refuses_a_reused_key_with_a_different_payload_and_executes_nothing(s
     assert refused.payload["key"] == "capture:order-10:v1"
     assert executions("payments", "capture").count() == 1
     assert EffectRecord.objects.count() == 1
+
+
+def test_it_resumes_a_run_parked_for_an_email_whose_answer_a_frozen_worker_brings_back(stack):
+    """A worker is frozen (SIGSTOP, as a stalled container or a VM migration does) while the
+    provider sends an email, and stays frozen past its lease. Another worker takes the run over,
+    cannot know whether the email went out (no lookup, not idempotent) and parks the run for a
+    person. Then the frozen worker comes back (SIGCONT) with the provider's answer: that answer
+    settles the effect, and the run it parked resumes by itself and completes. One email."""
+    import signal
+
+    from sagas.models import JournalKind
+
+    inject("email", "send", "latency:3")  # the provider answers 3 s after the call
+    run = start("email_only", {"id": "frozen-1"})
+    frozen = stack.worker("w1", SAGAS_LEASE_TTL="1")
+    wait_until(lambda: EffectRecord.objects.filter(run_id=run.id, status=EffectStatus.IN_PROGRESS).exists(), 30,
+               what="w1 to send the email")
+    frozen.signal(signal.SIGSTOP)  # frozen while the provider works: no heartbeat, the lease runs out
+    stack.worker("w2", SAGAS_LEASE_TTL="1")
+    wait_status(run, RunStatus.NEEDS_ATTENTION)
+    run.refresh_from_db()
+    assert (run.status_reason, effect(run, "email").status) == ("effect_unknown", EffectStatus.UNKNOWN)
+    wait_until(lambda: executions("email", "send").count() == 1, 30, what="the provider to send the email")
+
+    frozen.signal(signal.SIGCONT)  # w1 reads the provider's answer, but the run is no longer its own
+    wait_status(run, RunStatus.COMPLETED)
+
+    record = effect(run, "email")
+    sent = executions("email", "send").get()
+    assert record.status == EffectStatus.SUCCEEDED and record.resolution == "late_answer", record.resolution
+    run.refresh_from_db()
+    assert run.result == {"message_id": sent.response["message_id"]}  # what the provider really answered
+    assert executions("email", "send").count() == 1  # nobody sent it again
+    kinds = list(JournalEntry.objects.filter(run=run).order_by("seq").values_list("kind", flat=True))
+    assert JournalKind.EFFECT_RESOLVED in kinds and JournalKind.RESUMED in kinds, kinds
+    assert frozen.alive(), frozen.log()
