@@ -101,13 +101,14 @@ def _unexpected(request: HttpRequest, exc: Exception) -> HttpResponse:
 
 
 def _routers() -> None:
-    from api.routes import approvals, effects, hooks, run_read, runs
+    from api.routes import approvals, effects, hooks, run_read, runs, workflows
 
     api.add_router("/runs", runs.router)
     api.add_router("/runs", run_read.router)  # GET /runs/{id} (?wait=): its own module
     api.add_router("/approvals", approvals.router)
     api.add_router("/effects", effects.router)
     api.add_router("/hooks", hooks.router)
+    api.add_router("/workflows", workflows.router)
 
 
 _routers()

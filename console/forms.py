@@ -150,7 +150,7 @@ class RunFilterForm(FilterParams, PageForm):
     looks like a run id but is not one (it is searched as part of a business key).
     """
 
-    PARAMS = ("q", "status", "workflow", "version", "tenant", "from", "to", "reason")
+    PARAMS = ("q", "status", "workflow", "version", "tenant", "from", "to", "reason", "paused")
 
     q = forms.CharField(required=False, max_length=MAX_FILTER_CHARS, error_messages=_too_long("Search"))
     status = forms.CharField(required=False, max_length=40, error_messages=_messages("Status"))
@@ -160,6 +160,8 @@ class RunFilterForm(FilterParams, PageForm):
     # Why the runs stopped or failed (``status_reason``; comma-separated: any of them). The
     # overview's queue lines link here with it, so each lists exactly what it counts.
     reason = forms.CharField(required=False, max_length=MAX_FILTER_CHARS, error_messages=_too_long("Reason"))
+    # Only the runs held by an operator's pause (their own or their workflow's): ``paused=1``.
+    paused = forms.CharField(required=False, max_length=5, error_messages=_messages("Paused"))
     after = CursorField(key=uuid.UUID, forgiving=True)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -175,6 +177,12 @@ class RunFilterForm(FilterParams, PageForm):
             raise ValidationError(
                 f"Status: {_quoted(status)} is not a run status; choose one of {', '.join(RunStatus.values)}.")
         return status
+
+    def clean_paused(self) -> bool:
+        text = self.cleaned_data["paused"].strip().lower()
+        if text not in ("", "1", "yes", "true", "on"):
+            raise ValidationError(f"Paused: {_quoted(text)} is not understood; use paused=1 or leave it out.")
+        return bool(text)
 
     def clean_version(self) -> int | None:
         text = self.cleaned_data["version"]
@@ -237,7 +245,8 @@ class RunFilterForm(FilterParams, PageForm):
         d = self.cleaned_data
         return RunFilters(status=d["status"], workflow=d["workflow"], version=d["version"], tenant=d["tenant"],
                           created_from=d["from"], created_to=d["to"], search=d["q"],
-                          reasons=tuple(sorted({r.strip() for r in d["reason"].split(",") if r.strip()})))
+                          reasons=tuple(sorted({r.strip() for r in d["reason"].split(",") if r.strip()})),
+                          paused=d["paused"])
 
 
 # --- the audit log -------------------------------------------------------------------------
@@ -288,6 +297,27 @@ class ActionForm(Problems, forms.Form):
     to refuse, audited)."""
 
     expected = text_field("The state you saw", 40)
+
+
+class WorkflowPauseForm(ActionForm):
+    """Pause or resume every run of a workflow (or of one version): a reason, the version ("" for
+    every version) and the state seen (``running`` or ``paused``)."""
+
+    workflow = text_field("Workflow", 200, required="The form did not say which workflow; reload the page.")
+    reason = text_field("Reason", MAX_TEXT_CHARS, required="A reason is required; it goes into the audit log.")
+    version = text_field("Version", 20)
+    expected = text_field("The state you saw", 40,
+                          required="The form did not say which state you saw; reload the page and try again.")
+
+    field_order = ["workflow", "reason", "version", "expected"]
+
+    def clean_version(self) -> int | None:
+        text = self.cleaned_data["version"]
+        if not text:
+            return None
+        if not text.isdigit() or not 0 < int(text) < 2**31:
+            raise ValidationError(f"Version: {_quoted(text)} is not a version number (1, 2, 3 …).")
+        return int(text)
 
 
 class RunActionForm(ActionForm):

@@ -38,6 +38,8 @@ urlpatterns = [
     path("runs/<uuid:run_id>/cancel/", run_actions.run_cancel, name="run_cancel"),
     path("runs/<uuid:run_id>/retry/", run_actions.run_retry, name="run_retry"),
     path("runs/<uuid:run_id>/compensate/", run_actions.run_compensate, name="run_compensate"),
+    path("runs/<uuid:run_id>/pause/", run_actions.run_pause, name="run_pause"),
+    path("runs/<uuid:run_id>/resume/", run_actions.run_resume, name="run_resume"),
     # One stored value in full, behind a page's truncated preview (console/views/payloads.py).
     path("runs/<uuid:run_id>/payload/<str:kind>/", payloads.run_payload, name="run_payload"),
     path("runs/<uuid:run_id>/payload/<str:kind>/<int:item_id>/", payloads.run_payload, name="run_item_payload"),
@@ -51,6 +53,9 @@ urlpatterns = [
     # Versions.
     path("versions/", versions.versions, name="versions"),
     path("versions/diff/", versions.version_diff, name="version_diff"),
+    # A workflow's pause (the workflow's name is a form field: names may hold any character).
+    path("versions/pause/", versions.workflow_pause, name="workflow_pause"),
+    path("versions/resume/", versions.workflow_resume, name="workflow_resume"),
     path("workers/", workers.workers, name="workers"),
     # The audit log (read-only: no path changes an entry).
     path("audit/", audit.audit_log, name="audit"),

@@ -16,6 +16,10 @@ ACTION_ROLES: dict[str, str] = {
     "run.retry": OPERATOR,
     "run.cancel": OPERATOR,
     "run.compensate": OPERATOR,
+    "run.pause": OPERATOR,
+    "run.resume": OPERATOR,
+    "workflow.pause": OPERATOR,
+    "workflow.resume": OPERATOR,
     "approval.approve": APPROVER,
     "approval.reject": APPROVER,
 }

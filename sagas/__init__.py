@@ -108,7 +108,11 @@ __all__ = [
     "effect_tool",
     "effects",
     "get_run",
+    "pause",
+    "pause_workflow",
     "reject",
+    "resume",
+    "resume_workflow",
     "retry",
     "run_agent",
     "signal",
@@ -308,6 +312,48 @@ def retry(*, run_id: Any, reason: str, user: User | None = None) -> WorkflowRun:
     from sagas.services import run_retry
 
     return run_retry(run_id=str(run_id), user=user, reason=reason)
+
+
+def pause(*, run_id: Any, reason: str, user: User | None = None) -> WorkflowRun:
+    """Hold a run while someone investigates, and return it. It is not claimed, and its timers
+    do not fire, until ``resume``; a worker advancing it finishes the step in flight, records
+    it, and hands the run back at the next step boundary. Signals, decisions and resolutions
+    that arrive meanwhile are recorded and acted on at resume. Journaled on the run.
+
+    A ``reason`` is required and a paused run cannot be paused again (``ActionNotAllowed``);
+    a finished run raises ``RunFinished``."""
+    from sagas.pausing import run_pause
+
+    return run_pause(run_id=run_id, user=user, reason=reason)
+
+
+def resume(*, run_id: Any, reason: str, user: User | None = None) -> WorkflowRun:
+    """Lift a run's pause and return it: it is queued for a worker again, and a timer or
+    deadline that fell due during the pause fires now. ``ActionNotAllowed`` if the run is not
+    paused, or is held by its workflow's pause (lift that with ``resume_workflow``)."""
+    from sagas.pausing import run_resume
+
+    return run_resume(run_id=run_id, user=user, reason=reason)
+
+
+def pause_workflow(name: str, *, version: int | None = None, reason: str, user: User | None = None) -> None:
+    """Hold every run of workflow ``name`` (of one ``version``, or of every version), runs
+    started later included, until ``resume_workflow`` with the same ``version``. Runs being
+    advanced stop at their next step boundary, as with ``pause``. ``InvalidArgument`` for a
+    workflow with neither a registered version nor runs; ``ActionNotAllowed`` if that same
+    pause is already in place."""
+    from sagas.pausing import workflow_pause
+
+    workflow_pause(workflow_name=name, version=version, user=user, reason=reason)
+
+
+def resume_workflow(name: str, *, version: int | None = None, reason: str, user: User | None = None) -> int:
+    """Lift the pause ``pause_workflow(name, version=...)`` set, and return how many runs were
+    queued again at once (the sweeper finds the rest, and fires the timers that fell due).
+    ``ActionNotAllowed`` if there is no such pause."""
+    from sagas.pausing import workflow_resume
+
+    return workflow_resume(workflow_name=name, version=version, user=user, reason=reason)
 
 
 # --- workers ------------------------------------------------------------------------

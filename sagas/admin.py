@@ -28,6 +28,7 @@ from sagas.models import (
     CompensationPlan,
     JournalEntry,
     WorkerProcess,
+    WorkflowPause,
     WorkflowRun,
     WorkflowVersion,
 )
@@ -88,6 +89,15 @@ class WorkflowVersionAdmin(admin.ModelAdmin):
     list_display = ("name", "version", "definition_hash", "module", "first_registered_at", "last_registered_at")
     list_filter = ("name",)
     search_fields = ("name", "definition_hash")
+
+
+@admin.register(WorkflowPause)
+class WorkflowPauseAdmin(admin.ModelAdmin):
+    """Read-only here like every engine table (console/admin.py): pauses are set and lifted on
+    the versions page, the HTTP API or ``sagas.pause_workflow``, which audit them."""
+
+    list_display = ("workflow_name", "version", "paused_by_label", "reason", "created_at")
+    search_fields = ("workflow_name",)
 
 
 @admin.register(WorkerProcess)

@@ -10,19 +10,30 @@ move. The other extension modules are ``sagas.models`` (the tables, to read), ``
   that checks the state a person saw takes them first (``run_lock``, ``approval_lock``,
   ``effect_lock``).
 * Actions that take a user and a reason, each one transaction: ``run_cancel``, ``run_retry``,
-  ``compensation_start``, ``compensation_preview``, ``approval_decide``, ``signal_send``.
+  ``compensation_start``, ``compensation_preview``, ``approval_decide``, ``signal_send``,
+  ``run_pause``, ``run_resume``, ``workflow_pause``, ``workflow_resume``.
 * The wake-up transport: ``redis_connection``, and ``get_queue(compensation_queue_name())``,
   the queue every worker reads (for jobs of your own, which take ids).
 * Reading what the engine keeps:
   ``chain_place`` and ``CONTINUED_AS_NEW`` (runs that continued as new), ``ERROR_KEY`` (a
   summary that could not be computed), the archive (``store_for_location``, ``run_lines``,
-  ``ArchivedBatch``, ``runs_archived``), ``shutdown_requested`` (a worker is stopping).
+  ``ArchivedBatch``, ``runs_archived``), ``shutdown_requested`` (a worker is stopping),
+  ``run_is_paused``, ``run_pause_info`` and ``workflow_pause_of`` (what holds a run).
 * Checks of what callers pass: ``checked_text``, ``SIGNAL_NAME_CHARS``.
 """
 
 from __future__ import annotations
 
 from sagas.compensation import compensation_preview, compensation_start
+from sagas.pausing import (
+    run_is_paused,
+    run_pause,
+    run_pause_info,
+    run_resume,
+    workflow_pause,
+    workflow_pause_of,
+    workflow_resume,
+)
 from sagas.replay.context import shutdown_requested
 from sagas.replay.continuation import CONTINUED_AS_NEW, chain_place
 from sagas.retention.archiving import ArchivedBatch, runs_archived
@@ -50,11 +61,18 @@ __all__ = [
     "get_queue",
     "redis_connection",
     "run_cancel",
+    "run_is_paused",
     "run_lines",
     "run_lock",
+    "run_pause",
+    "run_pause_info",
+    "run_resume",
     "run_retry",
     "runs_archived",
     "shutdown_requested",
     "signal_send",
     "store_for_location",
+    "workflow_pause",
+    "workflow_pause_of",
+    "workflow_resume",
 ]

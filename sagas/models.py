@@ -7,7 +7,7 @@ import uuid
 from django.conf import settings
 from django.contrib.postgres.indexes import GinIndex
 from django.db import models
-from django.db.models import Q
+from django.db.models import Exists, OuterRef, Q
 
 from ledger.journal import COMPENSATION_KINDS, EFFECT_KINDS
 from sagas.errors import IllegalTransition
@@ -98,6 +98,9 @@ class WorkflowRun(models.Model):
     max_cost = models.DecimalField(max_digits=14, decimal_places=6, null=True, blank=True)
     max_duration = models.DurationField(null=True, blank=True)
     wake_at = models.DateTimeField(null=True, blank=True, help_text="when a waiting run's timer is due")
+    # Held by an operator (sagas.pausing): not claimed, not woken, stopped at its next step
+    # boundary if a worker has it, until resumed. Who and why are in the journal and the audit log.
+    paused_at = models.DateTimeField(null=True, blank=True, help_text="paused by an operator since")
 
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -135,6 +138,8 @@ class WorkflowRun(models.Model):
                 name="run_live_lease",
             ),
             models.Index(fields=["wake_at"], condition=Q(status="WAITING"), name="run_wake_due"),
+            # The few paused runs, for the overview and the runs list's filter (migration 0017).
+            models.Index(fields=["-paused_at"], condition=Q(paused_at__isnull=False), name="run_paused"),
             models.Index(fields=["finished_at"], condition=Q(finished_at__isnull=False), name="run_finished"),
             # The console's search by any part of a business key (ILIKE '%term%'); migration 0010.
             GinIndex(fields=["business_key"], opclasses=["gin_trgm_ops"], name="run_business_key_trgm"),
@@ -142,6 +147,39 @@ class WorkflowRun(models.Model):
 
     def __str__(self) -> str:
         return f"{self.workflow_name} v{self.version} {self.id} [{self.status}]"
+
+
+class WorkflowPause(models.Model):
+    """Every run of a workflow (or of one of its versions) held by an operator, new runs too,
+    until the pause is lifted (``sagas.pausing``). A run is paused if its own ``paused_at`` is
+    set or a pause here covers it."""
+
+    workflow_name = models.CharField(max_length=200)
+    version = models.PositiveIntegerField(null=True, blank=True, help_text="empty: every version")
+    reason = models.TextField()
+    paused_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT,
+                                  related_name="+")
+    paused_by_label = models.CharField(max_length=200)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["workflow_name", "version"], nulls_distinct=False,
+                                    name="workflow_pause_unique"),
+        ]
+
+    def __str__(self) -> str:
+        which = f"v{self.version}" if self.version is not None else "every version"
+        return f"{self.workflow_name} ({which}) paused by {self.paused_by_label}"
+
+
+def paused_runs() -> Q:
+    """The runs held by an operator: paused themselves, or covered by a ``WorkflowPause``
+    (the ORM form of ``sagas.store.systemdb.PAUSED``)."""
+    covering = WorkflowPause.objects.filter(workflow_name=OuterRef("workflow_name")).filter(
+        Q(version__isnull=True) | Q(version=OuterRef("version"))
+    )
+    return Q(paused_at__isnull=False) | Q(Exists(covering))
 
 
 class JournalKind(models.TextChoices):

@@ -38,6 +38,7 @@ from sagas.models import (
     WorkflowRun,
     check_approval_transition,
     check_transition,
+    paused_runs,
 )
 from sagas.replay.cursor import JournalCursor
 from sagas.runtime import queue
@@ -242,15 +243,22 @@ def runs_wake_due(*, limit: int = 1000) -> int:
     woken = 0
     due = list(
         WorkflowRun.objects.filter(status=RunStatus.WAITING, wake_at__lte=timezone.now())
+        .exclude(paused_runs())  # a paused run's timer fires when it is resumed (sagas.pausing)
         .order_by("wake_at").values_list("id", flat=True)[:limit]
     )
     for run_id in due:
         with transaction.atomic():
-            run = run_lock(run_id=run_id)
-            if run.status != RunStatus.WAITING or run.wake_at is None or run.wake_at > timezone.now():
-                continue
-            _wake(run, kind=K.TIMER_FIRED, name="", actor="sweeper",
-                  payload={"due": run.wake_at.isoformat(), "late_by_ms": int(
-                      (timezone.now() - run.wake_at).total_seconds() * 1000)})
-            woken += 1
+            if run_wake_if_due(run_lock(run_id=run_id), actor="sweeper"):
+                woken += 1
     return woken
+
+
+def run_wake_if_due(run: WorkflowRun, *, actor: str) -> bool:
+    """A WAITING run (locked by the caller) whose timer or deadline is due becomes PENDING:
+    ``timer_fired`` is journaled with how late it fires. False if nothing is due."""
+    if run.status != RunStatus.WAITING or run.wake_at is None or run.wake_at > timezone.now():
+        return False
+    _wake(run, kind=K.TIMER_FIRED, name="", actor=actor,
+          payload={"due": run.wake_at.isoformat(), "late_by_ms": int(
+              (timezone.now() - run.wake_at).total_seconds() * 1000)})
+    return True

@@ -20,7 +20,13 @@ from operators.selectors.runs import HISTORY_PAGE_SIZE, RUNS_PAGE_SIZE, RunFilte
 from operators.selectors.tenancy import may_see
 from operators.services.actions import Actor, audit_denied, audit_done
 from operators.services.limits import clip_text
-from operators.services.runs import run_cancel_act, run_compensate_act, run_retry_act
+from operators.services.runs import (
+    run_cancel_act,
+    run_compensate_act,
+    run_pause_act,
+    run_resume_act,
+    run_retry_act,
+)
 from operators.services.tenancy import OUTSIDE_TENANTS, check_tenant
 from sagas.errors import (
     InvalidArgument,
@@ -29,7 +35,7 @@ from sagas.errors import (
     StartConflict,
     WorkflowNotRegistered,
 )
-from sagas.models import RunStatus, WorkflowRun
+from sagas.models import TERMINAL_STATUSES, RunStatus, WorkflowPause, WorkflowRun
 
 router = Router(tags=["runs"])
 MAX_DURATION_S = 10 * 366 * 86400  # ten years: past it, a timedelta overflows long before a budget means anything
@@ -69,6 +75,8 @@ class RunOut(Schema):
     finished_at: datetime | None
     continued_from: str | None = Field(None, description="the run this one continues (ctx.continue_as_new)")
     continued_to: str | None = Field(None, description="the run that continues this one; follow it for the outcome")
+    paused: bool = Field(False, description="held by an operator's pause (its own, or its workflow's): no worker "
+                                            "takes it until it is resumed")
     console_url: str
 
 
@@ -88,8 +96,23 @@ def run_out(request: ApiRequest, run: WorkflowRun) -> dict[str, Any]:
         "created_at": run.created_at, "finished_at": run.finished_at,
         "continued_from": str(run.continued_from) if run.continued_from else None,
         "continued_to": str(run.continued_to) if run.continued_to else None,
+        "paused": _paused(request, run),
         "console_url": request.build_absolute_uri(reverse("console:run", args=[run.id])),
     }
+
+
+def _paused(request: ApiRequest, run: WorkflowRun) -> bool:
+    """Whether ``run`` is held by a pause; the workflows' pauses (a handful of rows) are read
+    once per request, not once per run of a page."""
+    if run.status in TERMINAL_STATUSES:
+        return False
+    if run.paused_at is not None:
+        return True
+    pauses = getattr(request, "_workflow_pauses", None)
+    if pauses is None:
+        pauses = set(WorkflowPause.objects.values_list("workflow_name", "version"))
+        request._workflow_pauses = pauses  # type: ignore[attr-defined]
+    return (run.workflow_name, None) in pauses or (run.workflow_name, run.version) in pauses
 
 
 def require(request: ApiRequest, action: str, object_type: str, object_id: Any, reason: str = "") -> Actor:
@@ -323,6 +346,28 @@ def compensate_run(request: ApiRequest, run_id: str, body: ActIn) -> dict[str, A
         run_compensate_act(actor_of(request), run_id=run_id, reason=body.reason,
                            expected=body.expected.strip() or None)
     return _acted(request, run_id, "compensation started")
+
+
+@router.post("/{run_id}/pause", response=Done, summary="Pause a run")
+def pause_run(request: ApiRequest, run_id: str, body: ActIn) -> dict[str, Any]:
+    """Hold the run: no worker takes it, and its timers wait, until it is resumed. A worker
+    advancing it finishes the step in flight, records it, and hands the run back at the next
+    step boundary. A paused run is a 409; a finished one, a 409 too."""
+    run_id = run_id_of(run_id)
+    with console_action("run", run_id):
+        run_pause_act(actor_of(request), run_id=run_id, reason=body.reason, expected=body.expected.strip() or None)
+    return _acted(request, run_id, "paused")
+
+
+@router.post("/{run_id}/resume", response=Done, summary="Resume a paused run")
+def resume_run(request: ApiRequest, run_id: str, body: ActIn) -> dict[str, Any]:
+    """Lift the run's own pause: it is queued for a worker again, and a timer that fell due
+    during the pause fires now. A run that is not paused, or is held by its workflow's pause
+    (``POST /workflows/resume``), is a 409."""
+    run_id = run_id_of(run_id)
+    with console_action("run", run_id):
+        run_resume_act(actor_of(request), run_id=run_id, reason=body.reason, expected=body.expected.strip() or None)
+    return _acted(request, run_id, "resumed")
 
 
 @router.post("/{run_id}/retry", response=Done, summary="Retry a run that needs attention")

@@ -97,6 +97,7 @@ def _queues(user: User) -> dict[str, tuple[int, datetime | None]]:
         _counted(approvals_open(user=user), "approvals", "requested_at"),
         _by_reason(user, NA, _NA_PREFIX),
         _by_reason(user, RunStatus.FAILED, _FAILED_PREFIX),
+        _counted(runs_filtered(RunFilters(paused=True), user=user), "paused_runs", "updated_at"),
     ]
     union = parts[0].union(*parts[1:], all=True)
     found = {row["key"]: (row["n"], row["oldest"]) for row in union}
@@ -134,6 +135,7 @@ def queue_lines(*, user: User) -> list[QueueLine]:
         line("approvals", "Pending approvals", reverse("console:approvals")),
         *(line(key, label, runs_url(status=NA, reasons=reasons)) for key, label, reasons in RUN_QUEUES),
         *_failed_lines(found),
+        line("paused_runs", "Paused runs", f"{reverse('console:runs')}?paused=1"),
     ]
 
 

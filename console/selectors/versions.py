@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from django.db.models import Count, QuerySet
 
 from operators.selectors.tenancy import User, scope_runs
-from sagas.models import TERMINAL_STATUSES, RunStatus, WorkflowRun, WorkflowVersion
+from sagas.models import TERMINAL_STATUSES, RunStatus, WorkflowPause, WorkflowRun, WorkflowVersion
 from sagas.selectors import workers_live
 
 
@@ -40,6 +40,11 @@ class WorkflowRow:
     name: str
     versions: list[VersionRow] = field(default_factory=list)
     records: list[WorkflowVersion] = field(default_factory=list)  # for the diff pickers, newest first
+    pauses: list[WorkflowPause] = field(default_factory=list)  # what holds its runs (sagas.pausing)
+
+    @property
+    def version_numbers(self) -> list[int]:
+        return [v.version for v in self.versions]
 
 
 def versions_overview(*, user: User) -> list[WorkflowRow]:
@@ -80,6 +85,9 @@ def versions_overview(*, user: User) -> list[WorkflowRow]:
         if not wf.versions or wf.versions[-1].version != version:
             wf.versions.append(VersionRow(version=version))
         wf.versions[-1].hashes.append(row)
+    for pause in WorkflowPause.objects.order_by("workflow_name", "version"):
+        if pause.workflow_name in workflows:
+            workflows[pause.workflow_name].pauses.append(pause)
     return list(workflows.values())
 
 

@@ -55,7 +55,8 @@ def action_view(action: str | Callable[[ConsoleRequest], str], object_type: str,
     """``viewer_required`` for an action's view: someone with no console role at all is turned
     away the same way (403), and a POST of theirs is audited as denied, whatever it carried, like
     any other role's (``action``: the action, or how to tell it from the request; ``id_kwarg``:
-    the URL's id of the object; ``text``: the form field whose text the audit entry keeps)."""
+    the URL's id of the object, or else the form field that names it; ``text``: the form field
+    whose text the audit entry keeps)."""
 
     def decorate(view: Callable[..., HttpResponseBase]) -> Callable[..., HttpResponseBase]:
         @login_required
@@ -64,7 +65,8 @@ def action_view(action: str | Callable[[ConsoleRequest], str], object_type: str,
             if not roles.can_view(request.user):
                 if request.method == "POST":
                     name = action(request) if callable(action) else action
-                    audit_denied(actor_of(request), name, object_type, kwargs.get(id_kwarg),
+                    object_id = kwargs.get(id_kwarg, str(request.POST.get(id_kwarg, ""))[:100])
+                    audit_denied(actor_of(request), name, object_type, object_id,
                                  reason=str(request.POST.get(text, "")))
                 raise PermissionDenied("your account has no console role")
             return view(request, *args, **kwargs)

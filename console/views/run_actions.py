@@ -1,4 +1,4 @@
-"""The run actions: cancel, retry and compensate (with a preview of the plan first).
+"""The run actions: cancel, retry, pause, resume and compensate (with a preview of the plan first).
 
 Actions are POSTs that go through ``operators.services`` (role check, stale-state check, audit
 entry in the same transaction). Denied answers 403 and refused 409, each with the reason; done
@@ -36,7 +36,7 @@ from operators.selectors.runs import (
     run_has_compensation,
 )
 from operators.services.actions import Denied, Incomplete, Refused
-from operators.services.runs import run_cancel_act, run_compensate_act, run_retry_act
+from operators.services.runs import run_cancel_act, run_compensate_act, run_pause_act, run_resume_act, run_retry_act
 from sagas.integration import compensation_preview
 from sagas.models import RunStatus, WorkflowRun
 
@@ -119,6 +119,31 @@ def run_retry(request: ConsoleRequest, run_id: UUID) -> HttpResponse:
         lambda reason, expected: run_retry_act(
             actor_of(request), run_id=str(run.id), reason=reason, expected=expected),
         done=lambda after: f"Run retried: it is {after.status} again and queued for a worker.",
+        failed_page=run_page,
+    )
+
+
+@require_POST
+@action_view("run.pause", "run", id_kwarg="run_id")
+def run_pause(request: ConsoleRequest, run_id: UUID) -> HttpResponse:
+    run = get_run_for_user(request, run_id, action="run.pause")
+    return _run_action(
+        request, run, "run.pause",
+        lambda reason, expected: run_pause_act(actor_of(request), run_id=str(run.id), reason=reason, expected=expected),
+        done=lambda after: "Run paused: no worker takes it until it is resumed (a step in flight is recorded first).",
+        failed_page=run_page,
+    )
+
+
+@require_POST
+@action_view("run.resume", "run", id_kwarg="run_id")
+def run_resume(request: ConsoleRequest, run_id: UUID) -> HttpResponse:
+    run = get_run_for_user(request, run_id, action="run.resume")
+    return _run_action(
+        request, run, "run.resume",
+        lambda reason, expected: run_resume_act(
+            actor_of(request), run_id=str(run.id), reason=reason, expected=expected),
+        done=lambda after: f"Run resumed: it is {after.status} and goes on where it stopped.",
         failed_page=run_page,
     )
 

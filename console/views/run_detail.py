@@ -48,6 +48,7 @@ from operators.selectors.runs import (
     run_has_compensation,
     run_history_since,
 )
+from sagas.integration import run_pause_info
 from sagas.models import (
     OPEN_APPROVAL_STATES,
     TERMINAL_STATUSES,
@@ -130,6 +131,7 @@ def header_context(run: WorkflowRun, *, oob: bool = False) -> dict[str, Any]:
         "lease_live": bool(run.lease_expires_at and run.lease_expires_at > now),
         "budget": _budget_rows(run),
         "started_by": run.started_by.get_username() if run.started_by else "",
+        "pause": run_pause_info(run),
         "oob": oob,
     }
 
@@ -140,6 +142,8 @@ def actions_context(run: WorkflowRun, user: User, *, has_plan: bool) -> dict[str
         "retry": status == RunStatus.NEEDS_ATTENTION and run.status_reason in RETRYABLE_REASONS,
         "cancel": status not in TERMINAL_STATUSES and status != RunStatus.COMPENSATING,
         "compensate": status in COMPENSABLE and not has_plan,
+        "pause": status not in TERMINAL_STATUSES and run.paused_at is None,
+        "resume": status not in TERMINAL_STATUSES and run.paused_at is not None,
     }
     may = {name: ok and roles.can(user, f"run.{name}") for name, ok in possible.items()}
     hint = ""

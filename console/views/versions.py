@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
+from django.contrib import messages
 from django.contrib.auth.models import User
+from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpResponse
-from django.shortcuts import render
+from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
-from django.views.decorators.http import require_GET
+from django.urls import reverse
+from django.utils.text import slugify
+from django.views.decorators.http import require_GET, require_POST
 
+from console.forms import WorkflowPauseForm
 from console.selectors.versions import (
     runs_stranded,
     runs_stranded_count,
@@ -20,7 +26,19 @@ from console.selectors.versions import (
 from console.selectors.versions import (
     version_diff as diff_lines,
 )
-from console.views.base import ConsoleRequest, bad_request, live_context, viewer_required
+from console.views.base import (
+    ConsoleRequest,
+    action_input,
+    action_view,
+    actor_of,
+    bad_request,
+    live_context,
+    viewer_required,
+)
+from operators import roles
+from operators.selectors.tenancy import tenants_of
+from operators.services.actions import Denied, Incomplete, Refused
+from operators.services.runs import workflow_pause_act, workflow_resume_act
 from sagas.models import WorkflowVersion
 
 VERSIONS_FRAGMENT = "versions_list"
@@ -31,6 +49,8 @@ def _versions_context(user: User, params: dict[str, str]) -> dict[str, Any]:
         "workflows": versions_overview(user=user),
         "stranded": list(runs_stranded(user=user)),
         "stranded_count": runs_stranded_count(user=user),
+        # A workflow's pause holds every tenant's runs: offered to operators who see every tenant.
+        "may_pause": roles.can(user, "workflow.pause") and tenants_of(user) is None,
     }
 
 
@@ -63,3 +83,52 @@ def version_diff(request: ConsoleRequest) -> HttpResponse:
                                     f"are two workflows.", title="Not comparable")
     context = {"a": a, "b": b, "lines": diff_lines(a, b), "records": versions_of(a.name)}
     return render(request, "console/versions_diff.html", context)
+
+
+def _workflow_action(request: ConsoleRequest, action: str, act: Callable[..., Any],
+                     done: Callable[[str, Any, int | None], str]) -> HttpResponse:
+    """Pause or resume a workflow from the versions page (a plain POST, then back to the page
+    with what happened). The service checks the role and the tenants and audits every attempt."""
+    fields, problem = action_input(request, WorkflowPauseForm, action)
+    if problem:
+        return bad_request(request, problem)
+    name = fields["workflow"]
+    version = fields.get("version")
+    if isinstance(version, str):  # as sent by someone the service will deny
+        version = int(version) if version.isdigit() else None
+    try:
+        result = act(actor_of(request), name=name, version=version, reason=fields["reason"],
+                     expected=fields["expected"] or None)
+    except Denied as exc:
+        raise PermissionDenied(str(exc)) from exc
+    except Incomplete as exc:
+        return bad_request(request, str(exc))
+    except Refused as exc:
+        messages.error(request, str(exc))
+        context = _versions_context(request.user, {})
+        context.update(live_context([VERSIONS_FRAGMENT]))
+        return render(request, "console/versions.html", context, status=409)
+    messages.success(request, done(name, result, version))
+    return redirect(f"{reverse('console:versions')}#workflow-{slugify(name)}")
+
+
+def _which(name: str, version: int | None) -> str:
+    return f"{name} " + (f"version {version}" if version is not None else "(every version)")
+
+
+@require_POST
+@action_view("workflow.pause", "workflow", id_kwarg="workflow")
+def workflow_pause(request: ConsoleRequest) -> HttpResponse:
+    return _workflow_action(
+        request, "workflow.pause", workflow_pause_act,
+        lambda name, _, version: f"{_which(name, version)} paused: no worker takes its runs, new ones included, "
+                                 f"until it is resumed; runs in flight stop after their current step.")
+
+
+@require_POST
+@action_view("workflow.resume", "workflow", id_kwarg="workflow")
+def workflow_resume(request: ConsoleRequest) -> HttpResponse:
+    return _workflow_action(
+        request, "workflow.resume", workflow_resume_act,
+        lambda name, queued, version: f"{_which(name, version)} resumed: {queued} run{'s' if queued != 1 else ''} "
+                                      f"queued again at once; the sweeper finds the rest.")

@@ -21,12 +21,14 @@ from operators.selectors.search import runs_matching
 from operators.selectors.tenancy import User, scope_runs
 from sagas.integration import chain_place
 from sagas.models import (
+    TERMINAL_STATUSES,
     ApprovalRequest,
     CompensationItem,
     CompensationPlan,
     JournalEntry,
     WorkflowRun,
     WorkflowVersion,
+    paused_runs,
 )
 
 RUNS_PAGE_SIZE = 50
@@ -57,6 +59,7 @@ class RunFilters:
     created_to: datetime | None = None  # exclusive
     search: str = ""
     reasons: tuple[str, ...] = ()  # any of these status_reasons (the overview's queue lines)
+    paused: bool = False  # only unfinished runs held by a pause (sagas.pausing)
 
 
 def runs_filtered(filters: RunFilters, *, user: User) -> QuerySet[WorkflowRun]:
@@ -78,6 +81,8 @@ def runs_filtered(filters: RunFilters, *, user: User) -> QuerySet[WorkflowRun]:
         qs = qs.filter(tenant=filters.tenant)
     if filters.reasons:
         qs = qs.filter(status_reason__in=filters.reasons)
+    if filters.paused:
+        qs = qs.filter(paused_runs()).exclude(status__in=TERMINAL_STATUSES)
     if filters.created_from is not None:
         qs = qs.filter(created_at__gte=filters.created_from)
     if filters.created_to is not None:

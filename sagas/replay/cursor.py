@@ -43,6 +43,10 @@ T = TypeVar("T")
 # next step boundary instead of holding a warm shutdown hostage.
 shutdown_requested = threading.Event()
 
+# Why a run is handed back at a step boundary (``Yield``'s message, journaled as ``yielded``).
+YIELD_SHUTDOWN = "worker shutting down"
+YIELD_PAUSED = "paused by an operator"
+
 
 class JournalCursor:
     """The replay cursor over one claimed run's journal (see the module's contract)."""
@@ -73,6 +77,9 @@ class JournalCursor:
         # the last renewal's start + TTL); the heartbeat moves it on. Writes that fail
         # because the database went away are retried until then.
         self.lease_until = math.inf
+        # Set when a journal write or a lease renewal finds the run paused (``sagas.pausing``):
+        # the run stops at its next step boundary, after the step in flight is recorded.
+        self.pause_requested = False
 
     @property
     def replaying(self) -> bool:
@@ -141,8 +148,7 @@ class JournalCursor:
     def before_live(self) -> None:
         """Past the recorded journal, before acting: ``Yield`` if the worker is shutting down,
         ``BudgetExceeded`` if a budget of the run is used up."""
-        if shutdown_requested.is_set():
-            raise Yield("worker shutting down")
+        self._stop_if_asked()
         run = self._run
         if run.max_steps is not None and self._steps_used >= run.max_steps:
             raise BudgetExceeded(
@@ -169,9 +175,15 @@ class JournalCursor:
                 )
 
     def before_retry(self) -> None:
-        """``Yield`` if the worker is shutting down: the run is handed back (PENDING)."""
+        """``Yield`` if the worker is shutting down or an operator paused the run: the run is
+        handed back (PENDING)."""
+        self._stop_if_asked()
+
+    def _stop_if_asked(self) -> None:
         if shutdown_requested.is_set():
-            raise Yield("worker shutting down")
+            raise Yield(YIELD_SHUTDOWN)
+        if self.pause_requested:
+            raise Yield(YIELD_PAUSED)
 
     def crash_point(self, point: str, name: str) -> None:
         """Ends the process here if ``SAGAS_CRASH_AT`` names this point (``sagas.runtime.crashpoints``)."""
@@ -187,7 +199,7 @@ class JournalCursor:
         Outside a transaction a write the database failed is retried (see ``durably``): a
         step's result survives a PostgreSQL restart. ``LeaseLost`` if the fence moved on."""
 
-        def write() -> int:
+        def write() -> systemdb.Appended:
             return systemdb.append(
                 self.run_id,
                 fence=self._run.fence,
@@ -197,11 +209,16 @@ class JournalCursor:
                 worker=self.worker_id,
             )
 
-        seq = write() if connection.in_atomic_block else self.durably(write, kind=kind, name=name, recorded=int)
+        if connection.in_atomic_block:
+            appended = write()
+        else:
+            appended = self.durably(write, kind=kind, name=name, recorded=systemdb.Appended)
+        if appended.paused:
+            self.pause_requested = True
         self._steps_used += steps
         self._cost_used += cost
-        self.last_seq = seq
-        return seq
+        self.last_seq = appended.seq
+        return appended.seq
 
     def durably(self, write: Callable[[], T], *, kind: str, name: str, recorded: Callable[[int], T]) -> T:
         """``write()`` (one commit that appends the journal entry ``kind``/``name``), retried

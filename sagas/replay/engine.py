@@ -40,6 +40,7 @@ from sagas.errors import (
 from sagas.models import JournalKind, RunStatus
 from sagas.replay import continuation
 from sagas.replay.context import Context
+from sagas.replay.cursor import YIELD_PAUSED, YIELD_SHUTDOWN
 from sagas.runtime import queue
 from sagas.runtime.crashpoints import crash_point
 from sagas.runtime.heartbeat import Heartbeat
@@ -176,8 +177,8 @@ def _execute(run: ClaimedRun, owner: str, beat: Heartbeat | None = None) -> Outc
         return Outcome.COMPLETED
     except RunHalted as halt:
         return _halt(run, owner, halt) or Outcome.NEEDS_ATTENTION
-    except Yield:
-        return _yield(run, owner)
+    except Yield as stop:
+        return _yield(run, owner, str(stop))
     except LeaseLost as lost:
         log.warning("run %s: lease lost, stopping without recording: %s", run.id, lost)
         return Outcome.LEASE_LOST
@@ -321,19 +322,23 @@ def _storage_lost(run: ClaimedRun, owner: str, beat: Heartbeat, exc: BaseExcepti
     return Outcome.STORAGE_UNAVAILABLE
 
 
-def _hand_back(run: ClaimedRun, owner: str, payload: dict) -> str:
+def _hand_back(run: ClaimedRun, owner: str, payload: dict, *, wake: bool = True) -> str:
     """Release the run as it is (PENDING, or COMPENSATING: it must not run forward), journal
-    ``yielded`` and wake a worker for it. Returns the status; raises ``LeaseLost``."""
+    ``yielded`` and, with ``wake``, wake a worker for it. Returns the status; raises ``LeaseLost``."""
     status = RunStatus.COMPENSATING if run.status == RunStatus.COMPENSATING else RunStatus.PENDING
     systemdb.finish(run.id, fence=run.fence, status=status, kind=K.YIELDED, worker=owner, payload=payload)
-    queue.enqueue_advance(run.id, run.definition_hash, compensating=status == RunStatus.COMPENSATING)
+    if wake:
+        queue.enqueue_advance(run.id, run.definition_hash, compensating=status == RunStatus.COMPENSATING)
     return status
 
 
-def _yield(run: ClaimedRun, owner: str) -> Outcome:
+def _yield(run: ClaimedRun, owner: str, reason: str = YIELD_SHUTDOWN) -> Outcome:
+    """Hand the run back at a step boundary: the worker is shutting down (another worker goes
+    on with it), or an operator paused it (nobody does until it is resumed, which wakes it)."""
+    paused = reason == YIELD_PAUSED
     try:
-        _hand_back(run, owner, {"reason": "worker shutting down"})
+        _hand_back(run, owner, {"reason": reason}, wake=not paused)
     except LeaseLost:
         return Outcome.LEASE_LOST
-    log.info("run %s: handed back on shutdown", run.id)
+    log.info("run %s: handed back (%s)", run.id, reason)
     return Outcome.YIELDED

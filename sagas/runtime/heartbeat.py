@@ -109,7 +109,8 @@ class Heartbeat:
                 started = time.monotonic()
                 renew_at = started + every
                 try:
-                    if not systemdb.renew_lease(self.run_id, fence=self.fence, ttl=self.ttl):
+                    renewal = systemdb.renew_lease(self.run_id, fence=self.fence, ttl=self.ttl)
+                    if not renewal:
                         self.lost = True
                         log.warning("run %s: heartbeat found the lease taken over", self.run_id)
                         return
@@ -117,6 +118,8 @@ class Heartbeat:
                     self.lease_until = started + self.ttl
                     if self._ctx is not None:
                         self._ctx.lease_until = self.lease_until
+                        if renewal.paused:  # a step that runs long: the run stops after it
+                            self._ctx.pause_requested = True
                 except Exception as exc:  # try again soon; the lease may still hold
                     if not is_storage_error(exc):
                         log.exception("run %s: heartbeat failed", self.run_id)

@@ -15,6 +15,7 @@ PostgreSQL is the truth; Redis only carries wake-ups. One pass:
   after it lost the run): ``resumed``. No run stays parked for a reason that no longer
   holds;
 * wakes WAITING runs whose timer or deadline is due: ``woken``;
+* leaves paused runs alone (``sagas.pausing``): resuming them wakes them;
 * re-queries UNKNOWN effects that have a lookup (the ledger's reconciler) and
   wakes their runs when the answer is conclusive: ``reconciled``.
 
@@ -38,6 +39,7 @@ from ledger.reconcile import reconcile_due
 from sagas import events, resolutions, selectors, services, waits
 from sagas.models import LEASED_STATUSES, RunStatus
 from sagas.runtime import queue
+from sagas.store.systemdb import PAUSED
 
 log = logging.getLogger("sagas.runtime.recovery")
 
@@ -93,16 +95,16 @@ def sweep() -> SweepReport:
     live = selectors.live_definition_hashes()
     grace = max(1.0, 2 * settings.SAGAS_SWEEP_INTERVAL)
     expired = _rows(
-        """SELECT id, definition_hash, status FROM sagas_workflowrun
-            WHERE status = ANY(%s) AND lease_expires_at < now()
+        f"""SELECT id, definition_hash, status FROM sagas_workflowrun r
+            WHERE status = ANY(%s) AND lease_expires_at < now() AND NOT {PAUSED}
             ORDER BY lease_expires_at LIMIT %s""",
         [sorted(LEASED_STATUSES), BATCH],
     )
     report.expired = _route(expired, live, report)
     orphaned = _rows(
-        """SELECT id, definition_hash, status FROM sagas_workflowrun
+        f"""SELECT id, definition_hash, status FROM sagas_workflowrun r
             WHERE (status = %s OR (status = %s AND lease_expires_at IS NULL))
-              AND updated_at < now() - make_interval(secs => %s::float8)
+              AND updated_at < now() - make_interval(secs => %s::float8) AND NOT {PAUSED}
             ORDER BY updated_at LIMIT %s""",
         [RunStatus.PENDING, RunStatus.COMPENSATING, grace, BATCH],
     )

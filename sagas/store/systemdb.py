@@ -96,6 +96,13 @@ def dumps(value: Any) -> str:
 
 _CLAIMABLE = sorted({RunStatus.PENDING, *LEASED_STATUSES})
 
+# Whether the run ``r`` is paused by an operator: its own flag, or a pause of its workflow
+# (every version, or its own). Checked at the claim, and returned by every journal append and
+# lease renewal, so a worker stops at the next step boundary (``sagas.pausing``).
+PAUSED = """(r.paused_at IS NOT NULL OR EXISTS (
+    SELECT 1 FROM sagas_workflowpause p
+     WHERE p.workflow_name = r.workflow_name AND (p.version IS NULL OR p.version = r.version)))"""
+
 _CLAIM_SQL = f"""
 WITH claimed AS (
     UPDATE sagas_workflowrun r
@@ -110,6 +117,7 @@ WITH claimed AS (
      WHERE r.id = $1
        AND r.status = ANY($4::text[])
        AND (r.lease_expires_at IS NULL OR r.lease_expires_at < now())
+       AND NOT {PAUSED}
  RETURNING r.id, r.workflow_name, r.version, r.definition_hash, r.input, r.tenant, r.business_key, r.fence,
            r.attempts, r.steps_used, r.cost_used, r.max_steps, r.max_cost,
            extract(epoch FROM r.max_duration)::float8, r.started_at, r.last_seq, r.status
@@ -199,7 +207,7 @@ INSERT INTO sagas_journalentry (run_id, seq, kind, name, payload, worker_id, cre
 SELECT r.id, {NEXT_SEQ}, $3, $4, $5::jsonb, $6, now()
   FROM sagas_workflowrun r
  WHERE r.id = $1 AND r.fence = $2
-RETURNING seq
+RETURNING seq, (SELECT {PAUSED} FROM sagas_workflowrun r WHERE r.id = $1)
 """
 
 
@@ -207,7 +215,16 @@ _APPEND = Statement("sagas_append", _APPEND_SQL)
 _CLAIM = Statement("sagas_claim", _CLAIM_SQL)
 
 
-def append(run_id: str, *, fence: int, kind: str, name: str, payload: str, worker: str) -> int:
+@dataclass(frozen=True)
+class Appended:
+    """A journal entry written: its ``seq``, and whether the run is paused (``PAUSED``) as of
+    that write, so the worker stops at the next step boundary."""
+
+    seq: int
+    paused: bool = False
+
+
+def append(run_id: str, *, fence: int, kind: str, name: str, payload: str, worker: str) -> Appended:
     """Append one journal entry under the caller's fence; one statement, one commit of one row.
 
     ``payload`` is JSON text. Raises ``LeaseLost`` when the fence moved on. The run's row is
@@ -223,7 +240,7 @@ def append(run_id: str, *, fence: int, kind: str, name: str, payload: str, worke
         row = numbered(lambda: _APPEND.first_row(params))
     if row is None:
         raise LeaseLost(f"run {run_id}: fence {fence} is stale, {kind} {name!r} not recorded")
-    return int(row[0])
+    return Appended(int(row[0]), row[1] in (True, "t"))  # PostgreSQL's text on the libpq path, a bool otherwise
 
 
 _APPEND_EVENT_SQL = f"""
@@ -273,16 +290,30 @@ _RENEW_SQL = f"""
 UPDATE sagas_workflowrun r
    SET lease_expires_at = now() + make_interval(secs => %s::float8), {COUNTED_TO_NEWEST}
  WHERE r.id = %s AND r.fence = %s
+RETURNING {PAUSED}
 """
 
 
-def renew_lease(run_id: str, *, fence: int, ttl: float) -> bool:
+@dataclass(frozen=True)
+class Renewal:
+    """A lease renewal: ``held`` (false: the lease was taken over; the renewal is falsy then)
+    and whether the run is paused (``PAUSED``) as of the renewal."""
+
+    held: bool
+    paused: bool = False
+
+    def __bool__(self) -> bool:
+        return self.held
+
+
+def renew_lease(run_id: str, *, fence: int, ttl: float) -> Renewal:
     """Extend the lease if ``fence`` is current, and count the steps journaled since the last
     count (the console's ``steps_used`` and ``cost_used`` of a running run trail by at most
-    this interval). False: the lease was taken over."""
+    this interval). Falsy: the lease was taken over."""
     with cursor() as cur:
         cur.execute(_RENEW_SQL, [ttl, run_id, fence])
-        return cur.rowcount == 1
+        row = cur.fetchone()
+    return Renewal(held=row is not None, paused=bool(row and row[0]))
 
 
 # "Nothing journaled since the caller's view" is checked on the row (``last_seq``, which every

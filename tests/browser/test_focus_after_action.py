@@ -75,8 +75,9 @@ def test_it_moves_the_focus_to_the_notice_after_a_run_action_that_leaves_nothing
     page = console.page("olga", f"/runs/{run.id}/")
     expect(page.locator("#live-status")).to_have_text("live", timeout=10_000)
     actions = page.locator("#live-run_actions")
-    actions.get_by_role("group").filter(has_text="Cancel…").locator("summary").click()
-    actions.locator("textarea[name=reason]").fill("customer asked on ticket 4411")
+    cancel = actions.get_by_role("group").filter(has_text="Cancel…")
+    cancel.locator("summary").click()
+    cancel.locator("textarea[name=reason]").fill("customer asked on ticket 4411")
     actions.get_by_role("button", name=f"Cancel the run {str(run.id)[:8]}").press("Enter")
 
     # The run is cancelled, so its Cancel… is gone: the focus is on the notice saying so.

@@ -81,7 +81,7 @@ def test_it_keeps_the_console_usable_while_redis_is_down_and_goes_live_again_by_
         expect(page.locator("#live-status")).to_have_text(LIVE, timeout=15_000)
     run_page.evaluate("window.notReloaded = true")
     run_page.locator("#live-run_actions summary", has_text="Cancel").click()
-    reason = run_page.locator("#live-run_actions textarea[name=reason]")
+    reason = run_page.locator("#live-run_actions form[action$='/cancel/'] textarea[name=reason]")
     reason.fill("customer asked to hold the order")
 
     # 2. Redis stops: the pages say so within seconds, and the operator can go on typing.

@@ -104,6 +104,7 @@ def test_it_shows_counts_by_status_and_the_queues_that_need_a_person(people):
     assert {label: n for label, (n, _) in queues.items()} == {
         "Unknown effects": "2", "Pending approvals": "1", "Failed compensations": "1", "Version mismatches": "1",
         "Exhausted budgets": "2", "Models unavailable": "0", "Non-deterministic runs": "0", "Failed runs": "0",
+        "Paused runs": "0",
     }
     # The oldest item of each queue, as people say it (a loaded machine only adds to them).
     for label, at_least, unit in (("Unknown effects", 600, 60), ("Pending approvals", 300, 60),

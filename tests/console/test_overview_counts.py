@@ -62,6 +62,9 @@ def a_bit_of_everything(tenant: str) -> None:
     run(RunStatus.FAILED, "step_failed", tenant)
     run(RunStatus.FAILED, "workflow_error", tenant)
     run(RunStatus.COMPLETED, "", tenant)
+    # Paused: a run of its own (listed), and a finished one whose flag stayed set (not listed).
+    WorkflowRun.objects.filter(id=run(RunStatus.PENDING, "", tenant).id).update(paused_at=timezone.now())
+    WorkflowRun.objects.filter(id=run(RunStatus.CANCELLED, "cancelled", tenant).id).update(paused_at=timezone.now())
 
 
 def overview_lines(client) -> dict[str, tuple[str, int, str]]:
@@ -94,7 +97,7 @@ def test_it_counts_on_each_line_what_the_page_it_links_to_lists(people):
             "Failed compensations": 2 * per_tenant, "Version mismatches": per_tenant,
             "Exhausted budgets": per_tenant, "Models unavailable": 0, "Non-deterministic runs": per_tenant,
             "Failed runs": 3 * per_tenant, "a step failed": 2 * per_tenant,
-            "the workflow raised an error": per_tenant,
+            "the workflow raised an error": per_tenant, "Paused runs": per_tenant,
         }, who
         for label, (href, n, _) in lines.items():
             assert rows_on(client, href) == n, (who, label, href)

@@ -12,7 +12,7 @@ from django.utils import timezone
 from ledger.models import EffectRecord, EffectStatus
 from operators import roles
 from operators.models import AuditEntry
-from sagas.models import ApprovalRequest, ApprovalState, RunStatus, WorkflowRun
+from sagas.models import ApprovalRequest, ApprovalState, RunStatus, WorkflowPause, WorkflowRun
 
 pytestmark = pytest.mark.django_db
 
@@ -29,6 +29,10 @@ EXPECTED = {
     "run.cancel":       (DENIED,  ALLOWED,  DENIED,   ALLOWED),
     "run.retry":        (DENIED,  ALLOWED,  DENIED,   ALLOWED),
     "run.compensate":   (DENIED,  ALLOWED,  DENIED,   ALLOWED),
+    "run.pause":        (DENIED,  ALLOWED,  DENIED,   ALLOWED),
+    "run.resume":       (DENIED,  ALLOWED,  DENIED,   ALLOWED),
+    "workflow.pause":   (DENIED,  ALLOWED,  DENIED,   ALLOWED),
+    "workflow.resume":  (DENIED,  ALLOWED,  DENIED,   ALLOWED),
 }
 MATRIX = [(action, who, outcome) for action, row in EXPECTED.items() for who, outcome in zip(ROLE_USERS, row)]
 
@@ -78,6 +82,23 @@ def _target(action: str, settings) -> tuple[str, dict, callable]:
                    error={"code": "budget_exceeded", "budget": "steps", "used": 5, "limit": 5})
         return (f"/runs/{run.id}/retry/", {"reason": "raise the budget", "expected": "NEEDS_ATTENTION"},
                 lambda: WorkflowRun.objects.get(id=run.id).status == RunStatus.PENDING)
+    if action == "run.pause":
+        run = _run(RunStatus.PENDING)
+        return (f"/runs/{run.id}/pause/", {"reason": "investigating", "expected": "PENDING"},
+                lambda: WorkflowRun.objects.get(id=run.id).paused_at is not None)
+    if action == "run.resume":
+        run = _run(RunStatus.PENDING, paused_at=timezone.now())
+        return (f"/runs/{run.id}/resume/", {"reason": "done", "expected": "PENDING"},
+                lambda: WorkflowRun.objects.get(id=run.id).paused_at is None)
+    if action == "workflow.pause":
+        _run(RunStatus.PENDING)
+        return ("/versions/pause/", {"workflow": "matrix", "reason": "incident", "version": "", "expected": "running"},
+                lambda: WorkflowPause.objects.filter(workflow_name="matrix").exists())
+    if action == "workflow.resume":
+        _run(RunStatus.PENDING)
+        WorkflowPause.objects.create(workflow_name="matrix", reason="incident", paused_by_label="someone")
+        return ("/versions/resume/", {"workflow": "matrix", "reason": "over", "version": "", "expected": "paused"},
+                lambda: not WorkflowPause.objects.filter(workflow_name="matrix").exists())
     run = _run(RunStatus.NEEDS_ATTENTION, "budget_exceeded")
     return (f"/runs/{run.id}/compensate/", {"reason": "customer refund", "expected": "NEEDS_ATTENTION"},
             lambda: WorkflowRun.objects.get(id=run.id).status == RunStatus.COMPENSATING)

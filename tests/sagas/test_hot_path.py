@@ -222,7 +222,7 @@ def _claimed(workflow: str = "hot_two_steps"):  # type: ignore[no-untyped-def]
 
 def _append(claimed, name: str, *, fence: int | None = None, payload: str = '{"value":1}') -> int:  # type: ignore[no-untyped-def]
     return systemdb.append(claimed.id, fence=claimed.fence if fence is None else fence, kind="step", name=name,
-                           payload=payload, worker="t")
+                           payload=payload, worker="t").seq
 
 
 def _counters(run_id: str) -> tuple[int, int, Decimal]:

@@ -49,7 +49,7 @@ def _claimed(owner: str = "a") -> systemdb.ClaimedRun:
 
 def _step(claimed: systemdb.ClaimedRun, name: str, *, fence: int | None = None) -> int:
     return systemdb.append(claimed.id, fence=claimed.fence if fence is None else fence, kind="step", name=name,
-                           payload=STEP, worker=claimed.id[:4])
+                           payload=STEP, worker=claimed.id[:4]).seq
 
 
 def _journal(run_id: str) -> list[tuple[int, str, str]]:
@@ -247,7 +247,7 @@ def test_a_claim_that_waited_for_a_workers_transaction_numbers_itself_after_its_
     claim = InThread(lambda: systemdb.claim(claimed.id, owner="b", ttl=30))
     _wait_until_blocked(claim, by=intent.pid)  # the worker holds the run's row FOR SHARE: the claim waits for it
     release.set()
-    assert intent.result() == 3
+    assert intent.result().seq == 3
     taken = claim.result()
     assert taken is not None
     assert (taken.last_seq, taken.steps_used) == (4, 1)  # after the intent, which counts as a step

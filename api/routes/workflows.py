@@ -1,0 +1,75 @@
+"""A workflow's pause: hold every run of a workflow (or of one version), new runs too, and
+lift it (``sagas.pausing``; as on the console's versions page). Only keys whose user sees
+every tenant may set or lift one: it holds every tenant's runs. The workflow is named in the
+body (or the query), not the path: a workflow's name may hold any character."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from ninja import Field, Query, Router, Schema
+
+from api.auth import ApiRequest
+from api.routes.common import Text, console_action
+from api.routes.runs import actor_of
+from operators.services.runs import workflow_pause_act, workflow_resume_act
+from sagas.models import WorkflowPause
+
+router = Router(tags=["workflows"])
+
+
+class PauseIn(Schema):
+    workflow: Text = Field(..., min_length=1, max_length=200)
+    reason: Text = Field(..., min_length=1, max_length=4000, description="goes into the audit log")
+    version: int | None = Field(None, ge=1, le=2**31 - 1, description="one version; empty: every version")
+    expected: str = Field("", max_length=40, description="what you saw (required): `running` to pause, `paused` to "
+                                                         "resume; a pause set or lifted meanwhile is a 409")
+
+
+class PauseOut(Schema):
+    workflow: str
+    version: int | None
+    reason: str
+    paused_by: str
+    since: datetime
+
+
+class PauseDone(Schema):
+    message: str
+    pauses: list[PauseOut]
+
+
+def _pauses(name: str) -> list[dict[str, Any]]:
+    pauses = WorkflowPause.objects.order_by("workflow_name", "version")
+    if name:
+        pauses = pauses.filter(workflow_name=name)
+    return [{"workflow": p.workflow_name, "version": p.version, "reason": p.reason, "paused_by": p.paused_by_label,
+             "since": p.created_at} for p in pauses]
+
+
+class PausesQuery(Schema):
+    workflow: str = Field("", max_length=200, description="one workflow; empty: every pause")
+
+
+@router.get("/pauses", response=list[PauseOut], summary="The pauses holding workflows' runs")
+def workflow_pauses(request: ApiRequest, query: Query[PausesQuery]) -> list[dict[str, Any]]:
+    return _pauses(query.workflow)
+
+
+@router.post("/pause", response=PauseDone, summary="Pause every run of a workflow (or of one version)")
+def pause_workflow(request: ApiRequest, body: PauseIn) -> dict[str, Any]:
+    """Runs being advanced stop at their next step boundary; new runs wait too."""
+    with console_action("workflow", body.workflow):
+        workflow_pause_act(actor_of(request), name=body.workflow, version=body.version, reason=body.reason,
+                           expected=body.expected.strip() or None)
+    return {"message": "paused", "pauses": _pauses(body.workflow)}
+
+
+@router.post("/resume", response=PauseDone, summary="Lift a workflow's pause")
+def resume_workflow(request: ApiRequest, body: PauseIn) -> dict[str, Any]:
+    """Lifts the pause set with the same ``version``; its runs are queued again."""
+    with console_action("workflow", body.workflow):
+        queued = workflow_resume_act(actor_of(request), name=body.workflow, version=body.version,
+                                     reason=body.reason, expected=body.expected.strip() or None)
+    return {"message": f"resumed; {queued} run(s) queued again", "pauses": _pauses(body.workflow)}
