@@ -18,6 +18,8 @@ ACTION_ROLES: dict[str, str] = {
     "run.compensate": OPERATOR,
     "run.pause": OPERATOR,
     "run.resume": OPERATOR,
+    "run.move": OPERATOR,
+    "run.redrive": OPERATOR,
     "workflow.pause": OPERATOR,
     "workflow.resume": OPERATOR,
     "approval.approve": APPROVER,

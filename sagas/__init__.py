@@ -79,6 +79,7 @@ if TYPE_CHECKING:
     from ledger.models import EffectRecord
     from sagas.compensation import PlannedItem
     from sagas.models import ApprovalRequest, RunStatus, WorkflowRun
+    from sagas.replay.check import CheckReport
     from sagas.replay.context import Context
     from sagas.runtime.readiness import WorkerStatus
 
@@ -108,9 +109,12 @@ __all__ = [
     "effect_tool",
     "effects",
     "get_run",
+    "move",
     "pause",
     "pause_workflow",
+    "redrive",
     "reject",
+    "replay_check",
     "resume",
     "resume_workflow",
     "retry",
@@ -354,6 +358,50 @@ def resume_workflow(name: str, *, version: int | None = None, reason: str, user:
     from sagas.pausing import workflow_resume
 
     return workflow_resume(workflow_name=name, version=version, user=user, reason=reason)
+
+
+def move(*, run_id: Any, version: int, reason: str, user: User | None = None) -> WorkflowRun:
+    """Move a run that has not finished to ``version`` of its workflow, keeping its id and its
+    history, and return it: its next claim replays on that code. Only if its history replays
+    cleanly on that code, checked under the run's lock (``replay_check``); ``ActionNotAllowed``
+    with the divergence otherwise. A run parked because no worker had its code
+    (``version_mismatch``) or because its code diverged (``non_determinism``) goes on at once.
+    A run a worker is advancing is refused: ``pause`` it first. A FAILED run is ``redrive``n.
+    Journaled as ``moved`` (from, to, by whom, why)."""
+    from sagas.repair import run_move
+
+    return run_move(run_id=run_id, version=version, user=user, reason=reason)
+
+
+def redrive(*, run_id: Any, reason: str, version: int | None = None, user: User | None = None) -> WorkflowRun:
+    """Continue a FAILED run (its effects in place), or one parked because its code diverged,
+    from where it stopped, keeping its id and history, and return it (PENDING). A step that
+    failed is asked again. With ``version``, the run is moved to that code first, checked as
+    ``move`` checks. Journaled as ``redriven``. ``ActionNotAllowed`` for any other run, or one
+    whose effects are being or were compensated."""
+    from sagas.repair import run_redrive
+
+    return run_redrive(run_id=run_id, user=user, reason=reason, version=version)
+
+
+def replay_check(
+    name: str, *, version: int | None = None, module: str | None = None, runs: Any = None,
+    runs_of_version: int | None = None, sample: int = 100,
+) -> CheckReport:
+    """Would this code resume these runs? Replays the recorded journals of workflow ``name``'s
+    runs against a version of its code, executing nothing and writing nothing, and returns a
+    report (``.runs``: each ``compatible``, ``diverges`` with the position, what the journal
+    holds, what the code asked for and the source line, or ``error``; ``.counts``; ``.ok``).
+
+    The code: ``version`` of the registered workflow (default the newest), or ``module`` (a
+    dotted name or a ``.py`` path) for code not deployed yet. The runs: ``runs`` (ids), or every
+    run in flight (of ``runs_of_version`` only, if given) plus the ``sample`` most recently
+    finished. ``WorkflowNotRegistered`` / ``InvalidArgument`` when there is no such code."""
+    from sagas.replay.check import definition_for, runs_to_check
+    from sagas.replay.check import replay_check as check
+
+    definition = definition_for(name, version, module=module)
+    return check(definition, runs_to_check(name, version=runs_of_version, sample=sample, run_ids=runs))
 
 
 # --- workers ------------------------------------------------------------------------

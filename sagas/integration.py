@@ -11,7 +11,8 @@ move. The other extension modules are ``sagas.models`` (the tables, to read), ``
   ``effect_lock``).
 * Actions that take a user and a reason, each one transaction: ``run_cancel``, ``run_retry``,
   ``compensation_start``, ``compensation_preview``, ``approval_decide``, ``signal_send``,
-  ``run_pause``, ``run_resume``, ``workflow_pause``, ``workflow_resume``.
+  ``run_pause``, ``run_resume``, ``workflow_pause``, ``workflow_resume``, ``run_move``,
+  ``run_redrive``; ``check_run`` (the replay check of one run) and ``movable_versions``.
 * The wake-up transport: ``redis_connection``, and ``get_queue(compensation_queue_name())``,
   the queue every worker reads (for jobs of your own, which take ids).
 * Reading what the engine keeps:
@@ -34,6 +35,8 @@ from sagas.pausing import (
     workflow_pause_of,
     workflow_resume,
 )
+from sagas.repair import movable_versions, run_move, run_redrive
+from sagas.replay.check import check_run
 from sagas.replay.context import shutdown_requested
 from sagas.replay.continuation import CONTINUED_AS_NEW, chain_place
 from sagas.retention.archiving import ArchivedBatch, runs_archived
@@ -53,19 +56,23 @@ __all__ = [
     "approval_decide",
     "approval_lock",
     "chain_place",
+    "check_run",
     "checked_text",
     "compensation_preview",
     "compensation_queue_name",
     "compensation_start",
     "effect_lock",
     "get_queue",
+    "movable_versions",
     "redis_connection",
     "run_cancel",
     "run_is_paused",
     "run_lines",
     "run_lock",
+    "run_move",
     "run_pause",
     "run_pause_info",
+    "run_redrive",
     "run_resume",
     "run_retry",
     "runs_archived",

@@ -42,7 +42,8 @@ RUN_TRANSITIONS: dict[str, frozenset[str]] = {
     S.COMPENSATING: frozenset({S.COMPENSATING, S.NEEDS_ATTENTION, S.COMPENSATED}),
     S.COMPENSATED: frozenset(),
     S.COMPLETED: frozenset(),
-    S.FAILED: frozenset({S.COMPENSATING}),
+    # FAILED -> PENDING: redriven by an operator (sagas.repair), its effects still in place.
+    S.FAILED: frozenset({S.COMPENSATING, S.PENDING}),
     S.CANCELLED: frozenset(),
 }
 TERMINAL_STATUSES = frozenset({S.COMPLETED, S.FAILED, S.CANCELLED, S.COMPENSATED})
@@ -195,6 +196,10 @@ class JournalKind(models.TextChoices):
     YIELDED = "yielded"
     RESUMED = "resumed"
     OPERATOR_ACTION = "operator_action"
+    # Repair (sagas.repair): the run's code changed to another version; the run continues
+    # from where it stopped (a failed step, listed in the payload, is asked again).
+    MOVED = "moved"
+    REDRIVEN = "redriven"
     # Written by the ledger's protocol; their one definition is ``ledger.journal``.
     EFFECT_INTENT = EFFECT_KINDS.intent
     EFFECT_REFUSED = EFFECT_KINDS.refused

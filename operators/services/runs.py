@@ -18,7 +18,9 @@ from sagas.integration import (
     run_cancel,
     run_is_paused,
     run_lock,
+    run_move,
     run_pause,
+    run_redrive,
     run_resume,
     run_retry,
     workflow_pause,
@@ -39,7 +41,7 @@ def _run_last_change(run: WorkflowRun) -> str:
 def _run_snapshot(run_id: str) -> dict[str, Any]:
     r = WorkflowRun.objects.get(id=run_id)
     return {"state": r.status, "reason": r.status_reason, "fence": r.fence, "paused": run_is_paused(r),
-            "last_change": _run_last_change(r)}
+            "version": r.version, "definition_hash": r.definition_hash, "last_change": _run_last_change(r)}
 
 
 def _run_stale(now: dict[str, Any], seen: str) -> str:
@@ -85,6 +87,20 @@ def run_resume_act(actor: Actor, *, run_id: str, reason: str, expected: str | No
     return perform(
         actor, "run.resume", _run_target(run_id), reason=reason, expected=expected,
         change=lambda: run_resume(run_id=run_id, user=actor.user, reason=reason),
+    )
+
+
+def run_move_act(actor: Actor, *, run_id: str, version: int, reason: str, expected: str | None) -> Any:
+    return perform(
+        actor, "run.move", _run_target(run_id), reason=reason, expected=expected,
+        change=lambda: run_move(run_id=run_id, version=version, user=actor.user, reason=reason),
+    )
+
+
+def run_redrive_act(actor: Actor, *, run_id: str, version: int | None, reason: str, expected: str | None) -> Any:
+    return perform(
+        actor, "run.redrive", _run_target(run_id), reason=reason, expected=expected,
+        change=lambda: run_redrive(run_id=run_id, version=version, user=actor.user, reason=reason),
     )
 
 

@@ -60,7 +60,10 @@ class JournalCursor:
         # Irreversible connectors wait for an approval first (the workflow may opt out).
         self.approve_irreversible = approve_irreversible
         self._run = run
-        self._calls = [e for e in journal if e.kind in CALL_KINDS]
+        # A redrive (sagas.repair) asks the failed steps it lists again: their entries stay in the
+        # journal, but no longer answer their position.
+        retried = {seq for e in journal if e.kind == JournalKind.REDRIVEN for seq in e.payload.get("retry_seqs", ())}
+        self._calls = [e for e in journal if e.kind in CALL_KINDS and e.seq not in retried]
         self._events = {(e.kind, e.name): e for e in journal if e.kind not in CALL_KINDS}
         self._signals: dict[str, list[Entry]] = {}
         for e in journal:

@@ -19,7 +19,8 @@ from __future__ import annotations
 import hashlib
 import importlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -138,6 +139,22 @@ def workflow(
         return fn
 
     return decorate
+
+
+@contextmanager
+def apart() -> Iterator[list[WorkflowDefinition]]:
+    """Workflows defined inside this block (a module imported for the replay check, code not
+    deployed yet) go into the list it yields, filled when the block ends, instead of into this
+    process's registry, which is left as it was. Not for use while other threads import
+    workflow modules."""
+    global _registry
+    saved, _registry = _registry, {}
+    found: list[WorkflowDefinition] = []
+    try:
+        yield found
+    finally:
+        found.extend(_registry.values())
+        _registry = saved
 
 
 def get(name: str, version: int | None = None) -> WorkflowDefinition:
