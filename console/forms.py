@@ -320,6 +320,27 @@ class WorkflowPauseForm(ActionForm):
         return int(text)
 
 
+class RunVersionForm(ActionForm):
+    """Move or redrive a run: a reason, the status seen and a version (required to move; for a
+    redrive, empty keeps the run's own)."""
+
+    reason = text_field("Reason", MAX_TEXT_CHARS,
+                        required="A reason is required; it goes into the audit log and the run's history.")
+    expected = text_field("The status you saw", 40,
+                          required="The form did not say which status you saw; reload the page and try again.")
+    version = text_field("Version", 20)
+
+    field_order = ["reason", "expected", "version"]
+
+    def clean_version(self) -> int | None:
+        text = self.cleaned_data["version"]
+        if not text:
+            return None
+        if not text.isdigit() or not 0 < int(text) < 2**31:
+            raise ValidationError(f"Version: {_quoted(text)} is not a version number (1, 2, 3 …).")
+        return int(text)
+
+
 class RunActionForm(ActionForm):
     """Cancel, retry or compensate a run: a reason is required (it goes into the audit log and the
     run's history), as is the status seen."""

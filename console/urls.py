@@ -40,6 +40,8 @@ urlpatterns = [
     path("runs/<uuid:run_id>/compensate/", run_actions.run_compensate, name="run_compensate"),
     path("runs/<uuid:run_id>/pause/", run_actions.run_pause, name="run_pause"),
     path("runs/<uuid:run_id>/resume/", run_actions.run_resume, name="run_resume"),
+    path("runs/<uuid:run_id>/move/", run_actions.run_move, name="run_move"),
+    path("runs/<uuid:run_id>/redrive/", run_actions.run_redrive, name="run_redrive"),
     # One stored value in full, behind a page's truncated preview (console/views/payloads.py).
     path("runs/<uuid:run_id>/payload/<str:kind>/", payloads.run_payload, name="run_payload"),
     path("runs/<uuid:run_id>/payload/<str:kind>/<int:item_id>/", payloads.run_payload, name="run_item_payload"),
@@ -53,6 +55,7 @@ urlpatterns = [
     # Versions.
     path("versions/", versions.versions, name="versions"),
     path("versions/diff/", versions.version_diff, name="version_diff"),
+    path("versions/check/", versions.version_check, name="version_check"),
     # A workflow's pause (the workflow's name is a form field: names may hold any character).
     path("versions/pause/", versions.workflow_pause, name="workflow_pause"),
     path("versions/resume/", versions.workflow_resume, name="workflow_resume"),

@@ -12,7 +12,8 @@ move. The other extension modules are ``sagas.models`` (the tables, to read), ``
 * Actions that take a user and a reason, each one transaction: ``run_cancel``, ``run_retry``,
   ``compensation_start``, ``compensation_preview``, ``approval_decide``, ``signal_send``,
   ``run_pause``, ``run_resume``, ``workflow_pause``, ``workflow_resume``, ``run_move``,
-  ``run_redrive``; ``check_run`` (the replay check of one run) and ``movable_versions``.
+  ``run_redrive``; the replay check (``check_run`` for one run, ``replay_check`` of ``runs_to_check`` against
+  ``definition_for``) and ``movable_versions``.
 * The wake-up transport: ``redis_connection``, and ``get_queue(compensation_queue_name())``,
   the queue every worker reads (for jobs of your own, which take ids).
 * Reading what the engine keeps:
@@ -35,8 +36,8 @@ from sagas.pausing import (
     workflow_pause_of,
     workflow_resume,
 )
-from sagas.repair import movable_versions, run_move, run_redrive
-from sagas.replay.check import check_run
+from sagas.repair import REDRIVABLE_REASONS, movable_versions, run_move, run_redrive
+from sagas.replay.check import check_run, definition_for, replay_check, runs_to_check
 from sagas.replay.context import shutdown_requested
 from sagas.replay.continuation import CONTINUED_AS_NEW, chain_place
 from sagas.retention.archiving import ArchivedBatch, runs_archived
@@ -51,6 +52,7 @@ from sagas.waits import approval_decide, signal_send
 __all__ = [
     "CONTINUED_AS_NEW",
     "ERROR_KEY",
+    "REDRIVABLE_REASONS",
     "SIGNAL_NAME_CHARS",
     "ArchivedBatch",
     "approval_decide",
@@ -61,10 +63,12 @@ __all__ = [
     "compensation_preview",
     "compensation_queue_name",
     "compensation_start",
+    "definition_for",
     "effect_lock",
     "get_queue",
     "movable_versions",
     "redis_connection",
+    "replay_check",
     "run_cancel",
     "run_is_paused",
     "run_lines",
@@ -76,6 +80,7 @@ __all__ = [
     "run_resume",
     "run_retry",
     "runs_archived",
+    "runs_to_check",
     "shutdown_requested",
     "signal_send",
     "store_for_location",

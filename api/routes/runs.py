@@ -23,7 +23,9 @@ from operators.services.limits import clip_text
 from operators.services.runs import (
     run_cancel_act,
     run_compensate_act,
+    run_move_act,
     run_pause_act,
+    run_redrive_act,
     run_resume_act,
     run_retry_act,
 )
@@ -368,6 +370,42 @@ def resume_run(request: ApiRequest, run_id: str, body: ActIn) -> dict[str, Any]:
     with console_action("run", run_id):
         run_resume_act(actor_of(request), run_id=run_id, reason=body.reason, expected=body.expected.strip() or None)
     return _acted(request, run_id, "resumed")
+
+
+class MoveIn(Schema):
+    version: int = Field(..., ge=1, le=2**31 - 1, description="the version of the workflow to move the run to")
+    reason: Text = REASON
+    expected: str = EXPECTED
+
+
+class RedriveIn(Schema):
+    version: int | None = Field(None, ge=1, le=2**31 - 1, description="move it to this version first (checked)")
+    reason: Text = REASON
+    expected: str = EXPECTED
+
+
+@router.post("/{run_id}/move", response=Done, summary="Move a run to another version of its code")
+def move_run(request: ApiRequest, run_id: str, body: MoveIn) -> dict[str, Any]:
+    """Only if the run's history replays cleanly on that code, checked under the run's lock; a
+    run that diverges is a 409 naming where. A run a worker is advancing is a 409: pause it
+    first. A run parked for its code goes on at once."""
+    run_id = run_id_of(run_id)
+    with console_action("run", run_id):
+        run_move_act(actor_of(request), run_id=run_id, version=body.version, reason=body.reason,
+                     expected=body.expected.strip() or None)
+    return _acted(request, run_id, f"moved to version {body.version}")
+
+
+@router.post("/{run_id}/redrive", response=Done, summary="Continue a FAILED run from where it failed")
+def redrive_run(request: ApiRequest, run_id: str, body: RedriveIn) -> dict[str, Any]:
+    """A FAILED run (its effects in place), or one parked because its code diverged, goes on
+    from its failing step (a failed step is asked again), keeping its id and history; onto
+    ``version`` first if given."""
+    run_id = run_id_of(run_id)
+    with console_action("run", run_id):
+        run_redrive_act(actor_of(request), run_id=run_id, version=body.version, reason=body.reason,
+                        expected=body.expected.strip() or None)
+    return _acted(request, run_id, "redriven")
 
 
 @router.post("/{run_id}/retry", response=Done, summary="Retry a run that needs attention")

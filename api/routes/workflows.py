@@ -11,9 +11,14 @@ from typing import Any
 from ninja import Field, Query, Router, Schema
 
 from api.auth import ApiRequest
+from api.errors import Problem
 from api.routes.common import Text, console_action
 from api.routes.runs import actor_of
+from operators import roles
+from operators.selectors.tenancy import may_see
 from operators.services.runs import workflow_pause_act, workflow_resume_act
+from sagas.errors import InvalidArgument, WorkflowNotRegistered
+from sagas.integration import definition_for, replay_check, runs_to_check
 from sagas.models import WorkflowPause
 
 router = Router(tags=["workflows"])
@@ -46,6 +51,31 @@ def _pauses(name: str) -> list[dict[str, Any]]:
         pauses = pauses.filter(workflow_name=name)
     return [{"workflow": p.workflow_name, "version": p.version, "reason": p.reason, "paused_by": p.paused_by_label,
              "since": p.created_at} for p in pauses]
+
+
+class CheckIn(Schema):
+    workflow: Text = Field(..., min_length=1, max_length=200)
+    version: int | None = Field(None, ge=1, le=2**31 - 1, description="the registered code to check against; "
+                                                                      "empty: the newest")
+    runs_of_version: int | None = Field(None, ge=1, le=2**31 - 1, description="only the runs of this version")
+    sample: int = Field(100, ge=0, le=1000, description="recently finished runs to check besides those in flight")
+
+
+@router.post("/replay-check", summary="Would this code resume these runs? (executes nothing)")
+def check_workflow(request: ApiRequest, body: CheckIn) -> dict[str, Any]:
+    """Replays the runs in flight (and a sample of recently finished ones) against a version of
+    the workflow's code registered in the web process, executing and writing nothing; each run
+    is ``compatible``, ``diverges`` (position, both sides, source line) or ``error``. Runs
+    outside the key's tenants are not looked at."""
+    if not roles.can_view(request.user):
+        raise Problem("forbidden", "a role is needed to check runs")
+    try:
+        definition = definition_for(body.workflow, body.version)
+    except (WorkflowNotRegistered, InvalidArgument) as exc:
+        raise Problem("validation", str(exc)) from None
+    runs = [run for run in runs_to_check(body.workflow, version=body.runs_of_version, sample=body.sample)
+            if may_see(request.user, run.tenant)]
+    return replay_check(definition, runs).as_dict()
 
 
 class PausesQuery(Schema):

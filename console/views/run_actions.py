@@ -1,4 +1,5 @@
-"""The run actions: cancel, retry, pause, resume and compensate (with a preview of the plan first).
+"""The run actions: cancel, retry, pause, resume, move, redrive and compensate (with a preview of
+the plan first).
 
 Actions are POSTs that go through ``operators.services`` (role check, stale-state check, audit
 entry in the same transaction). Denied answers 403 and refused 409, each with the reason; done
@@ -19,7 +20,7 @@ from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
 from django.views.decorators.http import require_http_methods, require_POST
 
-from console.forms import RunActionForm
+from console.forms import ActionForm, RunActionForm, RunVersionForm
 from console.views.base import ConsoleRequest, action_input, action_view, actor_of, get_run_for_user
 from console.views.notices import message_oob
 from console.views.run_detail import (
@@ -36,7 +37,15 @@ from operators.selectors.runs import (
     run_has_compensation,
 )
 from operators.services.actions import Denied, Incomplete, Refused
-from operators.services.runs import run_cancel_act, run_compensate_act, run_pause_act, run_resume_act, run_retry_act
+from operators.services.runs import (
+    run_cancel_act,
+    run_compensate_act,
+    run_move_act,
+    run_pause_act,
+    run_redrive_act,
+    run_resume_act,
+    run_retry_act,
+)
 from sagas.integration import compensation_preview
 from sagas.models import RunStatus, WorkflowRun
 
@@ -59,20 +68,28 @@ def _actions_response(request: ConsoleRequest, run: WorkflowRun, *, status: int 
 
 
 def _run_action(
-    request: ConsoleRequest, run: WorkflowRun, action: str, call: Callable[[str, str | None], Any], *,
+    request: ConsoleRequest, run: WorkflowRun, action: str, call: Callable[..., Any], *,
     done: Callable[[WorkflowRun], str], failed_page: Callable[..., HttpResponse],
+    form_class: type[ActionForm] = RunActionForm,
 ) -> HttpResponse:
+    """``call(reason, expected)``, or with ``RunVersionForm`` ``call(reason, expected, version)``."""
     # Form mistakes of someone allowed to act are answered before anything is attempted (400,
     # nothing stored). Anyone else goes on to the service, which denies them and audits the
     # attempt, whatever they sent.
-    fields, problem = action_input(request, RunActionForm, action)
+    fields, problem = action_input(request, form_class, action)
     if problem:
         if request.htmx:
             return _actions_response(request, run, status=400, error=problem)
         return failed_page(request, run, status=400, error=problem)
     reason, expected = fields["reason"], fields["expected"]
+    extra = []
+    if form_class is RunVersionForm:
+        version = fields.get("version")
+        if isinstance(version, str):  # as sent by someone the service will deny
+            version = int(version) if version.isdigit() else None
+        extra.append(version)
     try:
-        call(reason, expected or None)
+        call(reason, expected or None, *extra)
     except (Denied, Incomplete, Refused) as exc:
         status = 403 if isinstance(exc, Denied) else 400 if isinstance(exc, Incomplete) else 409
         run = _fresh(request, run)
@@ -145,6 +162,37 @@ def run_resume(request: ConsoleRequest, run_id: UUID) -> HttpResponse:
             actor_of(request), run_id=str(run.id), reason=reason, expected=expected),
         done=lambda after: f"Run resumed: it is {after.status} and goes on where it stopped.",
         failed_page=run_page,
+    )
+
+
+@require_POST
+@action_view("run.move", "run", id_kwarg="run_id")
+def run_move(request: ConsoleRequest, run_id: UUID) -> HttpResponse:
+    run = get_run_for_user(request, run_id, action="run.move")
+
+    def call(reason: str, expected: str | None, version: int | None) -> Any:
+        if version is None and roles.can(request.user, "run.move"):
+            raise Incomplete("Choose the version to move the run to.")
+        return run_move_act(actor_of(request), run_id=str(run.id), version=version or 0, reason=reason,
+                            expected=expected)
+
+    return _run_action(
+        request, run, "run.move", call, form_class=RunVersionForm, failed_page=run_page,
+        done=lambda after: f"Run moved to version {after.version}: it goes on with that code from where it was "
+                           f"({after.status}).",
+    )
+
+
+@require_POST
+@action_view("run.redrive", "run", id_kwarg="run_id")
+def run_redrive(request: ConsoleRequest, run_id: UUID) -> HttpResponse:
+    run = get_run_for_user(request, run_id, action="run.redrive")
+    return _run_action(
+        request, run, "run.redrive",
+        lambda reason, expected, version: run_redrive_act(
+            actor_of(request), run_id=str(run.id), version=version, reason=reason, expected=expected),
+        form_class=RunVersionForm, failed_page=run_page,
+        done=lambda after: f"Run redriven on version {after.version}: it goes on from where it stopped.",
     )
 
 

@@ -48,7 +48,7 @@ from operators.selectors.runs import (
     run_has_compensation,
     run_history_since,
 )
-from sagas.integration import run_pause_info
+from sagas.integration import REDRIVABLE_REASONS, movable_versions, run_pause_info
 from sagas.models import (
     OPEN_APPROVAL_STATES,
     TERMINAL_STATUSES,
@@ -145,12 +145,17 @@ def actions_context(run: WorkflowRun, user: User, *, has_plan: bool) -> dict[str
         "pause": status not in TERMINAL_STATUSES and run.paused_at is None,
         "resume": status not in TERMINAL_STATUSES and run.paused_at is not None,
     }
+    versions = movable_versions(run)
+    possible["move"] = bool(versions) and status in (RunStatus.PENDING, RunStatus.WAITING, RunStatus.NEEDS_ATTENTION)
+    possible["redrive"] = (status == RunStatus.FAILED or (
+        status == RunStatus.NEEDS_ATTENTION and run.status_reason in REDRIVABLE_REASONS)) and not has_plan
     may = {name: ok and roles.can(user, f"run.{name}") for name, ok in possible.items()}
     hint = ""
     if status == RunStatus.NEEDS_ATTENTION and run.status_reason not in RETRYABLE_REASONS:
         hint = NOT_RETRYABLE_HINTS.get(run.status_reason, "")
     return {
         "run": run,
+        "versions": versions,
         "may": may,
         "possible_any": any(possible.values()),
         "may_any": any(may.values()),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -36,10 +37,12 @@ from console.views.base import (
     viewer_required,
 )
 from operators import roles
-from operators.selectors.tenancy import tenants_of
+from operators.selectors.tenancy import may_see, tenants_of
 from operators.services.actions import Denied, Incomplete, Refused
 from operators.services.runs import workflow_pause_act, workflow_resume_act
-from sagas.models import WorkflowVersion
+from sagas.errors import InvalidArgument, WorkflowNotRegistered
+from sagas.integration import definition_for, replay_check, runs_to_check
+from sagas.models import TERMINAL_STATUSES, WorkflowVersion
 
 VERSIONS_FRAGMENT = "versions_list"
 
@@ -132,3 +135,40 @@ def workflow_resume(request: ConsoleRequest) -> HttpResponse:
         request, "workflow.resume", workflow_resume_act,
         lambda name, queued, version: f"{_which(name, version)} resumed: {queued} run{'s' if queued != 1 else ''} "
                                       f"queued again at once; the sweeper finds the rest.")
+
+
+CHECK_EXAMPLES = 20  # runs shown per outcome on the check page
+
+
+@require_GET
+@viewer_required
+def version_check(request: ConsoleRequest) -> HttpResponse:
+    """Would this version's code resume the runs in flight? ``?workflow=&version=``: the runs in
+    flight of the user's tenants (and a few recently finished) replayed against that code,
+    nothing executed or written; counts, examples (diverging and failing first), and the source
+    diff between the runs' code and this version, side by side. Read-only: any role."""
+    name = str(request.GET.get("workflow", ""))[:200]
+    version_text = str(request.GET.get("version", ""))
+    if not name or not version_text.isdigit() or not 0 < int(version_text) < 2**31:
+        return bad_request(request, "Choose a workflow and one of its versions to check.", title="Nothing to check")
+    try:
+        definition = definition_for(name, int(version_text))
+    except (WorkflowNotRegistered, InvalidArgument) as exc:
+        return bad_request(request, f"{exc}: only code registered in the web process can be checked here; "
+                                    f"use manage.py sagas_replay_check --module for code not deployed yet.",
+                           title="Not registered here")
+    runs = [run for run in runs_to_check(name, sample=20) if may_see(request.user, run.tenant)]
+    report = replay_check(definition, runs)
+    ordered = sorted(report.runs, key=lambda r: {"diverges": 0, "error": 1}.get(r.outcome, 2))
+    target = WorkflowVersion.objects.filter(name=name, definition_hash=definition.definition_hash).first()
+    sources = Counter(run.definition_hash for run in runs if run.definition_hash != definition.definition_hash)
+    common = sources.most_common(1)[0][0] if sources else None
+    base = WorkflowVersion.objects.filter(name=name, definition_hash=common).first() if common else None
+    context = {
+        "definition": definition, "report": report, "examples": ordered[:CHECK_EXAMPLES],
+        "more": max(0, len(ordered) - CHECK_EXAMPLES), "base": base, "target": target,
+        "lines": diff_lines(base, target) if base and target else [],
+        "pane_a": base.source.splitlines() if base else [], "pane_b": target.source.splitlines() if target else [],
+        "movable": [r for r in report.runs if r.outcome == "compatible" and r.status not in TERMINAL_STATUSES],
+    }
+    return render(request, "console/versions_check.html", context)

@@ -57,3 +57,26 @@ def test_a_workflow_pause_needs_a_key_that_sees_every_tenant_and_holds_every_run
     assert not WorkflowPause.objects.exists()
     assert call("get", f"/runs/{run.id}", keys["viewer"]).json()["paused"] is False
     assert WorkflowRun.objects.get(id=run.id).status == "WAITING"
+
+
+def test_a_key_moves_a_run_checks_a_workflow_and_is_refused_a_divergent_move(keys):
+    from sagas import start
+    from sagas.testing import run_until_idle
+    from tests.sagas import wf_repair  # noqa: F401  (rm_order versions 1 to 3 in this process)
+
+    run = start("rm_order", {"id": "api-m"}, version=1)
+    run_until_idle(run.id)
+    checked = call("post", "/workflows/replay-check", keys["viewer"], {"workflow": "rm_order", "version": 3})
+    assert checked.status_code == 200 and checked.json()["counts"]["diverges"] == 1
+    assert call("post", "/workflows/replay-check", keys["acme-operator"],
+                {"workflow": "rm_order", "version": 3}).json()["runs"] == []  # not its tenant's run
+    assert problem(call("post", "/workflows/replay-check", keys["viewer"],
+                        {"workflow": "rm_order", "version": 9})) == "validation"
+
+    diverging = call("post", f"/runs/{run.id}/move", keys["operator"],
+                     {"version": 3, "reason": "try", "expected": "WAITING"})
+    assert diverging.status_code == 409 and "reserve_stock" in diverging.json()["detail"]
+    moved = call("post", f"/runs/{run.id}/move", keys["operator"], {"version": 2, "reason": "fix", "expected": "WAITING"})
+    assert moved.status_code == 200 and moved.json()["run"]["version"] == 2
+    assert problem(call("post", f"/runs/{run.id}/redrive", keys["operator"],
+                        {"reason": "x", "expected": "WAITING"})) == "conflict"  # not failed: nothing to redrive

@@ -13,6 +13,7 @@ from ledger.models import EffectRecord, EffectStatus
 from operators import roles
 from operators.models import AuditEntry
 from sagas.models import ApprovalRequest, ApprovalState, RunStatus, WorkflowPause, WorkflowRun
+from tests.sagas import wf_repair  # noqa: F401  (rm_order version 2, the move's target, in this process)
 
 pytestmark = pytest.mark.django_db
 
@@ -31,6 +32,8 @@ EXPECTED = {
     "run.compensate":   (DENIED,  ALLOWED,  DENIED,   ALLOWED),
     "run.pause":        (DENIED,  ALLOWED,  DENIED,   ALLOWED),
     "run.resume":       (DENIED,  ALLOWED,  DENIED,   ALLOWED),
+    "run.move":         (DENIED,  ALLOWED,  DENIED,   ALLOWED),
+    "run.redrive":      (DENIED,  ALLOWED,  DENIED,   ALLOWED),
     "workflow.pause":   (DENIED,  ALLOWED,  DENIED,   ALLOWED),
     "workflow.resume":  (DENIED,  ALLOWED,  DENIED,   ALLOWED),
 }
@@ -38,10 +41,8 @@ MATRIX = [(action, who, outcome) for action, row in EXPECTED.items() for who, ou
 
 
 def _run(status: str, reason: str = "", **extra) -> WorkflowRun:
-    return WorkflowRun.objects.create(
-        workflow_name="matrix", version=1, definition_hash="0" * 64, input={}, status=status,
-        status_reason=reason, last_seq=0, **extra,
-    )
+    fields = {"workflow_name": "matrix", "version": 1, "definition_hash": "0" * 64, "input": {}, **extra}
+    return WorkflowRun.objects.create(status=status, status_reason=reason, last_seq=0, **fields)
 
 
 def _target(action: str, settings) -> tuple[str, dict, callable]:
@@ -90,6 +91,14 @@ def _target(action: str, settings) -> tuple[str, dict, callable]:
         run = _run(RunStatus.PENDING, paused_at=timezone.now())
         return (f"/runs/{run.id}/resume/", {"reason": "done", "expected": "PENDING"},
                 lambda: WorkflowRun.objects.get(id=run.id).paused_at is None)
+    if action == "run.move":  # a run parked because no worker has its code, moved to code that replays it
+        run = _run(RunStatus.NEEDS_ATTENTION, "version_mismatch", workflow_name="rm_order", input={"id": "m"})
+        return (f"/runs/{run.id}/move/", {"reason": "fix", "expected": "NEEDS_ATTENTION", "version": "2"},
+                lambda: WorkflowRun.objects.get(id=run.id).version == 2)
+    if action == "run.redrive":
+        run = _run(RunStatus.FAILED, "workflow_error", workflow_name="rm_order", input={"id": "r"})
+        return (f"/runs/{run.id}/redrive/", {"reason": "fix", "expected": "FAILED", "version": ""},
+                lambda: WorkflowRun.objects.get(id=run.id).status == RunStatus.PENDING)
     if action == "workflow.pause":
         _run(RunStatus.PENDING)
         return ("/versions/pause/", {"workflow": "matrix", "reason": "incident", "version": "", "expected": "running"},
