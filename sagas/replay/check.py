@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import json
 import linecache
 import sys
 import time
@@ -34,7 +35,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import DatabaseError, connection, transaction
 
 from ledger.journal import COMPENSATION_KINDS, EFFECT_KINDS
 from sagas.errors import (
@@ -148,24 +149,35 @@ def _source_line(exc: BaseException, definition: registry.WorkflowDefinition) ->
     return {"file": filename, "line": found, "text": linecache.getline(filename, found).strip()}
 
 
+@contextmanager
+def _sandbox() -> Iterator[None]:
+    """A READ ONLY transaction, rolled back at the end whatever happened in it."""
+    with transaction.atomic():
+        with connection.cursor() as cur:
+            cur.execute("SET TRANSACTION READ ONLY")
+        try:
+            yield
+        finally:
+            transaction.set_rollback(True)
+
+
 def check_run(run: WorkflowRun, definition: registry.WorkflowDefinition,
-              journal: list[Entry] | None = None) -> RunCheck:
+              journal: list[Entry] | None = None, *, sandboxed: bool = False) -> RunCheck:
     """Replay ``run``'s journal (loaded here unless given) against ``definition``; nothing is
-    executed or written."""
+    executed or written. ``sandboxed``: the caller holds the read-only transaction (a batch)."""
     entries = systemdb.load_journal(str(run.id)) if journal is None else journal
     ctx = _CheckContext(run=_claimed(run), journal=entries, worker_id="replay-check",
                         approve_irreversible=definition.approve_irreversible)
     result = RunCheck(run_id=str(run.id), status=run.status, outcome=COMPATIBLE)
     try:
-        with transaction.atomic():
-            with connection.cursor() as cur:
-                cur.execute("SET TRANSACTION READ ONLY")
-            try:
+        if sandboxed:
+            definition.fn(ctx, run.input)
+            ctx.check_finished()
+        else:
+            with _sandbox():
                 definition.fn(ctx, run.input)
                 ctx.check_finished()
-                result.ended = "returned"
-            finally:
-                transaction.set_rollback(True)
+        result.ended = "returned"
     except _JournalEnds:
         result.ended = "journal end"
     except (Suspend, ContinueAsNew):
@@ -179,6 +191,10 @@ def check_run(run: WorkflowRun, definition: registry.WorkflowDefinition,
         result.message = str(exc)
     except (RunHalted, ApprovalRejected) as exc:  # as recorded: an escalation, a budget, a rejection
         result.ended = f"raised {type(exc).__name__}"
+    except DatabaseError:
+        if sandboxed:
+            raise  # the batch's transaction is aborted: the caller checks this run again on its own
+        raise
     except Exception as exc:  # noqa: BLE001 -- the workflow's code raised: reported, not raised
         if ctx.replaying:
             result.outcome = ERROR
@@ -205,13 +221,46 @@ def runs_to_check(name: str, *, version: int | None = None, sample: int = 100,
     return in_flight + finished
 
 
+BATCH = 200  # runs whose journals are read in one query and replayed in one read-only transaction
+
+
+def _journals(run_ids: list[str]) -> dict[str, list[Entry]]:
+    with connection.cursor() as cur:
+        cur.execute("SELECT run_id, seq, kind, name, payload FROM sagas_journalentry WHERE run_id = ANY(%s::uuid[]) "
+                    "ORDER BY run_id, seq", [run_ids])
+        rows = cur.fetchall()
+    found: dict[str, list[Entry]] = {run_id: [] for run_id in run_ids}
+    for run_id, seq, kind, name, payload in rows:
+        found[str(run_id)].append(Entry(seq, kind, name, json.loads(payload) if isinstance(payload, str) else payload))
+    return found
+
+
 def replay_check(definition: registry.WorkflowDefinition, runs: Iterable[WorkflowRun]) -> CheckReport:
-    """Check each of ``runs`` against ``definition``."""
+    """Check each of ``runs`` against ``definition``: in batches, each batch's journals read in
+    one query and replayed in one read-only transaction that is rolled back. A run whose code
+    made a query fail (which aborts the transaction) is checked again on its own, and the batch
+    goes on in a new transaction."""
     report = CheckReport(workflow=definition.name, version=definition.version,
                          definition_hash=definition.definition_hash, module=definition.module)
     began = time.monotonic()
-    for run in runs:
-        report.runs.append(check_run(run, definition))
+    pending = list(runs)
+    while pending:
+        batch, pending = pending[:BATCH], pending[BATCH:]
+        journals = _journals([str(run.id) for run in batch])
+        done = 0
+        try:
+            with _sandbox():
+                for run in batch:
+                    report.runs.append(check_run(run, definition, journals[str(run.id)], sandboxed=True))
+                    done += 1
+        except DatabaseError:
+            failing = batch[done]
+            try:
+                report.runs.append(check_run(failing, definition, journals[str(failing.id)]))
+            except DatabaseError as exc:
+                report.runs.append(RunCheck(run_id=str(failing.id), status=failing.status, outcome=ERROR,
+                                            message=f"the code made a query fail while replaying: {exc}"))
+            pending = batch[done + 1:] + pending
     report.seconds = time.monotonic() - began
     return report
 

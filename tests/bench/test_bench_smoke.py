@@ -36,6 +36,8 @@ from tests.procs import BENCH_OWN, ROOT
                      marks=pytest.mark.xdist_group(BENCH_OWN)),  # a private server, Redis 11
         ("bench/continue_loop.py", ["first 1,000 turns, median ms per turn", "last 1,000 turns, median ms per turn",
                                     "turn after a continuation", "longest journal of a run"]),
+        ("bench/replay_check.py", ["runs checked per second", "check, ms per run", "replay (load + replay), ms per run",
+                                   "check / replay"]),
         ("bench/partition.py", ["append statement, 1 client", "load_journal, one run (5",
                                 "history page, long run, first", "retention: one month",
                                 "retention: journal entries removed per second"]),
