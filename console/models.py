@@ -41,6 +41,7 @@ class BulkBatch(models.Model):
     reason = models.TextField(blank=True, default="")
     outcome = models.CharField(max_length=40, blank=True, default="")  # effect.resolve: the outcome
     evidence = models.CharField(max_length=300, blank=True, default="")  # effect.resolve: the reference
+    version = models.PositiveIntegerField(null=True, blank=True)  # run.move / run.redrive: the target version
     state = models.CharField(max_length=10, choices=BulkState.choices, default=BulkState.DRAFT)
     total = models.PositiveIntegerField(default=0)
     ok = models.PositiveIntegerField(default=0)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.db.models import BigIntegerField, QuerySet
+from django.db.models import BigIntegerField, QuerySet, UUIDField
 from django.db.models.functions import Cast
 
 from console.forms import RunFilterForm
@@ -20,7 +20,7 @@ from ledger.models import EffectRecord
 from operators.selectors.queues import approvals_open, effects_ambiguous
 from operators.selectors.runs import runs_filtered
 from operators.selectors.tenancy import User, tenants_of
-from sagas.models import TERMINAL_STATUSES, ApprovalRequest, RunStatus, WorkflowRun
+from sagas.models import TERMINAL_STATUSES, ApprovalRequest, RunStatus, WorkflowRun, WorkflowVersion
 
 SAMPLE_SIZE = 10
 PROBLEMS_SHOWN = 50
@@ -51,6 +51,8 @@ ACTIONS: dict[str, BulkAction] = {a.name: a for a in (
     BulkAction("run.retry", "run", "run.retry", "Retry", "retried"),
     BulkAction("run.cancel", "run", "run.cancel", "Cancel", "cancelled"),
     BulkAction("run.cancel_compensate", "run", "run.cancel", "Cancel and compensate", "cancelled and compensated"),
+    BulkAction("run.move", "run", "run.move", "Move to another version", "moved"),
+    BulkAction("run.redrive", "run", "run.redrive", "Redrive", "redriven"),
     BulkAction("effect.resolve", "effect", "effect.resolve", "Resolve", "resolved"),
     BulkAction("approval.approve", "approval", "approval.approve", "Approve", "approved"),
     BulkAction("approval.reject", "approval", "approval.reject", "Reject", "rejected"),
@@ -63,6 +65,10 @@ _RUN_STATES = {
     "run.cancel": [s for s in RunStatus.values if s not in TERMINAL_STATUSES and s != RunStatus.COMPENSATING],
 }
 _RUN_STATES["run.cancel_compensate"] = _RUN_STATES["run.cancel"]
+# A move: a run that has not finished and no worker holds (each is re-checked when it is reached);
+# a redrive: a FAILED run, or one parked for its code (sagas.repair says which reasons).
+_RUN_STATES["run.move"] = [RunStatus.PENDING, RunStatus.WAITING, RunStatus.NEEDS_ATTENTION]
+_RUN_STATES["run.redrive"] = [RunStatus.FAILED, RunStatus.NEEDS_ATTENTION]
 
 
 def actions_for(kind: str) -> list[BulkAction]:
@@ -171,3 +177,11 @@ def own_runs_among(batch: BulkBatch) -> int:
     (four-eyes: each will be refused)."""
     ids = batch.items.values(approval_id=Cast("object_id", BigIntegerField()))  # a subquery: up to MAX_ITEMS ids
     return ApprovalRequest.objects.filter(id__in=ids, run__started_by_id=batch.user_id).count()
+
+
+def batch_versions(batch: BulkBatch) -> list[int]:
+    """The versions a move or redrive batch could go to: every version registered (the
+    versions table) of the workflows its runs are of."""
+    names = WorkflowRun.objects.filter(
+        id__in=batch.items.values(run_id=Cast("object_id", UUIDField()))).values("workflow_name").distinct()
+    return sorted(set(WorkflowVersion.objects.filter(name__in=names).values_list("version", flat=True)))

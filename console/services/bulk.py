@@ -43,7 +43,7 @@ from operators.selectors.tenancy import object_tenant
 from operators.services.actions import Actor, Denied, Incomplete, Refused, audit_denied
 from operators.services.limits import clip_text
 from operators.services.queues import approval_act, effect_manual_resolve
-from operators.services.runs import run_cancel_act, run_retry_act
+from operators.services.runs import run_cancel_act, run_move_act, run_redrive_act, run_retry_act
 from operators.services.tenancy import OUTSIDE_TENANTS, NotFound
 from sagas.events import swept
 from sagas.integration import compensation_queue_name, get_queue, shutdown_requested
@@ -122,8 +122,11 @@ def batch_preview(actor: Actor, *, action: str, ids: Iterable[str] | None, filte
     return batch
 
 
+VERSIONED = frozenset({"run.move", "run.redrive"})  # the batch carries a target version
+
+
 def _confirm_problem(bulk: BulkAction, batch: BulkBatch, *, reason: str, confirmed: bool, outcome: str,
-                     evidence: str) -> str:
+                     evidence: str, version: int | None = None) -> str:
     if not confirmed:
         return "Tick the confirmation: nothing was queued."
     if not reason.strip():
@@ -137,13 +140,15 @@ def _confirm_problem(bulk: BulkAction, batch: BulkBatch, *, reason: str, confirm
             return "A succeeded resolution needs the downstream reference as evidence. Nothing was queued."
         if len(evidence) > 300 or "\x00" in evidence or "\n" in evidence:
             return "The downstream reference must be one line of at most 300 characters. Nothing was queued."
+    if bulk.name == "run.move" and version is None:
+        return "Choose the version to move the runs to. Nothing was queued."
     if batch.total == 0:
         return "Nothing to do: no item is left in this batch."
     return ""
 
 
 def batch_confirm(actor: Actor, *, token: Any, reason: str, confirmed: bool, outcome: str = "",
-                  evidence: str = "") -> BulkBatch:
+                  evidence: str = "", version: int | None = None) -> BulkBatch:
     """Queue a draft batch of ``actor``'s with ``reason`` (and, to resolve effects, the
     ``outcome`` and the downstream reference ``evidence`` for every item): one audit entry for
     the batch, then jobs after commit. Confirming a batch that is already confirmed returns it
@@ -157,7 +162,7 @@ def batch_confirm(actor: Actor, *, token: Any, reason: str, confirmed: bool, out
             raise NotFound("no such batch")
         bulk = ACTIONS[batch.action]
         problem = _confirm_problem(bulk, batch, reason=reason, confirmed=confirmed, outcome=outcome,
-                                   evidence=evidence)
+                                   evidence=evidence, version=version)
         if problem:
             raise Incomplete(problem)
     _check_role(actor, bulk, batch_id=batch.id, reason=reason)
@@ -168,10 +173,11 @@ def batch_confirm(actor: Actor, *, token: Any, reason: str, confirmed: bool, out
         now = timezone.now()
         batch.state, batch.reason, batch.confirmed_at, batch.heartbeat_at = BulkState.QUEUED, reason, now, now
         batch.outcome, batch.evidence = (outcome, evidence.strip()) if bulk.object_type == "effect" else ("", "")
-        batch.save(update_fields=["state", "reason", "confirmed_at", "heartbeat_at", "outcome", "evidence"])
+        batch.version = version if bulk.name in VERSIONED else None
+        batch.save(update_fields=["state", "reason", "confirmed_at", "heartbeat_at", "outcome", "evidence", "version"])
         _batch_audit(actor, bulk.name, object_id=batch.id, outcome=AuditOutcome.OK, reason=reason,
                      after={"items": batch.total, "selection": batch.selection, "outcome": batch.outcome,
-                            "evidence": batch.evidence},
+                            "evidence": batch.evidence, "version": batch.version},
                      tenant=batch.tenant)
         batch_id = batch.id
         for _ in range(JOBS_PER_BATCH):
@@ -204,6 +210,10 @@ def _act(batch: BulkBatch, bulk: BulkAction, actor: Actor, item: BulkItem) -> No
     elif bulk.name in ("run.cancel", "run.cancel_compensate"):
         run_cancel_act(actor, run_id=item.object_id, reason=batch.reason,
                        compensate=bulk.name == "run.cancel_compensate", **common)
+    elif bulk.name == "run.move":
+        run_move_act(actor, run_id=item.object_id, version=batch.version or 0, reason=batch.reason, **common)
+    elif bulk.name == "run.redrive":
+        run_redrive_act(actor, run_id=item.object_id, version=batch.version, reason=batch.reason, **common)
     elif bulk.name == "effect.resolve":
         effect_manual_resolve(actor, effect_id=int(item.object_id), outcome=batch.outcome,
                               downstream_ref=batch.evidence, note=batch.reason, **common)

@@ -27,6 +27,7 @@ from console.selectors.bulk import (
     batch_get,
     batch_problems,
     batch_sample,
+    batch_versions,
     batches_recent,
     filter_params,
     own_runs_among,
@@ -86,6 +87,8 @@ def _preview(request: ConsoleRequest, batch: BulkBatch, *, status: int = 200, er
         "typed": typed or {}, "outcomes": [(o, OUTCOME_LABELS[o]) for o in RESOLUTION_OUTCOMES],
         "own_runs": own_runs_among(batch) if action.object_type == "approval" else 0,
         "filters": batch.selection.get("filter"),
+        "versioned": batch.action in ("run.move", "run.redrive"),
+        "versions": batch_versions(batch) if batch.action in ("run.move", "run.redrive") else [],
     }
     return render(request, "console/bulk_preview.html", context, status=status)
 
@@ -133,12 +136,17 @@ def bulk_batch(request: ConsoleRequest, token: Any) -> HttpResponse:
 def bulk_confirm(request: ConsoleRequest, token: Any) -> HttpResponse:
     _turn_away(request, field="")
     batch = _visible(request, token)
-    typed = {key: str(request.POST.get(key, "")) for key in ("reason", "outcome", "downstream_ref")}
+    typed = {key: str(request.POST.get(key, "")) for key in ("reason", "outcome", "downstream_ref", "version")}
+    version_text = typed["version"].strip()
+    if version_text and (not version_text.isdigit() or not 0 < int(version_text) < 2**31):
+        problem = f"Version: “{version_text[:40]}” is not a version number (1, 2, 3 …). Nothing was queued."
+        return _preview(request, batch, status=400, typed=typed, error=problem)
     try:
         batch = batch_confirm(
             actor_of(request), token=batch.token, reason=typed["reason"],
             confirmed=request.POST.get("confirm") == "yes",
             outcome=typed["outcome"], evidence=typed["downstream_ref"],
+            version=int(version_text) if version_text else None,
         )
     except Denied as exc:
         return _preview(request, batch, status=403, error=str(exc), typed=typed)
