@@ -94,6 +94,11 @@ class Journal(Protocol):
         """``name`` for its first use, ``name#n`` for its n-th (deterministic on replay)."""
         ...
 
+    def effect_key(self, name: str) -> str:
+        """The idempotency key of effect ``name`` (already unique) when the code gives none:
+        ``"{run_id}:{name}"``, or the key a run re-run from another one reuses (sagas.repair)."""
+        ...
+
     def replay_next(self, kind: str, name: str, also: frozenset[str] = frozenset()) -> Recorded | None:
         """The recorded entry at the next position (of ``kind`` or one of ``also``, named
         ``name``), or None past the end of the recorded journal."""

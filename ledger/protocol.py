@@ -74,7 +74,7 @@ def run_effect(journal: Journal, *, name: str, connector_name: str, payload: dic
     """Run a forward effect at the journal's next position; return its result (JSON).
 
     ``name`` is made unique in the journal (``name#2`` on its second use); ``key`` defaults
-    to ``"{run_id}:{name}"``. Raises ``EffectFailed`` (FAILED_FINAL, on replay too),
+    to ``journal.effect_key(name)`` (``"{run_id}:{name}"``). Raises ``EffectFailed`` (FAILED_FINAL, on replay too),
     ``KeyConflict`` (key reused with another payload; journaled), ``OutcomeUnknown``,
     ``ReplayDiverged`` (replay asks for another key or payload) or ``PayloadNotJSON``.
     """
@@ -85,7 +85,7 @@ def run_effect(journal: Journal, *, name: str, connector_name: str, payload: dic
     except (TypeError, ValueError) as exc:
         raise PayloadNotJSON(f"effect {name!r}: payload is not JSON: {exc}") from None
     digest = payload_hash(payload)
-    key = key or f"{journal.run_id}:{name}"
+    key = key or journal.effect_key(name)
 
     entry = journal.replay_next(EFFECT_KINDS.intent, name, also=_AT_INTENT)
     if entry is not None:

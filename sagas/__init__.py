@@ -79,6 +79,7 @@ if TYPE_CHECKING:
     from ledger.models import EffectRecord
     from sagas.compensation import PlannedItem
     from sagas.models import ApprovalRequest, RunStatus, WorkflowRun
+    from sagas.repair import ForkPlan
     from sagas.replay.check import CheckReport
     from sagas.replay.context import Context
     from sagas.runtime.readiness import WorkerStatus
@@ -108,6 +109,8 @@ __all__ = [
     "compensation_preview",
     "effect_tool",
     "effects",
+    "fork",
+    "fork_preview",
     "get_run",
     "move",
     "pause",
@@ -382,6 +385,30 @@ def redrive(*, run_id: Any, reason: str, version: int | None = None, user: User 
     from sagas.repair import run_redrive
 
     return run_redrive(run_id=run_id, user=user, reason=reason, version=version)
+
+
+def fork_preview(*, run_id: Any, at_seq: int) -> ForkPlan:
+    """What re-running a run from the step at ``at_seq`` of its journal (``fork``) would do:
+    each effect of the run with its fate (``kept``: before the step, its recorded outcome;
+    ``reused``: done after it, answered from the ledger if the new run asks for it with the same
+    payload; ``again``: not done, executed if asked; ``blocks``: unknown, resolve it first),
+    whether it is irreversible, what the new run's budget starts with, and ``blockers``."""
+    from sagas.models import WorkflowRun
+    from sagas.repair import fork_plan
+
+    return fork_plan(WorkflowRun.objects.get(id=run_id), at_seq)
+
+
+def fork(*, run_id: Any, at_seq: int, reason: str, version: int | None = None, user: User | None = None) -> WorkflowRun:
+    """Re-run a run from the step at ``at_seq`` of its journal as a new run, linked both ways,
+    and return the new run (PENDING). Its journal starts with a copy of the history before that
+    step; it executes from there, on the source's code or ``version``. No effect is done twice:
+    effects before the step keep their outcomes, effects done after it are reused when asked for
+    with the same payload (``fork_preview``). ``ActionNotAllowed`` while an outcome is unknown,
+    while a worker advances the source, or when the copied history does not replay on the code."""
+    from sagas.repair import run_fork
+
+    return run_fork(run_id=run_id, at_seq=at_seq, user=user, reason=reason, version=version)
 
 
 def replay_check(

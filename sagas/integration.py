@@ -36,7 +36,7 @@ from sagas.pausing import (
     workflow_pause_of,
     workflow_resume,
 )
-from sagas.repair import REDRIVABLE_REASONS, movable_versions, run_move, run_redrive
+from sagas.repair import REDRIVABLE_REASONS, fork_plan, movable_versions, run_fork, run_move, run_redrive
 from sagas.replay.check import check_run, definition_for, replay_check, runs_to_check
 from sagas.replay.context import shutdown_requested
 from sagas.replay.continuation import CONTINUED_AS_NEW, chain_place
@@ -65,11 +65,13 @@ __all__ = [
     "compensation_start",
     "definition_for",
     "effect_lock",
+    "fork_plan",
     "get_queue",
     "movable_versions",
     "redis_connection",
     "replay_check",
     "run_cancel",
+    "run_fork",
     "run_is_paused",
     "run_lines",
     "run_lock",

@@ -116,6 +116,10 @@ class WorkflowRun(models.Model):
     # foreign keys: retention archives a chain's older runs while the newer ones live on.
     continued_from = models.UUIDField(null=True, blank=True, help_text="the run this one continues")
     continued_to = models.UUIDField(null=True, blank=True, help_text="the run that continues this one")
+    # A run re-run from a step of another (sagas.repair.run_fork): the source and the position
+    # (its journal's seq) the new run executes from; the source's forks are found by this field.
+    forked_from = models.UUIDField(null=True, blank=True, help_text="the run this one was re-run from")
+    forked_at_seq = models.PositiveIntegerField(null=True, blank=True)
 
     class Meta:
         constraints = [
@@ -200,6 +204,9 @@ class JournalKind(models.TextChoices):
     # from where it stopped (a failed step, listed in the payload, is asked again).
     MOVED = "moved"
     REDRIVEN = "redriven"
+    # A run re-run from a step of another (sagas.repair): at the head of the new run's journal,
+    # after the entries copied from the source; on the source, an operator_action "fork".
+    FORKED = "forked"
     # Written by the ledger's protocol; their one definition is ``ledger.journal``.
     EFFECT_INTENT = EFFECT_KINDS.intent
     EFFECT_REFUSED = EFFECT_KINDS.refused

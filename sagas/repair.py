@@ -1,4 +1,5 @@
-"""Repair a run: move it to another version of its code, and redrive it from where it failed.
+"""Repair a run: move it to another version of its code, redrive it from where it failed, or
+re-run it from a step as a new run (a fork).
 
 Both keep the run's id and its whole history, and edit nothing in it: each is one journal entry
 (``moved``, ``redriven``) written in the transaction that changes the run, under the run's row
@@ -24,12 +25,17 @@ answers the same under its key; start a new run for that.
 
 from __future__ import annotations
 
+import uuid
+from dataclasses import dataclass
 from typing import Any
 
 from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
+from ledger.connectors import get_connector
+from ledger.errors import ConnectorNotRegistered
+from ledger.models import EffectRecord, EffectStatus
 from sagas.errors import ActionNotAllowed, RunFinished
 from sagas.events import send_run_changed
 from sagas.models import (
@@ -45,7 +51,7 @@ from sagas.replay.check import COMPATIBLE, check_run
 from sagas.runtime import queue
 from sagas.store import systemdb
 from sagas.store.locks import run_lock
-from sagas.store.systemdb import dumps
+from sagas.store.systemdb import Entry, dumps
 from sagas.validation import FREE_TEXT_CHARS, checked_text
 from sagas.versions import registry
 
@@ -184,3 +190,164 @@ def run_redrive(*, run_id: Any, user: User | None, reason: str, version: int | N
         send_run_changed(run.id, RunStatus.PENDING, cause=JournalKind.REDRIVEN)
     run.refresh_from_db()
     return run
+
+
+# --- fork: re-run from a step as a new run ----------------------------------------------------
+
+# Entries of the source that are not copied into a fork: the source's own life, not its history.
+_NOT_COPIED = frozenset({
+    JournalKind.STARTED, JournalKind.CLAIMED, JournalKind.YIELDED, JournalKind.SUSPENDED, JournalKind.HALTED,
+    JournalKind.RESUMED, JournalKind.OPERATOR_ACTION, JournalKind.MOVED, JournalKind.REDRIVEN, JournalKind.FAILED,
+    JournalKind.COMPLETED, JournalKind.CANCELLED, JournalKind.FORKED, JournalKind.COMPENSATION_STARTED,
+    JournalKind.COMPENSATION_ITEM, JournalKind.COMPENSATION_INTENT, JournalKind.COMPENSATION_RESULT,
+    JournalKind.COMPENSATION_REFUSED, JournalKind.COMPENSATION_FINISHED,
+})
+FORKABLE_KINDS = frozenset({JournalKind.STEP, JournalKind.EFFECT_INTENT})
+
+
+@dataclass
+class ForkEffect:
+    """One effect of the source run, and what a fork from the chosen step does with it."""
+
+    name: str
+    connector: str
+    key: str
+    status: str
+    seq: int  # its intent's position in the source's journal
+    irreversible: bool
+    fate: str  # "kept" (before the step: its recorded outcome), "reused", "again", "blocks"
+    note: str
+
+
+@dataclass
+class ForkPlan:
+    source: WorkflowRun
+    at_seq: int
+    at_name: str
+    effects: list[ForkEffect]
+    copied: int  # journal entries copied into the new run
+    steps_copied: int  # of which steps and effect intents: what the new run's budget starts with
+    blockers: list[str]
+
+    @property
+    def possible(self) -> bool:
+        return not self.blockers
+
+
+def fork_plan(run: WorkflowRun, at_seq: int) -> ForkPlan:
+    """What re-running ``run`` from the step at ``at_seq`` of its journal would do, effect by
+    effect; ``blockers`` says why it cannot be done now (an unknown outcome anywhere, a worker
+    advancing it, a position that is not a step). Reads only."""
+    entries = list(JournalEntry.objects.filter(run=run).order_by("seq").values_list("seq", "kind", "name", "payload"))
+    at = next(((seq, kind, name) for seq, kind, name, _ in entries if seq == at_seq), None)
+    blockers: list[str] = []
+    if at is None or at[1] not in FORKABLE_KINDS:
+        blockers.append(f"seq {at_seq} of run {run.id} is not a step or an effect of its history")
+    if run.status in LEASED_STATUSES and run.lease_expires_at and run.lease_expires_at > timezone.now():
+        blockers.append(f"a worker ({run.lease_owner}) is advancing the run right now: pause it first")
+    intents = {name: seq for seq, kind, name, _ in entries if kind == JournalKind.EFFECT_INTENT}
+    effects: list[ForkEffect] = []
+    for record in EffectRecord.objects.filter(run_id=run.id).exclude(step_name__contains=":compensate") \
+            .order_by("intent_at", "id"):
+        seq = intents.get(record.step_name)
+        if seq is None:
+            continue
+        try:
+            irreversible = get_connector(record.connector).irreversible
+        except ConnectorNotRegistered:
+            irreversible = False
+        if record.status in (EffectStatus.UNKNOWN, EffectStatus.IN_PROGRESS, EffectStatus.PENDING) and seq < at_seq:
+            fate, note = "blocks", "its outcome is not recorded yet: resolve it first"
+        elif record.status in (EffectStatus.UNKNOWN, EffectStatus.IN_PROGRESS):
+            fate, note = "blocks", "its outcome is unknown: resolve it first"
+        elif seq < at_seq:
+            fate, note = "kept", "before the step: its recorded outcome stands, it is never executed again"
+        elif record.status == EffectStatus.SUCCEEDED:
+            fate, note = "reused", ("done after the step: if the new run asks for it with the same payload, it gets "
+                                    "this outcome and nothing is executed; another payload is refused")
+        else:
+            fate, note = "again", f"{record.status} after the step: the new run executes it again if it asks"
+        if fate == "blocks":
+            blockers.append(f"effect {record.step_name!r} ({record.connector}): {note}")
+        effects.append(ForkEffect(name=record.step_name, connector=record.connector, key=record.idempotency_key,
+                                  status=record.status, seq=seq, irreversible=irreversible, fate=fate, note=note))
+    copied = [e for e in entries if e[0] < at_seq and e[1] not in _NOT_COPIED]
+    steps = sum(1 for e in copied if e[1] in (JournalKind.STEP, JournalKind.EFFECT_INTENT))
+    return ForkPlan(source=run, at_seq=at_seq, at_name=at[2] if at else "", effects=effects, copied=len(copied),
+                    steps_copied=steps, blockers=blockers)
+
+
+def run_fork(*, run_id: Any, at_seq: int, user: User | None, reason: str, version: int | None = None) -> WorkflowRun:
+    """Re-run a run from the step at ``at_seq`` of its journal as a new run, linked both ways:
+    the new run's journal starts with a copy of the source's history before that step, and it
+    executes from the step on, on the source's code or ``version`` (its copied history must
+    replay on that code). Effects before the step keep their recorded outcomes; effects the
+    source did after it are reused when the new run asks for them with the same payload (see
+    ``fork_plan``). Refused (``ActionNotAllowed``) while an outcome is unknown, or while a worker
+    advances the source. The source is left as it is. Returns the new run (PENDING)."""
+    actor, reason = _actor(user), _reason(reason, "re-run a run from a step")
+    with transaction.atomic():
+        source = run_lock(run_id=str(run_id))
+        plan = fork_plan(source, at_seq)
+        if plan.blockers:
+            raise ActionNotAllowed("cannot re-run from this step: " + "; ".join(plan.blockers))
+        definition = _target(source, version if version is not None else source.version)
+        if version is None and source.definition_hash not in definition.accepted_hashes:
+            raise ActionNotAllowed(f"run {source.id}'s code ({source.definition_hash[:12]}) is not registered here; "
+                                   f"choose a version")
+        fork_id = uuid.uuid4()
+        copied = _copied_entries(source, at_seq, fork_id)
+        reuse = {e.name: e.key for e in plan.effects if e.fate == "reused"}
+        probe = WorkflowRun(id=fork_id, workflow_name=source.workflow_name, version=definition.version,
+                            definition_hash=definition.definition_hash, input=source.input, tenant=source.tenant,
+                            status=RunStatus.PENDING, started_at=timezone.now(), created_at=timezone.now())
+        checked = check_run(probe, definition, journal=[Entry(i + 2, e.kind, e.name, e.payload)
+                                                        for i, e in enumerate(copied)])
+        if checked.outcome != COMPATIBLE:
+            raise ActionNotAllowed(f"the history before the step does not replay on {definition.name} version "
+                                   f"{definition.version}: {checked.message}")
+        fork = WorkflowRun.objects.create(
+            id=fork_id, workflow_name=source.workflow_name, version=definition.version,
+            definition_hash=definition.definition_hash, input=source.input, summary=source.summary,
+            tenant=source.tenant, status=RunStatus.PENDING, last_seq=1, max_steps=source.max_steps,
+            max_cost=source.max_cost, max_duration=source.max_duration, started_by=user, started_via="fork",
+            forked_from=source.id, forked_at_seq=at_seq,
+        )
+        head = {"input": source.input, "tenant": source.tenant, "version": definition.version,
+                "definition_hash": definition.definition_hash, "started_via": "fork", "forked_from": str(source.id),
+                "at_seq": at_seq}
+        now = timezone.now()
+        rows = [JournalEntry(run=fork, seq=1, kind=JournalKind.STARTED, name="", payload=head, worker_id=actor,
+                             created_at=now)]
+        rows += [JournalEntry(run=fork, seq=i + 2, kind=e.kind, name=e.name, payload=e.payload, created_at=now,
+                              worker_id=f"copied from {source.id}"[:200]) for i, e in enumerate(copied)]
+        rows.append(JournalEntry(
+            run=fork, seq=len(copied) + 2, kind=JournalKind.FORKED, name="", worker_id=actor, created_at=now,
+            payload={"from": str(source.id), "at_seq": at_seq, "at": plan.at_name, "by": actor, "reason": reason,
+                     "reuse": reuse, "copied": len(copied), "budget": {
+                         "steps_copied": plan.steps_copied, "max_steps": source.max_steps,
+                         "max_cost": str(source.max_cost) if source.max_cost is not None else None}}))
+        JournalEntry.objects.bulk_create(rows)
+        systemdb.append_event(
+            str(source.id), kind=JournalKind.OPERATOR_ACTION, name="fork", worker=actor,
+            payload=dumps({"action": "fork", "by": actor, "reason": reason, "to": str(fork_id), "at_seq": at_seq,
+                           "at": plan.at_name, "version": definition.version}))
+        queue.enqueue_after_commit(fork.id, fork.definition_hash)
+        send_run_changed(fork.id, RunStatus.PENDING, cause=JournalKind.FORKED)
+        send_run_changed(source.id, source.status, cause=JournalKind.OPERATOR_ACTION)
+    fork.refresh_from_db()
+    return fork
+
+
+def _copied_entries(source: WorkflowRun, at_seq: int, fork_id: uuid.UUID) -> list[Entry]:
+    """The source's history before ``at_seq``, as the fork's: an effect keyed by default on the
+    source (``"{source}:{name}"``) is keyed on the fork, so the fork's replay asks for the same
+    key; its recorded outcome is copied with it, so the ledger is never asked."""
+    prefix, copied = f"{source.id}:", []
+    for seq, kind, name, payload in JournalEntry.objects.filter(run=source, seq__lt=at_seq).exclude(
+            kind__in=_NOT_COPIED).order_by("seq").values_list("seq", "kind", "name", "payload"):
+        if kind in (JournalKind.EFFECT_INTENT, JournalKind.EFFECT_REFUSED) and isinstance(payload, dict) \
+                and str(payload.get("key", "")).startswith(prefix):
+            payload = {**payload, "key": f"{fork_id}:{payload['key'][len(prefix):]}", "copied_key": payload["key"]}
+        copied.append(Entry(seq, kind, name, payload))
+    return copied

@@ -40,7 +40,7 @@ KIND_GROUPS: dict[str, tuple[str, frozenset[str]]] = {
         K.YIELDED, K.RESUMED})),
     "run": ("the run's life (start, claims, end, continued as new, operator actions)", frozenset({
         K.STARTED, K.CLAIMED, K.COMPLETED, K.FAILED, K.HALTED, K.CANCELLED, K.OPERATOR_ACTION,
-        K.MOVED, K.REDRIVEN, CONTINUED_AS_NEW})),
+        K.MOVED, K.REDRIVEN, K.FORKED, CONTINUED_AS_NEW})),
 }
 
 # An opening kind and the kinds that close it, entry for entry by name (a refusal takes an

@@ -65,6 +65,10 @@ class JournalCursor:
         retried = {seq for e in journal if e.kind == JournalKind.REDRIVEN for seq in e.payload.get("retry_seqs", ())}
         self._calls = [e for e in journal if e.kind in CALL_KINDS and e.seq not in retried]
         self._events = {(e.kind, e.name): e for e in journal if e.kind not in CALL_KINDS}
+        # A run re-run from another one with its effects reused (sagas.repair): effect name -> the
+        # source's key, for the effects after the fork point the code may ask for again.
+        forked = self._events.get((JournalKind.FORKED, ""))
+        self._reuse: dict[str, str] = dict(forked.payload.get("reuse", {})) if forked is not None else {}
         self._signals: dict[str, list[Entry]] = {}
         for e in journal:
             if e.kind == JournalKind.SIGNAL_RECEIVED:
@@ -108,6 +112,12 @@ class JournalCursor:
         count = self._names.get((space, name), 0) + 1
         self._names[(space, name)] = count
         return name if count == 1 else f"{name}#{count}"
+
+    def effect_key(self, name: str) -> str:
+        """``"{run_id}:{name}"``; in a run re-run from another with its effects reused, the
+        source's key for an effect it had done after the fork point, so the ledger answers with
+        that outcome instead of calling again (a changed payload is refused under it)."""
+        return self._reuse.get(name) or f"{self.run_id}:{name}"
 
     def replay_next(self, kind: str, name: str, also: frozenset[str] = frozenset()) -> Entry | None:
         """The recorded entry at the cursor, if any; it must be ``kind`` (or one of ``also``)

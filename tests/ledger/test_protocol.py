@@ -79,6 +79,9 @@ class ListJournal:
         count = self._names[(space, name)] = self._names.get((space, name), 0) + 1
         return name if count == 1 else f"{name}#{count}"
 
+    def effect_key(self, name: str) -> str:
+        return f"{self.run_id}:{name}"
+
     def replay_next(self, kind: str, name: str, also: frozenset[str] = frozenset()) -> Row | None:
         if self._pos >= len(self._positions):
             return None

@@ -48,3 +48,36 @@ def test_runs_failed_by_a_bug_are_checked_redriven_onto_the_fix_and_charge_nobod
         assert (moved.payload["from_version"], moved.payload["to_version"]) == (1, 2)
         assert JournalEntry.objects.filter(run=run, kind="redriven").count() == 1
     assert worker.alive()
+
+
+def test_a_run_re_run_from_a_step_before_its_capture_reuses_the_capture_and_charges_nobody_twice(stack):
+    from sagas import fork, fork_preview
+
+    run = start("fork_order", {"id": "fk-1", "amount_cents": 4200}, business_key="fk-1")
+    stack.procs.worker("w1", MODULES, DEMO_PROVIDERS_URL=stack.url)
+    wait_until(lambda: WorkflowRun.objects.get(id=run.id).status == RunStatus.COMPLETED, 60,
+               what="the source run to complete")
+    quote_seq = JournalEntry.objects.get(run=run, kind="step", name="quote").seq
+    pack_seq = JournalEntry.objects.get(run=run, kind="step", name="pack").seq
+
+    plan = fork_preview(run_id=run.id, at_seq=quote_seq)
+    assert plan.possible and {e.name: e.fate for e in plan.effects} == {"capture": "reused", "email": "reused"}
+    late = fork_preview(run_id=run.id, at_seq=pack_seq)
+    assert {e.name: e.fate for e in late.effects} == {"capture": "kept", "email": "reused"}
+
+    forks = [fork(run_id=run.id, at_seq=quote_seq, reason="re-quote after the price fix"),
+             fork(run_id=run.id, at_seq=pack_seq, reason="pack again")]
+    wait_until(lambda: {WorkflowRun.objects.get(id=f.id).status for f in forks} == {RunStatus.COMPLETED}, 60,
+               what="both forks to complete")
+
+    books = Counter(ProviderExecution.objects.values_list("provider", "operation", "idempotency_key"))
+    assert books == Counter({("payments", "capture", f"{run.id}:capture"): 1, ("email", "send", f"{run.id}:email"): 1})
+    source = WorkflowRun.objects.get(id=run.id)
+    for f in forks:
+        done = WorkflowRun.objects.get(id=f.id)
+        assert done.result == source.result  # the same capture and email, not new ones
+        assert (done.forked_from, done.started_via) == (run.id, "fork")
+    assert list(JournalEntry.objects.filter(run=run, kind="operator_action", name="fork")
+                .values_list("payload__to", flat=True)) == [str(f.id) for f in forks]
+    first_fork_steps = list(JournalEntry.objects.filter(run_id=forks[0].id, kind="step").values_list("name", flat=True))
+    assert first_fork_steps == ["quote", "pack"]  # executed again from the step on

@@ -22,3 +22,17 @@ def fix_order_v2(ctx: Context, order: dict) -> dict:
                       {"to": f"{order['id']}@example.com", "subject": f"Order {order['id']}", "body": "Thanks!"})
     return {"transaction_id": charge["transaction_id"], "message_id": mail["message_id"],
             "loyalty": order.get("loyalty_tier", "none")}
+
+
+def quote(order: dict) -> int:
+    return order["amount_cents"]
+
+
+@workflow("fork_order", version=1)
+def fork_order(ctx: Context, order: dict) -> dict:
+    amount = ctx.step("quote", quote, order)
+    charge = ctx.effect("capture", "payments.capture", {"order": order["id"], "amount_cents": amount,
+                                                        "currency": "EUR"})
+    ctx.step("pack", lambda: "packed")
+    mail = ctx.effect("email", "email.send", {"to": f"{order['id']}@example.com", "subject": "Shipped", "body": "!"})
+    return {"transaction_id": charge["transaction_id"], "message_id": mail["message_id"]}
