@@ -42,6 +42,7 @@ urlpatterns = [
     path("runs/<uuid:run_id>/resume/", run_actions.run_resume, name="run_resume"),
     path("runs/<uuid:run_id>/move/", run_actions.run_move, name="run_move"),
     path("runs/<uuid:run_id>/redrive/", run_actions.run_redrive, name="run_redrive"),
+    path("runs/<uuid:run_id>/fork/", run_actions.run_fork, name="run_fork"),
     # One stored value in full, behind a page's truncated preview (console/views/payloads.py).
     path("runs/<uuid:run_id>/payload/<str:kind>/", payloads.run_payload, name="run_payload"),
     path("runs/<uuid:run_id>/payload/<str:kind>/<int:item_id>/", payloads.run_payload, name="run_item_payload"),

@@ -20,6 +20,7 @@ ACTION_ROLES: dict[str, str] = {
     "run.resume": OPERATOR,
     "run.move": OPERATOR,
     "run.redrive": OPERATOR,
+    "run.fork": OPERATOR,
     "workflow.pause": OPERATOR,
     "workflow.resume": OPERATOR,
     "approval.approve": APPROVER,

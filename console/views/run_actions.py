@@ -33,6 +33,7 @@ from operators import roles
 from operators.selectors.runs import (
     compensation_item_count,
     effects_by_id,
+    run_fork_steps,
     run_get,
     run_has_compensation,
 )
@@ -40,13 +41,14 @@ from operators.services.actions import Denied, Incomplete, Refused
 from operators.services.runs import (
     run_cancel_act,
     run_compensate_act,
+    run_fork_act,
     run_move_act,
     run_pause_act,
     run_redrive_act,
     run_resume_act,
     run_retry_act,
 )
-from sagas.integration import compensation_preview
+from sagas.integration import compensation_preview, fork_plan, movable_versions
 from sagas.models import RunStatus, WorkflowRun
 
 
@@ -234,3 +236,44 @@ def run_compensate(request: ConsoleRequest, run_id: UUID) -> HttpResponse:
             actor_of(request), run_id=str(run.id), reason=reason, expected=expected),
         done=done, failed_page=_compensate_page,
     )
+
+
+def _fork_page(request: ConsoleRequest, run: WorkflowRun, *, at: int | None, status: int = 200,
+               error: str = "") -> HttpResponse:
+    steps = run_fork_steps(run.id)
+    plan = fork_plan(run, at) if at is not None else None
+    context = {"run": run, "steps": steps, "plan": plan, "versions": movable_versions(run),
+               "may": roles.can(request.user, "run.fork"), "error": error, "input_error": status == 400}
+    return render(request, "console/run_fork.html", context, status=status)
+
+
+def _at(value: object) -> int | None:
+    text = str(value or "").strip()
+    return int(text) if text.isdigit() and 0 < int(text) < 2**31 else None
+
+
+@require_http_methods(["GET", "POST"])
+@action_view("run.fork", "run", id_kwarg="run_id")
+def run_fork(request: ConsoleRequest, run_id: UUID) -> HttpResponse:
+    """GET ``?at=<seq>``: what re-running the run from that step would do, effect by effect
+    (nothing is written). POST: make the new run, then go to it."""
+    run = get_run_for_user(request, run_id, action="run.fork" if request.method == "POST" else "")
+    if request.method == "GET":
+        return _fork_page(request, run, at=_at(request.GET.get("at")))
+    at = _at(request.POST.get("at"))
+    fields, problem = action_input(request, RunVersionForm, "run.fork")
+    if not problem and at is None and roles.can(request.user, "run.fork"):
+        problem = "Choose the step to re-run from."
+    if problem:
+        return _fork_page(request, run, at=at, status=400, error=problem)
+    version = fields.get("version")
+    if isinstance(version, str):
+        version = int(version) if version.isdigit() else None
+    try:
+        fork = run_fork_act(actor_of(request), run_id=str(run.id), at_seq=at or 0, version=version,
+                            reason=fields["reason"], expected=fields["expected"] or None)
+    except (Denied, Incomplete, Refused) as exc:
+        code = 403 if isinstance(exc, Denied) else 400 if isinstance(exc, Incomplete) else 409
+        return _fork_page(request, _fresh(request, run), at=at, status=code, error=str(exc))
+    messages.success(request, f"Re-run from seq {at} of run {str(run.id)[:8]} as this run.")
+    return redirect("console:run", run_id=fork.id)

@@ -44,12 +44,14 @@ from operators.selectors.runs import (
     run_approvals,
     run_compensation,
     run_effects,
+    run_forks,
     run_get,
     run_has_compensation,
     run_history_since,
 )
 from sagas.integration import REDRIVABLE_REASONS, movable_versions, run_pause_info
 from sagas.models import (
+    LEASED_STATUSES,
     OPEN_APPROVAL_STATES,
     TERMINAL_STATUSES,
     CompensationPlan,
@@ -132,6 +134,7 @@ def header_context(run: WorkflowRun, *, oob: bool = False) -> dict[str, Any]:
         "budget": _budget_rows(run),
         "started_by": run.started_by.get_username() if run.started_by else "",
         "pause": run_pause_info(run),
+        "links": run_forks(run),
         "oob": oob,
     }
 
@@ -147,6 +150,8 @@ def actions_context(run: WorkflowRun, user: User, *, has_plan: bool) -> dict[str
     }
     versions = movable_versions(run)
     possible["move"] = bool(versions) and status in (RunStatus.PENDING, RunStatus.WAITING, RunStatus.NEEDS_ATTENTION)
+    possible["fork"] = not (status in LEASED_STATUSES and run.lease_expires_at is not None
+                            and run.lease_expires_at > timezone.now())
     possible["redrive"] = (status == RunStatus.FAILED or (
         status == RunStatus.NEEDS_ATTENTION and run.status_reason in REDRIVABLE_REASONS)) and not has_plan
     may = {name: ok and roles.can(user, f"run.{name}") for name, ok in possible.items()}

@@ -256,3 +256,16 @@ def compensation_item_count(run_id: Any) -> int:
 
 def run_has_compensation(run_id: Any) -> bool:
     return CompensationPlan.objects.filter(run_id=run_id).exists()
+
+
+def run_fork_steps(run_id: Any) -> list[dict[str, Any]]:
+    """The positions a run can be re-run from (its steps and effects), in order."""
+    return list(JournalEntry.objects.filter(run_id=run_id, kind__in=["step", "effect_intent"]).order_by("seq")
+                .values("seq", "kind", "name"))
+
+
+def run_forks(run: WorkflowRun) -> dict[str, Any]:
+    """A run's links to the runs re-run from it and to the one it was re-run from (sagas.repair)."""
+    forks = list(WorkflowRun.objects.filter(forked_from=run.id).order_by("created_at")
+                 .values("id", "forked_at_seq", "status"))
+    return {"forks": forks, "forked_from": run.forked_from, "forked_at_seq": run.forked_at_seq}

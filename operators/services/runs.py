@@ -16,6 +16,7 @@ from operators.services.actions import Actor, Denied, Target, at_time, audit_den
 from sagas.integration import (
     compensation_start,
     run_cancel,
+    run_fork,
     run_is_paused,
     run_lock,
     run_move,
@@ -101,6 +102,15 @@ def run_redrive_act(actor: Actor, *, run_id: str, version: int | None, reason: s
     return perform(
         actor, "run.redrive", _run_target(run_id), reason=reason, expected=expected,
         change=lambda: run_redrive(run_id=run_id, version=version, user=actor.user, reason=reason),
+    )
+
+
+def run_fork_act(actor: Actor, *, run_id: str, at_seq: int, version: int | None, reason: str,
+                 expected: str | None) -> Any:
+    """Audited on the source run (the new run's id is in its history and the answer)."""
+    return perform(
+        actor, "run.fork", _run_target(run_id), reason=reason, expected=expected,
+        change=lambda: run_fork(run_id=run_id, at_seq=at_seq, version=version, user=actor.user, reason=reason),
     )
 
 

@@ -12,7 +12,8 @@ from django.utils import timezone
 from ledger.models import EffectRecord, EffectStatus
 from operators import roles
 from operators.models import AuditEntry
-from sagas.models import ApprovalRequest, ApprovalState, RunStatus, WorkflowPause, WorkflowRun
+from sagas.models import ApprovalRequest, ApprovalState, JournalEntry, RunStatus, WorkflowPause, WorkflowRun
+from sagas.versions import registry
 from tests.sagas import wf_repair  # noqa: F401  (rm_order version 2, the move's target, in this process)
 
 pytestmark = pytest.mark.django_db
@@ -34,6 +35,7 @@ EXPECTED = {
     "run.resume":       (DENIED,  ALLOWED,  DENIED,   ALLOWED),
     "run.move":         (DENIED,  ALLOWED,  DENIED,   ALLOWED),
     "run.redrive":      (DENIED,  ALLOWED,  DENIED,   ALLOWED),
+    "run.fork":         (DENIED,  ALLOWED,  DENIED,   ALLOWED),
     "workflow.pause":   (DENIED,  ALLOWED,  DENIED,   ALLOWED),
     "workflow.resume":  (DENIED,  ALLOWED,  DENIED,   ALLOWED),
 }
@@ -99,6 +101,13 @@ def _target(action: str, settings) -> tuple[str, dict, callable]:
         run = _run(RunStatus.FAILED, "workflow_error", workflow_name="rm_order", input={"id": "r"})
         return (f"/runs/{run.id}/redrive/", {"reason": "fix", "expected": "FAILED", "version": ""},
                 lambda: WorkflowRun.objects.get(id=run.id).status == RunStatus.PENDING)
+    if action == "run.fork":  # re-run from the first step of a run of rm_order v2 whose history is one step
+        run = _run(RunStatus.WAITING, workflow_name="rm_order", version=2, input={"id": "f"},
+                   definition_hash=registry.find("rm_order", 2).definition_hash)
+        JournalEntry.objects.create(run=run, seq=1, kind="step", name="reserve", payload={"value": "x"},
+                                    created_at=timezone.now())
+        return (f"/runs/{run.id}/fork/", {"reason": "again", "expected": "WAITING", "version": "", "at": "1"},
+                lambda: WorkflowRun.objects.filter(forked_from=run.id).exists())
     if action == "workflow.pause":
         _run(RunStatus.PENDING)
         return ("/versions/pause/", {"workflow": "matrix", "reason": "incident", "version": "", "expected": "running"},

@@ -1,0 +1,61 @@
+"""Re-run from a step on the console: the preview (each effect's fate, irreversible ones marked,
+the budget stated, what blocks it), the confirmation, the links both ways, roles and audit."""
+
+from __future__ import annotations
+
+import pytest
+from django.urls import reverse
+
+from ledger.models import EffectStatus
+from operators.models import AuditOutcome
+from sagas.models import JournalEntry, RunStatus, WorkflowRun
+from tests.console.conftest import client_for
+from tests.console.run_data import audits, run_url, text, waiting_run
+
+pytestmark = pytest.mark.django_db
+
+
+def seq_of(run, kind: str, name: str) -> int:
+    return JournalEntry.objects.get(run=run, kind=kind, name=name).seq
+
+
+def test_an_operator_previews_and_makes_a_re_run_from_a_step_and_both_runs_link_to_each_other(people):
+    run = waiting_run("o-fork")  # charge, then the irreversible ship, then an approval
+    client = client_for(people["operator"])
+    assert reverse("console:run_fork", args=[run.id]) in text(client.get(run_url(run)))
+
+    ship = seq_of(run, "effect_intent", "ship")
+    page = text(client.get(reverse("console:run_fork", args=[run.id]), {"at": ship}))
+    assert "<strong>kept</strong>: before the step" in page  # charge
+    assert "<strong>reused</strong>: done after the step" in page  # ship
+    assert 'class="badge IRREVERSIBLE"' in page and "counted against" in page
+    before = JournalEntry.objects.filter(run=run).count()
+    assert JournalEntry.objects.filter(run=run).count() == before  # previewing wrote nothing
+
+    answer = client.post(reverse("console:run_fork", args=[run.id]),
+                         {"at": ship, "reason": "ship again after the label fix", "expected": run.status, "version": ""})
+    assert answer.status_code == 302
+    fork = WorkflowRun.objects.get(forked_from=run.id)
+    assert answer["Location"] == run_url(fork) and (fork.forked_at_seq, fork.status) == (ship, RunStatus.PENDING)
+    [entry] = audits(run, "run.fork")
+    assert entry.outcome == AuditOutcome.OK
+    assert str(fork.id)[:8] in text(client.get(run_url(run)))  # the source links to the new run
+    assert str(run.id) in text(client.get(run_url(fork)))  # and back
+
+
+def test_an_unknown_effect_blocks_a_re_run_and_a_viewer_is_denied(people):
+    run = waiting_run("o-fork-2")
+    from ledger.models import EffectRecord
+    EffectRecord.objects.filter(run_id=run.id, step_name="charge").update(status=EffectStatus.UNKNOWN)
+    client = client_for(people["operator"])
+    at = seq_of(run, "effect_intent", "ship")
+    page = text(client.get(reverse("console:run_fork", args=[run.id]), {"at": at}))
+    assert "It cannot be done now" in page and "resolve it first" in page
+    refused = client.post(reverse("console:run_fork", args=[run.id]),
+                          {"at": at, "reason": "try", "expected": run.status, "version": ""})
+    assert refused.status_code == 409 and not WorkflowRun.objects.filter(forked_from=run.id).exists()
+    denied = client_for(people["viewer"]).post(reverse("console:run_fork", args=[run.id]),
+                                               {"at": at, "reason": "x", "expected": run.status, "version": ""})
+    assert denied.status_code == 403
+    assert client.post(reverse("console:run_fork", args=[run.id]),
+                       {"reason": "no step", "expected": run.status, "version": ""}).status_code == 400
