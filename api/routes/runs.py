@@ -23,6 +23,7 @@ from operators.services.limits import clip_text
 from operators.services.runs import (
     run_cancel_act,
     run_compensate_act,
+    run_fork_act,
     run_move_act,
     run_pause_act,
     run_redrive_act,
@@ -37,6 +38,7 @@ from sagas.errors import (
     StartConflict,
     WorkflowNotRegistered,
 )
+from sagas.integration import fork_plan
 from sagas.models import TERMINAL_STATUSES, RunStatus, WorkflowPause, WorkflowRun
 
 router = Router(tags=["runs"])
@@ -406,6 +408,56 @@ def redrive_run(request: ApiRequest, run_id: str, body: RedriveIn) -> dict[str, 
         run_redrive_act(actor_of(request), run_id=run_id, version=body.version, reason=body.reason,
                         expected=body.expected.strip() or None)
     return _acted(request, run_id, "redriven")
+
+
+class ForkIn(Schema):
+    at_seq: int = Field(..., ge=1, le=2**31 - 1, description="the journal position (seq) of the step to re-run from")
+    version: int | None = Field(None, ge=1, le=2**31 - 1, description="run the new run on this version (checked)")
+    reason: Text = REASON
+    expected: str = EXPECTED
+
+
+class ForkEffectOut(Schema):
+    name: str
+    connector: str
+    status: str
+    seq: int
+    irreversible: bool
+    fate: str = Field(..., description="kept, reused, again or blocks")
+    note: str
+
+
+class ForkPlanOut(Schema):
+    at_seq: int
+    at: str
+    effects: list[ForkEffectOut]
+    copied: int
+    steps_copied: int
+    blockers: list[str]
+
+
+@router.get("/{run_id}/fork", response=ForkPlanOut, summary="What re-running a run from a step would do")
+def fork_preview_run(request: ApiRequest, run_id: str, at_seq: int) -> dict[str, Any]:
+    """Each effect of the run and its fate if the run were re-run from ``at_seq``; nothing is
+    written. Any role that may see the run."""
+    run = run_get(run_id_of(run_id), user=request.user)
+    if run is None:
+        raise Problem("not-found", f"no run {run_id[:100]!r}")
+    plan = fork_plan(run, at_seq)
+    return {"at_seq": plan.at_seq, "at": plan.at_name, "copied": plan.copied, "steps_copied": plan.steps_copied,
+            "blockers": plan.blockers, "effects": [vars(e) for e in plan.effects]}
+
+
+@router.post("/{run_id}/fork", response={201: Done}, summary="Re-run a run from a step, as a new linked run")
+def fork_run(request: ApiRequest, run_id: str, body: ForkIn) -> Status:
+    """The new run's history starts with a copy of this run's before the step; it executes from
+    there. Effects before the step keep their outcomes; effects done after it are reused when the
+    new run asks for them with the same payload. An unknown outcome anywhere is a 409."""
+    run_id = run_id_of(run_id)
+    with console_action("run", run_id):
+        fork = run_fork_act(actor_of(request), run_id=run_id, at_seq=body.at_seq, version=body.version,
+                            reason=body.reason, expected=body.expected.strip() or None)
+    return Status(201, {"run": run_out(request, fork), "message": f"re-run from seq {body.at_seq} of run {run_id}"})
 
 
 @router.post("/{run_id}/retry", response=Done, summary="Retry a run that needs attention")
