@@ -61,7 +61,29 @@ class CheckIn(Schema):
     sample: int = Field(100, ge=0, le=1000, description="recently finished runs to check besides those in flight")
 
 
-@router.post("/replay-check", summary="Would this code resume these runs? (executes nothing)")
+class CheckedRunOut(Schema):
+    run_id: str
+    status: str
+    outcome: str = Field(..., description="compatible, diverges or error")
+    position: int | None = Field(None, description="the journal's seq where it diverged (or the last one replayed)")
+    journal: dict[str, str | int] | None = Field(None, description="what the journal holds there: seq, kind, name")
+    code_asked: dict[str, str] | None = Field(None, description="what the code asked for there: kind, name")
+    source: dict[str, str | int] | None = Field(None, description="file, line and text in the workflow's code")
+    message: str
+    ended: str = Field(..., description="how a compatible replay ended: journal end, returned, waits, raised ...")
+
+
+class CheckOut(Schema):
+    workflow: str
+    version: int
+    definition_hash: str
+    module: str
+    counts: dict[str, int]
+    seconds: float
+    runs: list[CheckedRunOut]
+
+
+@router.post("/replay-check", response=CheckOut, summary="Would this code resume these runs? (executes nothing)")
 def check_workflow(request: ApiRequest, body: CheckIn) -> dict[str, Any]:
     """Replays the runs in flight (and a sample of recently finished ones) against a version of
     the workflow's code registered in the web process, executing and writing nothing; each run

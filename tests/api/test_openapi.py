@@ -22,6 +22,10 @@ ENDPOINTS = {
     "POST /api/v1/runs/{run_id}/compensate", "POST /api/v1/runs/{run_id}/retry",
     "GET /api/v1/approvals", "POST /api/v1/approvals/{approval_id}/decide",
     "GET /api/v1/effects", "POST /api/v1/effects/{effect_id}/resolve", "POST /api/v1/hooks/{name}",
+    "POST /api/v1/runs/{run_id}/pause", "POST /api/v1/runs/{run_id}/resume", "POST /api/v1/runs/{run_id}/move",
+    "POST /api/v1/runs/{run_id}/redrive", "GET /api/v1/runs/{run_id}/fork", "POST /api/v1/runs/{run_id}/fork",
+    "POST /api/v1/workflows/pause", "POST /api/v1/workflows/resume", "GET /api/v1/workflows/pauses",
+    "POST /api/v1/workflows/replay-check",
 }
 
 # The run's own JSON, whatever the workflow makes of it: the only values without a type.
