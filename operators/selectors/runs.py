@@ -260,8 +260,8 @@ def run_has_compensation(run_id: Any) -> bool:
 
 def run_fork_steps(run_id: Any) -> list[dict[str, Any]]:
     """The positions a run can be re-run from (its steps and effects), in order."""
-    return list(JournalEntry.objects.filter(run_id=run_id, kind__in=["step", "effect_intent"]).order_by("seq")
-                .values("seq", "kind", "name"))
+    rows = JournalEntry.objects.filter(run_id=run_id, kind__in=["step", "effect_intent"]).order_by("seq")
+    return [{"seq": seq, "kind": kind, "name": name} for seq, kind, name in rows.values_list("seq", "kind", "name")]
 
 
 def run_forks(run: WorkflowRun) -> dict[str, Any]:

@@ -64,3 +64,26 @@ def test_it_checks_runs_in_flight_against_a_version_then_moves_one_to_the_fix(co
     console.shot(page, "run-moved")
     assert WorkflowRun.objects.get(id=runs[0].id).version == 2
     assert WorkflowRun.objects.get(id=runs[1].id).version == 1
+
+
+def test_it_previews_a_re_run_from_a_step_effect_by_effect_and_makes_it(console, users):
+    from tests.console.run_data import waiting_run
+
+    run = waiting_run("order-83")  # charge, then the irreversible ship (an rp_ workflow of the console tests)
+    ship = JournalEntry.objects.get(run=run, kind="effect_intent", name="ship").seq
+    page = console.page("olga", f"/runs/{run.id}/")
+    page.get_by_role("link", name=re.compile("Re-run from a step")).click()
+    expect(page.locator("main h1")).to_contain_text("from a step")
+    page.get_by_label("From step").select_option(str(ship))
+    page.get_by_role("button", name="Show what it would do").click()
+    rows = page.locator("table.run-fork-preview tbody tr")
+    expect(rows).to_have_count(2)
+    expect(rows.filter(has_text="charge")).to_contain_text("kept")
+    expect(rows.filter(has_text="ship")).to_contain_text("reused")
+    expect(rows.filter(has_text="ship")).to_contain_text("IRREVERSIBLE")
+    console.shot(page, "fork-preview")
+    page.get_by_label("Reason").fill("ship again after the label fix")
+    page.get_by_role("button", name=re.compile("Re-run from ship")).click()
+    expect(page.locator("#live-run_header")).to_contain_text(f"Re-run from seq {ship} of run {run.id}")
+    console.shot(page, "fork-made")
+    assert WorkflowRun.objects.filter(forked_from=run.id).count() == 1
