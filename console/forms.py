@@ -185,16 +185,7 @@ class RunFilterForm(FilterParams, PageForm):
         return bool(text)
 
     def clean_version(self) -> int | None:
-        text = self.cleaned_data["version"]
-        if not text:
-            return None
-        try:
-            version = int(text)
-        except ValueError:
-            version = 0
-        if version < 1:
-            raise ValidationError(f"Version: {_quoted(text)} is not a version number (1, 2, 3 …).")
-        return version
+        return version_number(self.cleaned_data["version"])
 
     def _when(self, name: str, *, end: bool) -> datetime | None:
         text = self.cleaned_data[name]
@@ -299,6 +290,25 @@ class ActionForm(Problems, forms.Form):
     expected = text_field("The state you saw", 40)
 
 
+def version_number(text: str) -> int | None:
+    """A workflow version typed or chosen in a form: None for empty, else 1 to 2**31 - 1."""
+    if not text:
+        return None
+    if not text.isdigit() or not 0 < int(text) < 2**31:
+        raise ValidationError(f"Version: {_quoted(text)} is not a version number (1, 2, 3 …).")
+    return int(text)
+
+
+def posted_version(value: object) -> int | None:
+    """The version of an action's form as the view hands it on: cleaned already (an int) for
+    someone allowed to act, or as sent (a string, never called wrong) for someone the service
+    will deny and audit."""
+    if isinstance(value, int) or value is None:
+        return value
+    text = str(value)
+    return int(text) if text.isdigit() and 0 < int(text) < 2**31 else None
+
+
 class WorkflowPauseForm(ActionForm):
     """Pause or resume every run of a workflow (or of one version): a reason, the version ("" for
     every version) and the state seen (``running`` or ``paused``)."""
@@ -312,12 +322,7 @@ class WorkflowPauseForm(ActionForm):
     field_order = ["workflow", "reason", "version", "expected"]
 
     def clean_version(self) -> int | None:
-        text = self.cleaned_data["version"]
-        if not text:
-            return None
-        if not text.isdigit() or not 0 < int(text) < 2**31:
-            raise ValidationError(f"Version: {_quoted(text)} is not a version number (1, 2, 3 …).")
-        return int(text)
+        return version_number(self.cleaned_data["version"])
 
 
 class RunVersionForm(ActionForm):
@@ -333,12 +338,7 @@ class RunVersionForm(ActionForm):
     field_order = ["reason", "expected", "version"]
 
     def clean_version(self) -> int | None:
-        text = self.cleaned_data["version"]
-        if not text:
-            return None
-        if not text.isdigit() or not 0 < int(text) < 2**31:
-            raise ValidationError(f"Version: {_quoted(text)} is not a version number (1, 2, 3 …).")
-        return int(text)
+        return version_number(self.cleaned_data["version"])
 
 
 class RunActionForm(ActionForm):

@@ -41,21 +41,10 @@ from sagas.runtime import queue
 from sagas.store import systemdb
 from sagas.store.locks import run_lock
 from sagas.store.systemdb import dumps
-from sagas.validation import FREE_TEXT_CHARS, checked_text
+from sagas.validation import actor_label, checked_text, required_reason
 from sagas.waits import run_wake_if_due
 
 RELEASE_BATCH = 1000  # runs re-queued at once when a workflow's pause is lifted; the sweeper does the rest
-
-
-def _actor(user: User | None) -> str:
-    return user.get_username() if user is not None else "system"
-
-
-def _reason(reason: str, what: str) -> str:
-    checked_text(reason, what="reason", max_length=FREE_TEXT_CHARS)
-    if not reason.strip():
-        raise ActionNotAllowed(f"a reason is required to {what}")
-    return reason.strip()
 
 
 def workflow_pause_of(run: WorkflowRun) -> WorkflowPause | None:
@@ -92,7 +81,7 @@ def run_pause(*, run_id: Any, user: User | None, reason: str) -> WorkflowRun:
     """Hold the run: it is not claimed until ``run_resume``. A worker that has it finishes the
     step in flight and hands it back at the next boundary. Refused (``ActionNotAllowed``) if
     it is already paused, ``RunFinished`` if it is finished."""
-    actor, reason = _actor(user), _reason(reason, "pause a run")
+    actor, reason = actor_label(user), required_reason(reason, "pause a run")
     with transaction.atomic():
         run = run_lock(run_id=str(run_id))
         if run.status in TERMINAL_STATUSES:
@@ -115,7 +104,7 @@ def run_resume(*, run_id: Any, user: User | None, reason: str) -> WorkflowRun:
     """Lift the run's own pause and let it go on: re-queued if it was runnable, its timer fired
     if it fell due meanwhile. A run also held by its workflow's pause stays held until that
     pause is lifted (the answer says so). ``ActionNotAllowed`` if the run is not paused."""
-    actor, reason = _actor(user), _reason(reason, "resume a run")
+    actor, reason = actor_label(user), required_reason(reason, "resume a run")
     with transaction.atomic():
         run = run_lock(run_id=str(run_id))
         if run.paused_at is None:
@@ -171,7 +160,7 @@ def workflow_pause(*, workflow_name: str, version: int | None = None, user: User
     """Hold every run of ``workflow_name`` (one ``version``, or every version when None), new
     runs included, until ``workflow_resume``. Runs being advanced stop at their next step
     boundary. ``ActionNotAllowed`` if that same pause is already in place."""
-    actor, reason = _actor(user), _reason(reason, "pause a workflow")
+    actor, reason = actor_label(user), required_reason(reason, "pause a workflow")
     checked_text(workflow_name, what="workflow", max_length=200)
     _check_workflow(workflow_name, version)
     try:
@@ -190,12 +179,9 @@ def workflow_resume(*, workflow_name: str, version: int | None = None, user: Use
     version) and re-queue its runnable runs that nothing else holds; runs whose timer fell due
     meanwhile are woken by the sweeper's next pass. Returns the number of runs re-queued now.
     ``ActionNotAllowed`` if there is no such pause."""
-    _actor(user)
-    _reason(reason, "resume a workflow")
+    required_reason(reason, "resume a workflow")
     with transaction.atomic():
-        deleted, _ = WorkflowPause.objects.filter(workflow_name=workflow_name, version=version).delete() \
-            if version is not None else WorkflowPause.objects.filter(
-                workflow_name=workflow_name, version__isnull=True).delete()
+        deleted, _ = WorkflowPause.objects.filter(workflow_name=workflow_name, version=version).delete()
         if not deleted:
             which = f"version {version}" if version is not None else "every version"
             raise ActionNotAllowed(f"{workflow_name} ({which}) is not paused")

@@ -52,24 +52,13 @@ from sagas.runtime import queue
 from sagas.store import systemdb
 from sagas.store.locks import run_lock
 from sagas.store.systemdb import Entry, dumps
-from sagas.validation import FREE_TEXT_CHARS, checked_text
+from sagas.validation import actor_label, required_reason
 from sagas.versions import registry
 
 MOVABLE = frozenset({RunStatus.PENDING, RunStatus.WAITING, RunStatus.NEEDS_ATTENTION, RunStatus.FAILED})
 # Parked for its code: a move to code that replays its history cleanly takes the reason away.
 CODE_REASONS = frozenset({"version_mismatch", "non_determinism"})
 REDRIVABLE_REASONS = frozenset({"non_determinism", "workflow_error", "step_failed"})
-
-
-def _actor(user: User | None) -> str:
-    return user.get_username() if user is not None else "system"
-
-
-def _reason(reason: str, what: str) -> str:
-    checked_text(reason, what="reason", max_length=FREE_TEXT_CHARS)
-    if not reason.strip():
-        raise ActionNotAllowed(f"a reason is required to {what}")
-    return reason.strip()
 
 
 def movable_versions(run: WorkflowRun) -> list[int]:
@@ -121,7 +110,7 @@ def run_move(*, run_id: Any, version: int, user: User | None, reason: str) -> Wo
     """Move the run to ``version`` of its workflow, if its history replays cleanly on that code
     (checked under the run's lock). See the module's docstring. ``ActionNotAllowed`` with the
     divergence otherwise; ``RunFinished`` for a finished run (a FAILED one may be redriven)."""
-    actor, reason = _actor(user), _reason(reason, "move a run")
+    actor, reason = actor_label(user), required_reason(reason, "move a run")
     with transaction.atomic():
         run = run_lock(run_id=str(run_id))
         if run.status in LEASED_STATUSES:
@@ -154,7 +143,7 @@ def run_redrive(*, run_id: Any, user: User | None, reason: str, version: int | N
     """Continue a FAILED run, or one parked for its code, from its failing step, keeping its id
     and history; onto ``version`` first if given (checked as ``run_move`` checks). See the
     module's docstring."""
-    actor, reason = _actor(user), _reason(reason, "redrive a run")
+    actor, reason = actor_label(user), required_reason(reason, "redrive a run")
     with transaction.atomic():
         run = run_lock(run_id=str(run_id))
         parked = run.status == RunStatus.NEEDS_ATTENTION and run.status_reason in REDRIVABLE_REASONS
@@ -165,10 +154,10 @@ def run_redrive(*, run_id: Any, user: User | None, reason: str, version: int | N
         if CompensationPlan.objects.filter(run=run).exists():
             raise ActionNotAllowed(f"run {run.id} has a compensation plan: its effects are being or were undone")
         was = {"status": run.status, "reason": run.status_reason}
-        if version is not None and version != run.version:
-            _move_locked(run, _target(run, version), actor=actor, reason=reason)
-        elif version is not None and registry.find(run.workflow_name, version) is None:
-            _target(run, version)
+        if version is not None:
+            target = _target(run, version)  # refused if that version is not registered here
+            if target.definition_hash != run.definition_hash:
+                _move_locked(run, target, actor=actor, reason=reason)
         failed_step = (run.error or {}).get("step") if run.status_reason == "step_failed" else None
         retry_seqs = []
         if failed_step:
@@ -285,7 +274,7 @@ def run_fork(*, run_id: Any, at_seq: int, user: User | None, reason: str, versio
     source did after it are reused when the new run asks for them with the same payload (see
     ``fork_plan``). Refused (``ActionNotAllowed``) while an outcome is unknown, or while a worker
     advances the source. The source is left as it is. Returns the new run (PENDING)."""
-    actor, reason = _actor(user), _reason(reason, "re-run a run from a step")
+    actor, reason = actor_label(user), required_reason(reason, "re-run a run from a step")
     with transaction.atomic():
         source = run_lock(run_id=str(run_id))
         plan = fork_plan(source, at_seq)

@@ -16,7 +16,7 @@ from decimal import Decimal
 from typing import Any
 
 from ledger.storable import json_storable, text_storable
-from sagas.errors import InvalidArgument, NotSerializable
+from sagas.errors import ActionNotAllowed, InvalidArgument, NotSerializable
 
 # Column lengths of WorkflowRun (sagas.models); free text as the console caps it.
 NAME_CHARS = 200
@@ -26,6 +26,20 @@ STARTED_VIA_CHARS = 20
 SIGNAL_NAME_CHARS = 200
 FREE_TEXT_CHARS = 4000  # a reason, a comment
 MAX_COST = Decimal("99999999.999999")  # DecimalField(max_digits=14, decimal_places=6)
+
+
+def actor_label(user: Any) -> str:
+    """Who an action's journal entry names: the user's name, or "system" for none."""
+    return user.get_username() if user is not None else "system"
+
+
+def required_reason(reason: Any, what: str) -> str:
+    """An operator action's reason, stripped: storable and at most ``FREE_TEXT_CHARS``
+    (``InvalidArgument``), and not empty (``ActionNotAllowed``: "a reason is required to ...")."""
+    checked_text(reason, what="reason", max_length=FREE_TEXT_CHARS)
+    if not str(reason).strip():
+        raise ActionNotAllowed(f"a reason is required to {what}")
+    return str(reason).strip()
 
 
 def checked_text(value: Any, *, what: str, max_length: int, required: bool = False, one_line: bool = False) -> str:

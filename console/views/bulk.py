@@ -14,12 +14,13 @@ from typing import Any
 
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.models import User
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
 from django.views.decorators.http import require_GET, require_POST
 
+from console.forms import version_number
 from console.models import BulkBatch, BulkState
 from console.selectors.bulk import (
     ACTIONS,
@@ -137,16 +138,16 @@ def bulk_confirm(request: ConsoleRequest, token: Any) -> HttpResponse:
     _turn_away(request, field="")
     batch = _visible(request, token)
     typed = {key: str(request.POST.get(key, "")) for key in ("reason", "outcome", "downstream_ref", "version")}
-    version_text = typed["version"].strip()
-    if version_text and (not version_text.isdigit() or not 0 < int(version_text) < 2**31):
-        problem = f"Version: “{version_text[:40]}” is not a version number (1, 2, 3 …). Nothing was queued."
-        return _preview(request, batch, status=400, typed=typed, error=problem)
+    try:
+        version = version_number(typed["version"].strip())
+    except ValidationError as exc:
+        return _preview(request, batch, status=400, typed=typed, error=f"{exc.messages[0]} Nothing was queued.")
     try:
         batch = batch_confirm(
             actor_of(request), token=batch.token, reason=typed["reason"],
             confirmed=request.POST.get("confirm") == "yes",
             outcome=typed["outcome"], evidence=typed["downstream_ref"],
-            version=int(version_text) if version_text else None,
+            version=version,
         )
     except Denied as exc:
         return _preview(request, batch, status=403, error=str(exc), typed=typed)

@@ -20,7 +20,7 @@ from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
 from django.views.decorators.http import require_http_methods, require_POST
 
-from console.forms import ActionForm, RunActionForm, RunVersionForm
+from console.forms import ActionForm, RunActionForm, RunVersionForm, posted_version
 from console.views.base import ConsoleRequest, action_input, action_view, actor_of, get_run_for_user
 from console.views.notices import message_oob
 from console.views.run_detail import (
@@ -86,10 +86,7 @@ def _run_action(
     reason, expected = fields["reason"], fields["expected"]
     extra = []
     if form_class is RunVersionForm:
-        version = fields.get("version")
-        if isinstance(version, str):  # as sent by someone the service will deny
-            version = int(version) if version.isdigit() else None
-        extra.append(version)
+        extra.append(posted_version(fields.get("version")))
     try:
         call(reason, expected or None, *extra)
     except (Denied, Incomplete, Refused) as exc:
@@ -266,9 +263,7 @@ def run_fork(request: ConsoleRequest, run_id: UUID) -> HttpResponse:
         problem = "Choose the step to re-run from."
     if problem:
         return _fork_page(request, run, at=at, status=400, error=problem)
-    version = fields.get("version")
-    if isinstance(version, str):
-        version = int(version) if version.isdigit() else None
+    version = posted_version(fields.get("version"))
     try:
         fork = run_fork_act(actor_of(request), run_id=str(run.id), at_seq=at or 0, version=version,
                             reason=fields["reason"], expected=fields["expected"] or None)

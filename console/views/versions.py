@@ -16,7 +16,7 @@ from django.urls import reverse
 from django.utils.text import slugify
 from django.views.decorators.http import require_GET, require_POST
 
-from console.forms import WorkflowPauseForm
+from console.forms import WorkflowPauseForm, posted_version
 from console.selectors.versions import (
     runs_stranded,
     runs_stranded_count,
@@ -96,9 +96,7 @@ def _workflow_action(request: ConsoleRequest, action: str, act: Callable[..., An
     if problem:
         return bad_request(request, problem)
     name = fields["workflow"]
-    version = fields.get("version")
-    if isinstance(version, str):  # as sent by someone the service will deny
-        version = int(version) if version.isdigit() else None
+    version = posted_version(fields.get("version"))
     try:
         result = act(actor_of(request), name=name, version=version, reason=fields["reason"],
                      expected=fields["expected"] or None)
@@ -148,11 +146,11 @@ def version_check(request: ConsoleRequest) -> HttpResponse:
     nothing executed or written; counts, examples (diverging and failing first), and the source
     diff between the runs' code and this version, side by side. Read-only: any role."""
     name = str(request.GET.get("workflow", ""))[:200]
-    version_text = str(request.GET.get("version", ""))
-    if not name or not version_text.isdigit() or not 0 < int(version_text) < 2**31:
+    version = posted_version(request.GET.get("version", ""))
+    if not name or version is None:
         return bad_request(request, "Choose a workflow and one of its versions to check.", title="Nothing to check")
     try:
-        definition = definition_for(name, int(version_text))
+        definition = definition_for(name, version)
     except (WorkflowNotRegistered, InvalidArgument) as exc:
         return bad_request(request, f"{exc}: only code registered in the web process can be checked here; "
                                     f"use manage.py sagas_replay_check --module for code not deployed yet.",

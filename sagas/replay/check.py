@@ -192,9 +192,7 @@ def check_run(run: WorkflowRun, definition: registry.WorkflowDefinition,
     except (RunHalted, ApprovalRejected) as exc:  # as recorded: an escalation, a budget, a rejection
         result.ended = f"raised {type(exc).__name__}"
     except DatabaseError:
-        if sandboxed:
-            raise  # the batch's transaction is aborted: the caller checks this run again on its own
-        raise
+        raise  # the transaction is aborted: not the code's answer (replay_check checks the run again alone)
     except Exception as exc:  # noqa: BLE001 -- the workflow's code raised: reported, not raised
         if ctx.replaying:
             result.outcome = ERROR

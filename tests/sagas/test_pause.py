@@ -128,7 +128,7 @@ def test_a_workflow_pause_holds_its_runs_and_new_ones_until_it_is_lifted():
     assert calls == ["a", "b", "c"] * 2
 
 
-def test_a_version_pause_holds_only_that_version():
+def test_a_pause_of_one_version_holds_its_runs_until_that_pause_is_lifted():
     run = start("pause_steps", {}, business_key="v-1")
     pause_workflow("pause_steps", version=1, reason="v1 is suspect")
     assert engine_advance(str(run.id), owner="w1") == Outcome.NOT_CLAIMED
