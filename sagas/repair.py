@@ -266,17 +266,27 @@ def fork_plan(run: WorkflowRun, at_seq: int) -> ForkPlan:
                     steps_copied=steps, blockers=blockers)
 
 
-def run_fork(*, run_id: Any, at_seq: int, user: User | None, reason: str, version: int | None = None) -> WorkflowRun:
+def run_fork(*, run_id: Any, at_seq: int, user: User | None, reason: str, version: int | None = None,
+             forks_seen: int | None = None) -> WorkflowRun:
     """Re-run a run from the step at ``at_seq`` of its journal as a new run, linked both ways:
     the new run's journal starts with a copy of the source's history before that step, and it
     executes from the step on, on the source's code or ``version`` (its copied history must
     replay on that code). Effects before the step keep their recorded outcomes; effects the
     source did after it are reused when the new run asks for them with the same payload (see
     ``fork_plan``). Refused (``ActionNotAllowed``) while an outcome is unknown, or while a worker
-    advances the source. The source is left as it is. Returns the new run (PENDING)."""
+    advances the source. The source is left as it is. Returns the new run (PENDING).
+
+    ``forks_seen``: how many re-runs of the source the person saw; if there are more now
+    (someone else, or the same page submitted twice), ``ActionNotAllowed`` and nothing is made."""
     actor, reason = actor_label(user), required_reason(reason, "re-run a run from a step")
     with transaction.atomic():
         source = run_lock(run_id=str(run_id))
+        if forks_seen is not None:
+            made = WorkflowRun.objects.filter(forked_from=source.id).count()
+            if made != forks_seen:
+                raise ActionNotAllowed(
+                    f"run {source.id} has been re-run from a step {made} time(s), not {forks_seen} as when you "
+                    f"loaded the page; nothing was made (look at its page before making another)")
         plan = fork_plan(source, at_seq)
         if plan.blockers:
             raise ActionNotAllowed("cannot re-run from this step: " + "; ".join(plan.blockers))

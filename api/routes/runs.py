@@ -413,6 +413,8 @@ def redrive_run(request: ApiRequest, run_id: str, body: RedriveIn) -> dict[str, 
 class ForkIn(Schema):
     at_seq: int = Field(..., ge=1, le=2**31 - 1, description="the journal position (seq) of the step to re-run from")
     version: int | None = Field(None, ge=1, le=2**31 - 1, description="run the new run on this version (checked)")
+    forks_seen: int | None = Field(None, ge=0, le=2**31 - 1, description="how many re-runs of this run you saw; "
+                                                                        "more now is a 409 and nothing is made")
     reason: Text = REASON
     expected: str = EXPECTED
 
@@ -456,7 +458,7 @@ def fork_run(request: ApiRequest, run_id: str, body: ForkIn) -> Status:
     run_id = run_id_of(run_id)
     with console_action("run", run_id):
         fork = run_fork_act(actor_of(request), run_id=run_id, at_seq=body.at_seq, version=body.version,
-                            reason=body.reason, expected=body.expected.strip() or None)
+                            reason=body.reason, expected=body.expected.strip() or None, forks_seen=body.forks_seen)
     return Status(201, {"run": run_out(request, fork), "message": f"re-run from seq {body.at_seq} of run {run_id}"})
 
 

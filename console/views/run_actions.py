@@ -34,6 +34,7 @@ from operators.selectors.runs import (
     compensation_item_count,
     effects_by_id,
     run_fork_steps,
+    run_forks,
     run_get,
     run_has_compensation,
 )
@@ -240,6 +241,7 @@ def _fork_page(request: ConsoleRequest, run: WorkflowRun, *, at: int | None, sta
     steps = run_fork_steps(run.id)
     plan = fork_plan(run, at) if at is not None else None
     context = {"run": run, "steps": steps, "plan": plan, "versions": movable_versions(run),
+               "forks_seen": len(run_forks(run)["forks"]),
                "may": roles.can(request.user, "run.fork"), "error": error, "input_error": status == 400}
     return render(request, "console/run_fork.html", context, status=status)
 
@@ -247,6 +249,12 @@ def _fork_page(request: ConsoleRequest, run: WorkflowRun, *, at: int | None, sta
 def _at(value: object) -> int | None:
     text = str(value or "").strip()
     return int(text) if text.isdigit() and 0 < int(text) < 2**31 else None
+
+
+def _count(value: object) -> int | None:
+    """How many re-runs the form says the person saw; None if it did not say (an older page)."""
+    text = str(value or "").strip()
+    return int(text) if text.isdigit() and int(text) < 2**31 else None
 
 
 @require_http_methods(["GET", "POST"])
@@ -266,7 +274,8 @@ def run_fork(request: ConsoleRequest, run_id: UUID) -> HttpResponse:
     version = posted_version(fields.get("version"))
     try:
         fork = run_fork_act(actor_of(request), run_id=str(run.id), at_seq=at or 0, version=version,
-                            reason=fields["reason"], expected=fields["expected"] or None)
+                            reason=fields["reason"], expected=fields["expected"] or None,
+                            forks_seen=_count(request.POST.get("forks_seen")))
     except (Denied, Incomplete, Refused) as exc:
         code = 403 if isinstance(exc, Denied) else 400 if isinstance(exc, Incomplete) else 409
         return _fork_page(request, _fresh(request, run), at=at, status=code, error=str(exc))

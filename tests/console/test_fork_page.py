@@ -32,13 +32,18 @@ def test_an_operator_previews_and_makes_a_re_run_from_a_step_and_both_runs_link_
     before = JournalEntry.objects.filter(run=run).count()
     assert JournalEntry.objects.filter(run=run).count() == before  # previewing wrote nothing
 
-    answer = client.post(reverse("console:run_fork", args=[run.id]),
-                         {"at": ship, "reason": "ship again after the label fix", "expected": run.status, "version": ""})
+    assert 'name="forks_seen" value="0"' in page
+    form = {"at": ship, "reason": "ship again after the label fix", "expected": run.status, "version": "",
+            "forks_seen": "0"}
+    answer = client.post(reverse("console:run_fork", args=[run.id]), form)
     assert answer.status_code == 302
+    twice = client.post(reverse("console:run_fork", args=[run.id]), form)  # the same page submitted again
+    assert twice.status_code == 409 and "re-run from a step 1 time(s), not 0" in text(twice)
+    assert WorkflowRun.objects.filter(forked_from=run.id).count() == 1
     fork = WorkflowRun.objects.get(forked_from=run.id)
     assert answer["Location"] == run_url(fork) and (fork.forked_at_seq, fork.status) == (ship, RunStatus.PENDING)
-    [entry] = audits(run, "run.fork")
-    assert entry.outcome == AuditOutcome.OK
+    outcomes = [e.outcome for e in sorted(audits(run, "run.fork"), key=lambda e: e.id)]
+    assert outcomes == [AuditOutcome.OK, AuditOutcome.REFUSED]  # the second submit is refused and audited
     assert str(fork.id)[:8] in text(client.get(run_url(run)))  # the source links to the new run
     assert str(run.id) in text(client.get(run_url(fork)))  # and back
 
