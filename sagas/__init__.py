@@ -387,28 +387,34 @@ def redrive(*, run_id: Any, reason: str, version: int | None = None, user: User 
     return run_redrive(run_id=run_id, user=user, reason=reason, version=version)
 
 
-def fork_preview(*, run_id: Any, at_seq: int) -> ForkPlan:
+def fork_preview(*, run_id: Any, at_seq: int, compensate_first: bool = False) -> ForkPlan:
     """What re-running a run from the step at ``at_seq`` of its journal (``fork``) would do:
     each effect of the run with its fate (``kept``: before the step, its recorded outcome;
     ``reused``: done after it, answered from the ledger if the new run asks for it with the same
-    payload; ``again``: not done, executed if asked; ``blocks``: unknown, resolve it first),
-    whether it is irreversible, what the new run's budget starts with, and ``blockers``."""
+    payload; ``undone``: with ``compensate_first``, compensated by the new run before it goes on,
+    then asked again under the new run's key; ``again``: not done (or undone since), executed if
+    asked; ``blocks``: unknown, or not safe in this mode, see its note), whether it is
+    irreversible, what the new run's budget starts with, and ``blockers``."""
     from sagas.models import WorkflowRun
     from sagas.repair import fork_plan
 
-    return fork_plan(WorkflowRun.objects.get(id=run_id), at_seq)
+    return fork_plan(WorkflowRun.objects.get(id=run_id), at_seq, compensate_first=compensate_first)
 
 
-def fork(*, run_id: Any, at_seq: int, reason: str, version: int | None = None, user: User | None = None) -> WorkflowRun:
+def fork(*, run_id: Any, at_seq: int, reason: str, version: int | None = None, user: User | None = None,
+         compensate_first: bool = False) -> WorkflowRun:
     """Re-run a run from the step at ``at_seq`` of its journal as a new run, linked both ways,
     and return the new run (PENDING). Its journal starts with a copy of the history before that
     step; it executes from there, on the source's code or ``version``. No effect is done twice:
-    effects before the step keep their outcomes, effects done after it are reused when asked for
-    with the same payload (``fork_preview``). ``ActionNotAllowed`` while an outcome is unknown,
-    while a worker advances the source, or when the copied history does not replay on the code."""
+    effects before the step keep their outcomes; effects done after it are reused when asked for
+    with the same payload, or, with ``compensate_first``, compensated (ledgered, newest first) by
+    the new run before it goes on (``fork_preview``). ``ActionNotAllowed`` while an outcome is
+    unknown, while a worker advances the source, or when the copied history does not replay on
+    the code."""
     from sagas.repair import run_fork
 
-    return run_fork(run_id=run_id, at_seq=at_seq, user=user, reason=reason, version=version)
+    return run_fork(run_id=run_id, at_seq=at_seq, user=user, reason=reason, version=version,
+                    compensate_first=compensate_first)
 
 
 def replay_check(

@@ -24,7 +24,7 @@ from ledger.connectors import Operation, get_connector
 from ledger.errors import ConnectorNotRegistered, EffectFailed, OutcomeUnknown
 from ledger.models import EffectKind, EffectRecord, EffectStatus
 from ledger.protocol import run_operation
-from sagas.errors import ActionNotAllowed, CompensationStuck, RunFinished
+from sagas.errors import ActionNotAllowed, CompensationStuck, EffectUnknown, RunFinished, StepFailed
 from sagas.events import send_run_changed
 from sagas.models import (
     OPEN_APPROVAL_STATES,
@@ -201,6 +201,40 @@ def compensate_claimed(ctx: JournalCursor) -> None:
         plan.state = CompensationState.COMPLETED
         plan.finished_at = timezone.now()
         plan.save(update_fields=["state", "finished_at"])
+
+
+def undo_before_fork(ctx: JournalCursor) -> None:
+    """A run re-run from another with "compensate first" (``sagas.repair.run_fork``): before
+    its workflow goes on, undo the source's effects after the fork point, newest first, each
+    through the ledger under ``"<effect key>:compensate"`` with the payload a compensation of
+    the source would send, so the source's own compensation, or another re-run's, never undoes
+    it twice. Each is journaled on this run as ``compensation_item`` once done.
+
+    An unknown outcome parks this run (``effect_unknown``: the ambiguous-effects queue lists
+    the compensation; once resolved, the run resumes and the ledger answers). A compensation
+    that fails fails this run (``StepFailed``, step ``compensate:<name>``) before it executed
+    anything: nothing after it is undone, never skipped."""
+    while ctx.undo_pending:
+        item = ctx.undo_pending[0]
+        original = EffectRecord.objects.get(id=item["effect_id"])
+        op = Operation(get_connector(item["connector"]), "compensation")
+        payload = {"effect_id": original.id, "payload": original.request_payload, "result": original.result}
+        name = f"compensate:{item['name']}"
+        crash_point("before_compensation", item["name"])
+        try:
+            record = run_operation(ctx, op, name=name, key=item["key"], payload=payload,
+                                   connector_name=item["connector"])
+        except OutcomeUnknown as exc:
+            raise EffectUnknown(f"compensating {item['name']!r} of the run this one re-runs: {exc.message}",
+                                **exc.details) from exc
+        except EffectFailed as exc:
+            raise StepFailed(name, type(exc).__name__, f"compensating {item['name']!r} of the run this one "
+                                                       f"re-runs failed: {exc}; nothing after it was undone") from exc
+        ctx.append(K.COMPENSATION_ITEM, name, dumps({"step": item["name"], "state": ItemState.SUCCEEDED,
+                                                     "downstream_ref": record.downstream_ref,
+                                                     "effect_id": original.id, "of_run": str(original.run_id)}))
+        ctx.undo_pending.pop(0)
+        send_run_changed(ctx.run_id, RunStatus.RUNNING, cause=K.COMPENSATION_ITEM)
 
 
 def _item_stuck(

@@ -146,6 +146,8 @@ class WorkflowRun(models.Model):
             # The few paused runs, for the overview and the runs list's filter (migration 0017).
             models.Index(fields=["-paused_at"], condition=Q(paused_at__isnull=False), name="run_paused"),
             models.Index(fields=["finished_at"], condition=Q(finished_at__isnull=False), name="run_finished"),
+            # A run's re-runs from a step, for its page and the next re-run's checks (migration 0019).
+            models.Index(fields=["forked_from"], condition=Q(forked_from__isnull=False), name="run_forked_from"),
             # The console's search by any part of a business key (ILIKE '%term%'); migration 0010.
             GinIndex(fields=["business_key"], opclasses=["gin_trgm_ops"], name="run_business_key_trgm"),
         ]
@@ -233,6 +235,8 @@ class JournalKind(models.TextChoices):
 # Kinds written by ``ctx`` calls in the workflow's own order. Replay matches them
 # position by position; every other kind is an event around the run (claims,
 # outcomes, operator actions) that replay skips.
+# An operator's repairs of a run (sagas.repair, sagas.pausing, retries), as the run page lists them.
+REPAIR_KINDS = ("moved", "redriven", "forked", "operator_action")
 CALL_KINDS = frozenset(
     {
         JournalKind.STEP,
@@ -263,6 +267,11 @@ class JournalEntry(models.Model):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["run", "seq"], name="journal_unique_run_seq")]
+        indexes = [
+            # A run's repairs (moves, redrives, re-runs, operators' actions) for its page, without
+            # reading its whole history (migration 0020). Few entries: the index stays small.
+            models.Index(fields=["run", "-seq"], condition=Q(kind__in=REPAIR_KINDS), name="journal_repairs"),
+        ]
         ordering = ["run", "seq"]
         verbose_name_plural = "journal entries"
 

@@ -35,7 +35,7 @@ from django.utils import timezone
 
 from ledger.connectors import get_connector
 from ledger.errors import ConnectorNotRegistered
-from ledger.models import EffectRecord, EffectStatus
+from ledger.models import EffectKind, EffectRecord, EffectStatus
 from sagas.errors import ActionNotAllowed, RunFinished
 from sagas.events import send_run_changed
 from sagas.models import (
@@ -204,8 +204,11 @@ class ForkEffect:
     status: str
     seq: int  # its intent's position in the source's journal
     irreversible: bool
-    fate: str  # "kept" (before the step: its recorded outcome), "reused", "again", "blocks"
+    # "kept" (before the step: its recorded outcome), "reused" (the new run gets its outcome),
+    # "undone" (compensated first, then asked again), "again" (executed again if asked), "blocks"
+    fate: str
     note: str
+    effect_id: int = 0
 
 
 @dataclass
@@ -217,16 +220,93 @@ class ForkPlan:
     copied: int  # journal entries copied into the new run
     steps_copied: int  # of which steps and effect intents: what the new run's budget starts with
     blockers: list[str]
+    compensate_first: bool = False
 
     @property
     def possible(self) -> bool:
         return not self.blockers
 
+    def undo(self) -> list[dict[str, Any]]:
+        """The effects the new run compensates before it runs, newest first: the ``forked``
+        entry's ``undo`` (``sagas.compensation.undo_before_fork``)."""
+        return [{"name": e.name, "connector": e.connector, "effect_id": e.effect_id, "key": f"{e.key}:compensate"}
+                for e in sorted(self.effects, key=lambda e: -e.seq) if e.fate == "undone"]
 
-def fork_plan(run: WorkflowRun, at_seq: int) -> ForkPlan:
+
+def _undoable(connector: str) -> tuple[bool, bool | None]:
+    """(irreversible, can be compensated) for a connector; None: not registered here."""
+    try:
+        conn = get_connector(connector)
+    except ConnectorNotRegistered:
+        return False, None
+    return conn.irreversible, (not conn.irreversible and conn.can_compensate())
+
+
+def _earlier_forks(run: WorkflowRun) -> tuple[dict[str, str], dict[str, str]]:
+    """The source's keys that earlier re-runs of it reuse, and those they compensate (done or
+    still to do): key -> the re-run's id."""
+    reused_by: dict[str, str] = {}
+    undone_by: dict[str, str] = {}
+    for fork_id, payload in JournalEntry.objects.filter(
+            run__in=WorkflowRun.objects.filter(forked_from=run.id).values("id"), kind=JournalKind.FORKED,
+    ).values_list("run_id", "payload"):
+        for key in (payload or {}).get("reuse", {}).values():
+            reused_by[key] = str(fork_id)
+        for item in (payload or {}).get("undo", []):
+            undone_by[item["key"].removesuffix(":compensate")] = str(fork_id)
+    return reused_by, undone_by
+
+
+def _fate(record: EffectRecord, seq: int, at_seq: int, *, own_key: bool, undone: str | None,
+          compensate_first: bool, irreversible: bool, compensable: bool | None,
+          reused_by: str | None) -> tuple[str, str]:
+    """What a fork from ``at_seq`` does with one effect of the source (see ``ForkEffect``).
+    ``undone``: the state of its compensation, if the source's compensation or an earlier
+    re-run asked for one; ``reused_by``: an earlier re-run that reuses its outcome."""
+    if record.status in (EffectStatus.UNKNOWN, EffectStatus.IN_PROGRESS, EffectStatus.PENDING):
+        return "blocks", ("its outcome is not recorded yet: resolve it first" if seq < at_seq
+                          else "its outcome is unknown: resolve it first")
+    if undone is not None and undone != EffectStatus.SUCCEEDED:
+        return "blocks", f"its compensation is {undone}: resolve it first"
+    if seq < at_seq:
+        if undone:
+            return "blocks", ("before the step, but undone since by a compensation: the new run would believe it "
+                              "done; re-run from a step before it")
+        return "kept", "before the step: its recorded outcome stands, it is never executed again"
+    if record.status != EffectStatus.SUCCEEDED:
+        return "again", f"{record.status} after the step: the new run executes it again if it asks"
+    if undone:
+        if not own_key:
+            return "blocks", (f"undone since by a compensation, and its key ({record.idempotency_key}) is the "
+                              f"workflow's own: the new run would ask for that key and be answered with the undone "
+                              f"outcome")
+        return "again", "undone since by a compensation: the new run executes it again under its own key if it asks"
+    if not compensate_first:
+        return "reused", ("done after the step: if the new run asks for it with the same payload, it gets this "
+                          "outcome and nothing is executed; another payload is refused")
+    if compensable is None:
+        return "blocks", "its connector is not registered here, so nothing can say how to compensate it"
+    if not compensable:
+        why = "irreversible" if irreversible else "its connector has no compensation"
+        return "reused", (f"{why}, so it cannot be compensated (as a compensation lists it): the new run reuses its "
+                          f"outcome if it asks with the same payload; another payload is refused")
+    if reused_by:
+        return "blocks", (f"the re-run {reused_by} reuses its outcome: compensating it would undo that run's; "
+                          f"re-run reusing outcomes instead")
+    if not own_key:
+        return "blocks", (f"its key ({record.idempotency_key}) is the workflow's own: after the compensation the new "
+                          f"run would ask for that key and be answered with the undone outcome; re-run reusing "
+                          f"outcomes instead")
+    return "undone", ("compensated first (ledgered, newest first, before the new run goes on); the new run then "
+                      "executes it again under its own key if it asks")
+
+
+def fork_plan(run: WorkflowRun, at_seq: int, *, compensate_first: bool = False) -> ForkPlan:
     """What re-running ``run`` from the step at ``at_seq`` of its journal would do, effect by
     effect; ``blockers`` says why it cannot be done now (an unknown outcome anywhere, a worker
-    advancing it, a position that is not a step). Reads only."""
+    advancing it, a position that is not a step, an effect undone since before the step).
+    With ``compensate_first`` the effects the source did after the step are compensated by
+    the new run before it goes on, instead of reused. Reads only."""
     entries = list(JournalEntry.objects.filter(run=run).order_by("seq").values_list("seq", "kind", "name", "payload"))
     at = next(((seq, kind, name) for seq, kind, name, _ in entries if seq == at_seq), None)
     blockers: list[str] = []
@@ -235,46 +315,45 @@ def fork_plan(run: WorkflowRun, at_seq: int) -> ForkPlan:
     if run.status in LEASED_STATUSES and run.lease_expires_at and run.lease_expires_at > timezone.now():
         blockers.append(f"a worker ({run.lease_owner}) is advancing the run right now: pause it first")
     intents = {name: seq for seq, kind, name, _ in entries if kind == JournalKind.EFFECT_INTENT}
+    records = [r for r in EffectRecord.objects.filter(run_id=run.id, kind=EffectKind.EFFECT).order_by("intent_at", "id")
+               if r.step_name in intents]
+    undone = dict(EffectRecord.objects.filter(
+        tenant=run.tenant, kind=EffectKind.COMPENSATION,
+        idempotency_key__in=[f"{r.idempotency_key}:compensate" for r in records],
+    ).values_list("idempotency_key", "status"))
+    reused_by, undone_by = _earlier_forks(run)
+    for key in undone_by:  # an earlier re-run compensates it (or is about to): as good as undone
+        undone.setdefault(f"{key}:compensate", EffectStatus.SUCCEEDED)
     effects: list[ForkEffect] = []
-    for record in EffectRecord.objects.filter(run_id=run.id).exclude(step_name__contains=":compensate") \
-            .order_by("intent_at", "id"):
-        seq = intents.get(record.step_name)
-        if seq is None:
-            continue
-        try:
-            irreversible = get_connector(record.connector).irreversible
-        except ConnectorNotRegistered:
-            irreversible = False
-        if record.status in (EffectStatus.UNKNOWN, EffectStatus.IN_PROGRESS, EffectStatus.PENDING) and seq < at_seq:
-            fate, note = "blocks", "its outcome is not recorded yet: resolve it first"
-        elif record.status in (EffectStatus.UNKNOWN, EffectStatus.IN_PROGRESS):
-            fate, note = "blocks", "its outcome is unknown: resolve it first"
-        elif seq < at_seq:
-            fate, note = "kept", "before the step: its recorded outcome stands, it is never executed again"
-        elif record.status == EffectStatus.SUCCEEDED:
-            fate, note = "reused", ("done after the step: if the new run asks for it with the same payload, it gets "
-                                    "this outcome and nothing is executed; another payload is refused")
-        else:
-            fate, note = "again", f"{record.status} after the step: the new run executes it again if it asks"
+    for record in records:
+        seq = intents[record.step_name]
+        irreversible, compensable = _undoable(record.connector)
+        fate, note = _fate(record, seq, at_seq, own_key=record.idempotency_key == f"{run.id}:{record.step_name}",
+                           undone=undone.get(f"{record.idempotency_key}:compensate"),
+                           compensate_first=compensate_first, irreversible=irreversible, compensable=compensable,
+                           reused_by=reused_by.get(record.idempotency_key))
         if fate == "blocks":
             blockers.append(f"effect {record.step_name!r} ({record.connector}): {note}")
         effects.append(ForkEffect(name=record.step_name, connector=record.connector, key=record.idempotency_key,
-                                  status=record.status, seq=seq, irreversible=irreversible, fate=fate, note=note))
+                                  status=record.status, seq=seq, irreversible=irreversible, fate=fate, note=note,
+                                  effect_id=record.id))
     copied = [e for e in entries if e[0] < at_seq and e[1] not in _NOT_COPIED]
     steps = sum(1 for e in copied if e[1] in (JournalKind.STEP, JournalKind.EFFECT_INTENT))
     return ForkPlan(source=run, at_seq=at_seq, at_name=at[2] if at else "", effects=effects, copied=len(copied),
-                    steps_copied=steps, blockers=blockers)
+                    steps_copied=steps, blockers=blockers, compensate_first=compensate_first)
 
 
 def run_fork(*, run_id: Any, at_seq: int, user: User | None, reason: str, version: int | None = None,
-             forks_seen: int | None = None) -> WorkflowRun:
+             forks_seen: int | None = None, compensate_first: bool = False) -> WorkflowRun:
     """Re-run a run from the step at ``at_seq`` of its journal as a new run, linked both ways:
     the new run's journal starts with a copy of the source's history before that step, and it
     executes from the step on, on the source's code or ``version`` (its copied history must
     replay on that code). Effects before the step keep their recorded outcomes; effects the
     source did after it are reused when the new run asks for them with the same payload (see
-    ``fork_plan``). Refused (``ActionNotAllowed``) while an outcome is unknown, or while a worker
-    advances the source. The source is left as it is. Returns the new run (PENDING).
+    ``fork_plan``); with ``compensate_first`` they are compensated instead, by the new run before
+    it goes on (``sagas.compensation.undo_before_fork``), and asked again under its own keys.
+    Refused (``ActionNotAllowed``) while an outcome is unknown, or while a worker advances the
+    source. The source's status is left as it is. Returns the new run (PENDING).
 
     ``forks_seen``: how many re-runs of the source the person saw; if there are more now
     (someone else, or the same page submitted twice), ``ActionNotAllowed`` and nothing is made."""
@@ -287,7 +366,7 @@ def run_fork(*, run_id: Any, at_seq: int, user: User | None, reason: str, versio
                 raise ActionNotAllowed(
                     f"run {source.id} has been re-run from a step {made} time(s), not {forks_seen} as when you "
                     f"loaded the page; nothing was made (look at its page before making another)")
-        plan = fork_plan(source, at_seq)
+        plan = fork_plan(source, at_seq, compensate_first=compensate_first)
         if plan.blockers:
             raise ActionNotAllowed("cannot re-run from this step: " + "; ".join(plan.blockers))
         definition = _target(source, version if version is not None else source.version)
@@ -323,14 +402,16 @@ def run_fork(*, run_id: Any, at_seq: int, user: User | None, reason: str, versio
         rows.append(JournalEntry(
             run=fork, seq=len(copied) + 2, kind=JournalKind.FORKED, name="", worker_id=actor, created_at=now,
             payload={"from": str(source.id), "at_seq": at_seq, "at": plan.at_name, "by": actor, "reason": reason,
-                     "reuse": reuse, "copied": len(copied), "budget": {
+                     "reuse": reuse, "compensate_first": compensate_first, "undo": plan.undo(),
+                     "copied": len(copied), "budget": {
                          "steps_copied": plan.steps_copied, "max_steps": source.max_steps,
                          "max_cost": str(source.max_cost) if source.max_cost is not None else None}}))
         JournalEntry.objects.bulk_create(rows)
         systemdb.append_event(
             str(source.id), kind=JournalKind.OPERATOR_ACTION, name="fork", worker=actor,
             payload=dumps({"action": "fork", "by": actor, "reason": reason, "to": str(fork_id), "at_seq": at_seq,
-                           "at": plan.at_name, "version": definition.version}))
+                           "at": plan.at_name, "version": definition.version, "compensate_first": compensate_first,
+                           "undo": [u["name"] for u in plan.undo()]}))
         queue.enqueue_after_commit(fork.id, fork.definition_hash)
         send_run_changed(fork.id, RunStatus.PENDING, cause=JournalKind.FORKED)
         send_run_changed(source.id, source.status, cause=JournalKind.OPERATOR_ACTION)

@@ -415,6 +415,8 @@ class ForkIn(Schema):
     version: int | None = Field(None, ge=1, le=2**31 - 1, description="run the new run on this version (checked)")
     forks_seen: int | None = Field(None, ge=0, le=2**31 - 1, description="how many re-runs of this run you saw; "
                                                                         "more now is a 409 and nothing is made")
+    compensate_first: bool = Field(False, description="compensate the effects done after the step (newest first, "
+                                                      "by the new run before it goes on) instead of reusing them")
     reason: Text = REASON
     expected: str = EXPECTED
 
@@ -425,7 +427,7 @@ class ForkEffectOut(Schema):
     status: str
     seq: int
     irreversible: bool
-    fate: str = Field(..., description="kept, reused, again or blocks")
+    fate: str = Field(..., description="kept, reused, undone (compensated first), again or blocks")
     note: str
 
 
@@ -436,29 +438,33 @@ class ForkPlanOut(Schema):
     copied: int
     steps_copied: int
     blockers: list[str]
+    compensate_first: bool
 
 
 @router.get("/{run_id}/fork", response=ForkPlanOut, summary="What re-running a run from a step would do")
-def fork_preview_run(request: ApiRequest, run_id: str, at_seq: int) -> dict[str, Any]:
-    """Each effect of the run and its fate if the run were re-run from ``at_seq``; nothing is
-    written. Any role that may see the run."""
+def fork_preview_run(request: ApiRequest, run_id: str, at_seq: int, compensate_first: bool = False) -> dict[str, Any]:
+    """Each effect of the run and its fate if the run were re-run from ``at_seq`` (with its later
+    effects compensated first, or reused); nothing is written. Any role that may see the run."""
     run = run_get(run_id_of(run_id), user=request.user)
     if run is None:
         raise Problem("not-found", f"no run {run_id[:100]!r}")
-    plan = fork_plan(run, at_seq)
+    plan = fork_plan(run, at_seq, compensate_first=compensate_first)
     return {"at_seq": plan.at_seq, "at": plan.at_name, "copied": plan.copied, "steps_copied": plan.steps_copied,
-            "blockers": plan.blockers, "effects": [vars(e) for e in plan.effects]}
+            "blockers": plan.blockers, "effects": [vars(e) for e in plan.effects],
+            "compensate_first": plan.compensate_first}
 
 
 @router.post("/{run_id}/fork", response={201: Done}, summary="Re-run a run from a step, as a new linked run")
 def fork_run(request: ApiRequest, run_id: str, body: ForkIn) -> Status:
     """The new run's history starts with a copy of this run's before the step; it executes from
     there. Effects before the step keep their outcomes; effects done after it are reused when the
-    new run asks for them with the same payload. An unknown outcome anywhere is a 409."""
+    new run asks for them with the same payload, or with ``compensate_first`` compensated by the new
+    run before it goes on. An unknown outcome anywhere is a 409."""
     run_id = run_id_of(run_id)
     with console_action("run", run_id):
         fork = run_fork_act(actor_of(request), run_id=run_id, at_seq=body.at_seq, version=body.version,
-                            reason=body.reason, expected=body.expected.strip() or None, forks_seen=body.forks_seen)
+                            reason=body.reason, expected=body.expected.strip() or None, forks_seen=body.forks_seen,
+                            compensate_first=body.compensate_first)
     return Status(201, {"run": run_out(request, fork), "message": f"re-run from seq {body.at_seq} of run {run_id}"})
 
 

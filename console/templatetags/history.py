@@ -14,6 +14,7 @@ from django.urls import get_script_prefix, reverse
 from django.utils import timezone
 
 from console.templatetags.payloads import payload
+from operators.selectors.runs import REPAIR_KINDS, repair_sentence
 
 register = template.Library()
 
@@ -90,6 +91,15 @@ def gap(value: Any) -> str:
     if not isinstance(value, timedelta):
         return ""
     return _duration(value) if value < timedelta(0) else "+" + _duration(value)
+
+
+@register.filter
+def repair_said(entry: Any) -> str:
+    """A repair's entry (moved, redriven, forked, an operator's pause or re-run) as a sentence;
+    empty for any other entry (``operators.selectors.runs.repair_sentence``)."""
+    if entry.kind not in REPAIR_KINDS:
+        return ""
+    return repair_sentence(entry.kind, entry.name, entry.payload)
 
 
 @register.inclusion_tag("console/run_history_payload.html")

@@ -236,10 +236,10 @@ def run_compensate(request: ConsoleRequest, run_id: UUID) -> HttpResponse:
     )
 
 
-def _fork_page(request: ConsoleRequest, run: WorkflowRun, *, at: int | None, status: int = 200,
+def _fork_page(request: ConsoleRequest, run: WorkflowRun, *, at: int | None, undo: bool = False, status: int = 200,
                error: str = "") -> HttpResponse:
     steps = run_fork_steps(run.id)
-    plan = fork_plan(run, at) if at is not None else None
+    plan = fork_plan(run, at, compensate_first=undo) if at is not None else None
     context = {"run": run, "steps": steps, "plan": plan, "versions": movable_versions(run),
                "forks_seen": len(run_forks(run)["forks"]),
                "may": roles.can(request.user, "run.fork"), "error": error, "input_error": status == 400}
@@ -260,24 +260,27 @@ def _count(value: object) -> int | None:
 @require_http_methods(["GET", "POST"])
 @action_view("run.fork", "run", id_kwarg="run_id")
 def run_fork(request: ConsoleRequest, run_id: UUID) -> HttpResponse:
-    """GET ``?at=<seq>``: what re-running the run from that step would do, effect by effect
-    (nothing is written). POST: make the new run, then go to it."""
+    """GET ``?at=<seq>[&undo=1]``: what re-running the run from that step would do, effect by
+    effect, with the effects after it reused or (``undo``) compensated first; nothing is written.
+    POST: make the new run, then go to it."""
     run = get_run_for_user(request, run_id, action="run.fork" if request.method == "POST" else "")
     if request.method == "GET":
-        return _fork_page(request, run, at=_at(request.GET.get("at")))
+        return _fork_page(request, run, at=_at(request.GET.get("at")), undo=request.GET.get("undo") == "1")
     at = _at(request.POST.get("at"))
+    undo = request.POST.get("undo") == "1"
     fields, problem = action_input(request, RunVersionForm, "run.fork")
     if not problem and at is None and roles.can(request.user, "run.fork"):
         problem = "Choose the step to re-run from."
     if problem:
-        return _fork_page(request, run, at=at, status=400, error=problem)
+        return _fork_page(request, run, at=at, undo=undo, status=400, error=problem)
     version = posted_version(fields.get("version"))
     try:
         fork = run_fork_act(actor_of(request), run_id=str(run.id), at_seq=at or 0, version=version,
                             reason=fields["reason"], expected=fields["expected"] or None,
-                            forks_seen=_count(request.POST.get("forks_seen")))
+                            forks_seen=_count(request.POST.get("forks_seen")), compensate_first=undo)
     except (Denied, Incomplete, Refused) as exc:
         code = 403 if isinstance(exc, Denied) else 400 if isinstance(exc, Incomplete) else 409
-        return _fork_page(request, _fresh(request, run), at=at, status=code, error=str(exc))
-    messages.success(request, f"Re-run from seq {at} of run {str(run.id)[:8]} as this run.")
+        return _fork_page(request, _fresh(request, run), at=at, undo=undo, status=code, error=str(exc))
+    undone = " Its later effects are compensated first." if undo else ""
+    messages.success(request, f"Re-run from seq {at} of run {str(run.id)[:8]} as this run.{undone}")
     return redirect("console:run", run_id=fork.id)

@@ -21,6 +21,7 @@ from operators.selectors.search import runs_matching
 from operators.selectors.tenancy import User, scope_runs
 from sagas.integration import chain_place
 from sagas.models import (
+    REPAIR_KINDS,
     TERMINAL_STATUSES,
     ApprovalRequest,
     CompensationItem,
@@ -264,8 +265,49 @@ def run_fork_steps(run_id: Any) -> list[dict[str, Any]]:
     return [{"seq": seq, "kind": kind, "name": name} for seq, kind, name in rows.values_list("seq", "kind", "name")]
 
 
+_DONE = {"pause": "paused", "resume": "resumed", "retry": "retried"}
+RUN_REPAIRS_LIMIT = 20
+
+
+def repair_sentence(kind: str, name: str, payload: Any) -> str:
+    """What an operator's repair of a run did, as a sentence ("moved from v1 to v2 by alice: fix
+    for the tax rounding"); empty for an entry that is not one (``sagas.repair``, ``sagas.pausing``)."""
+    p = payload if isinstance(payload, dict) else {}
+    by, reason = p.get("by") or "?", p.get("reason") or ""
+    said = ""
+    if kind == "moved":
+        said = f"moved from v{p.get('from_version')} to v{p.get('to_version')} by {by}"
+    elif kind == "redriven":
+        was = p.get("was") or {}
+        again = f", asking step “{name}” again" if p.get("retry_seqs") else ""
+        said = f"redriven from {was.get('status', '?')}{' (' + was['reason'] + ')' if was.get('reason') else ''} " \
+               f"on v{p.get('version')} by {by}{again}"
+    elif kind == "forked":
+        undo = [u.get("name", "?") for u in p.get("undo") or []]
+        how = f", compensating first: {', '.join(undo)}" if undo else (
+            ", reusing later outcomes" if p.get("reuse") else "")
+        said = f"re-run from step “{p.get('at', '?')}” (seq {p.get('at_seq')}) of run {p.get('from')} by {by}{how}"
+    elif kind == "operator_action" and p.get("action") == "fork":
+        said = f"re-run from step “{p.get('at', '?')}” (seq {p.get('at_seq')}) as run {p.get('to')} by {by}"
+    elif kind == "operator_action" and p.get("action") in _DONE:
+        said = f"{_DONE[p['action']]} by {by}"
+    if not said:
+        return ""
+    return f"{said}: {reason}" if reason else said
+
+
+def run_repairs(run_id: Any) -> list[dict[str, Any]]:
+    """The run's repairs (moves, redrives, re-runs, pauses), newest first, each as a sentence."""
+    rows = JournalEntry.objects.filter(run_id=run_id, kind__in=REPAIR_KINDS).order_by("-seq") \
+        .values_list("seq", "kind", "name", "payload", "created_at")[:RUN_REPAIRS_LIMIT]
+    return [{"seq": seq, "at": at, "said": said} for seq, kind, name, payload, at in rows
+            if (said := repair_sentence(kind, name, payload))]
+
+
 def run_forks(run: WorkflowRun) -> dict[str, Any]:
-    """A run's links to the runs re-run from it and to the one it was re-run from (sagas.repair)."""
+    """A run's links to the runs re-run from it and to the one it was re-run from (sagas.repair),
+    and its repairs (``run_repairs``)."""
     forks = list(WorkflowRun.objects.filter(forked_from=run.id).order_by("created_at")
                  .values("id", "forked_at_seq", "status"))
-    return {"forks": forks, "forked_from": run.forked_from, "forked_at_seq": run.forked_at_seq}
+    return {"forks": forks, "forked_from": run.forked_from, "forked_at_seq": run.forked_at_seq,
+            "repairs": run_repairs(run.id)}

@@ -106,12 +106,12 @@ def run_redrive_act(actor: Actor, *, run_id: str, version: int | None, reason: s
 
 
 def run_fork_act(actor: Actor, *, run_id: str, at_seq: int, version: int | None, reason: str,
-                 expected: str | None, forks_seen: int | None = None) -> Any:
+                 expected: str | None, forks_seen: int | None = None, compensate_first: bool = False) -> Any:
     """Audited on the source run (the new run's id is in its history and the answer)."""
     return perform(
         actor, "run.fork", _run_target(run_id), reason=reason, expected=expected,
         change=lambda: run_fork(run_id=run_id, at_seq=at_seq, version=version, user=actor.user, reason=reason,
-                                forks_seen=forks_seen),
+                                forks_seen=forks_seen, compensate_first=compensate_first),
     )
 
 

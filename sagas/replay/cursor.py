@@ -69,6 +69,12 @@ class JournalCursor:
         # source's key, for the effects after the fork point the code may ask for again.
         forked = self._events.get((JournalKind.FORKED, ""))
         self._reuse: dict[str, str] = dict(forked.payload.get("reuse", {})) if forked is not None else {}
+        # ... or with them compensated first ("compensate first"): what is still to undo, newest
+        # first (``sagas.compensation.undo_before_fork``), each done once it is journaled.
+        self.undo_pending: list[dict] = [
+            item for item in (forked.payload.get("undo", []) if forked is not None else [])
+            if (JournalKind.COMPENSATION_ITEM, f"compensate:{item['name']}") not in self._events
+        ]
         self._signals: dict[str, list[Entry]] = {}
         for e in journal:
             if e.kind == JournalKind.SIGNAL_RECEIVED:

@@ -24,7 +24,7 @@ from django.db import InterfaceError, OperationalError
 
 from core.storage import is_storage_error, note_failure, note_success, wait_for_database
 from sagas import events
-from sagas.compensation import compensate_claimed, needs_compensation, plan_for_failure
+from sagas.compensation import compensate_claimed, needs_compensation, plan_for_failure, undo_before_fork
 from sagas.errors import (
     ApprovalRejected,
     ContinueAsNew,
@@ -133,6 +133,8 @@ def _execute(run: ClaimedRun, owner: str, beat: Heartbeat | None = None) -> Outc
             if beat is not None:
                 beat.watch(ctx)
             try:
+                if ctx.undo_pending:  # a re-run with "compensate first": undo before going on
+                    undo_before_fork(ctx)
                 value = definition.fn(ctx, run.input)
                 ctx.check_finished()
                 try:

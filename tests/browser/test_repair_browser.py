@@ -82,8 +82,21 @@ def test_it_previews_a_re_run_from_a_step_effect_by_effect_and_makes_it(console,
     expect(rows.filter(has_text="ship")).to_contain_text("reused")
     expect(rows.filter(has_text="ship")).to_contain_text("IRREVERSIBLE")
     console.shot(page, "fork-preview")
+    charge = JournalEntry.objects.get(run=run, kind="effect_intent", name="charge").seq
+    page.get_by_label("From step").select_option(str(charge))  # from the charge, compensating it first
+    page.get_by_label(re.compile("compensate them first")).check()
+    page.get_by_role("button", name="Show what it would do").click()
+    expect(page.locator("main h2").first).to_contain_text("compensating later effects first")
+    expect(rows.filter(has_text="charge")).to_contain_text("undone")
+    expect(rows.filter(has_text="ship")).to_contain_text("cannot be compensated")
+    console.shot(page, "fork-preview-compensate-first")
+    page.get_by_label("From step").select_option(str(ship))
+    page.get_by_label(re.compile("reuse their outcomes")).check()
+    page.get_by_role("button", name="Show what it would do").click()
+    expect(rows.filter(has_text="ship")).to_contain_text("reused")
     page.get_by_label("Reason").fill("ship again after the label fix")
     page.get_by_role("button", name=re.compile("Re-run from ship")).click()
     expect(page.locator("#live-run_header")).to_contain_text(f"Re-run from seq {ship} of run {run.id}")
+    expect(page.locator(".run-repairs")).to_contain_text("by olga, reusing later outcomes: ship again after the label fix")
     console.shot(page, "fork-made")
     assert WorkflowRun.objects.filter(forked_from=run.id).count() == 1

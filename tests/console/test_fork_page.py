@@ -64,3 +64,58 @@ def test_an_unknown_effect_blocks_a_re_run_and_a_viewer_is_denied(people):
     assert denied.status_code == 403
     assert client.post(reverse("console:run_fork", args=[run.id]),
                        {"reason": "no step", "expected": run.status, "version": ""}).status_code == 400
+
+
+def test_a_re_run_with_compensation_first_previews_the_undo_refunds_before_going_on_and_says_so(people):
+    from ledger.models import EffectRecord
+    from sagas.replay.engine import advance
+
+    run = waiting_run("o-fork-3")  # charge (compensable), then ship (irreversible), then an approval
+    client = client_for(people["operator"])
+    charge = seq_of(run, "effect_intent", "charge")
+    url = reverse("console:run_fork", args=[run.id])
+    page = text(client.get(url, {"at": charge, "undo": "1"}))
+    assert "compensating later effects first" in page and 'name="undo" value="1" checked' in page
+    assert "<strong>undone</strong>: compensated first" in page  # charge
+    assert "<strong>reused</strong>: irreversible, so it cannot be compensated" in page  # ship
+    assert 'type="hidden" name="undo" value="1"' in page
+
+    answer = client.post(url, {"at": charge, "undo": "1", "reason": "charged the wrong amount", "expected": run.status,
+                               "version": "", "forks_seen": "0"})
+    assert answer.status_code == 302, text(answer)[:3000]
+    fork = WorkflowRun.objects.get(forked_from=run.id)
+    forked = JournalEntry.objects.get(run=fork, kind="forked")
+    assert [u["name"] for u in forked.payload["undo"]] == ["charge"] and forked.payload["reuse"] == {"ship": f"{run.id}:ship"}
+    assert audits(run, "run.fork")[0].outcome == AuditOutcome.OK
+
+    advance(str(fork.id), owner="t")  # undo first, then the workflow from the charge on
+    fork.refresh_from_db()
+    assert fork.status == RunStatus.WAITING  # at the approval again
+    refund = EffectRecord.objects.get(idempotency_key=f"{run.id}:charge:compensate")
+    assert (refund.kind, refund.status, str(refund.run_id)) == ("compensation", EffectStatus.SUCCEEDED, str(fork.id))
+    assert EffectRecord.objects.get(idempotency_key=f"{fork.id}:charge").status == EffectStatus.SUCCEEDED  # anew
+    assert not EffectRecord.objects.filter(idempotency_key=f"{fork.id}:ship").exists()  # reused, not shipped again
+    history = text(client.get(reverse("console:run_history", args=[fork.id])))
+    assert f"of run {run.id} by olga, compensating first: charge: charged the wrong amount" in history
+    source_page = text(client.get(run_url(run)))
+    assert f"as run {fork.id} by olga: charged the wrong amount" in source_page
+
+    # The charge is undone now: a later re-run does it again under its own key, never reuses it.
+    later = text(client.get(url, {"at": charge}))
+    assert "<strong>again</strong>: undone since by a compensation" in later
+
+
+def test_compensating_first_is_refused_for_an_effect_an_earlier_re_run_reuses(people):
+    from sagas import fork, fork_preview
+
+    run = waiting_run("o-fork-4")
+    charge = seq_of(run, "effect_intent", "charge")
+    reusing = fork(run_id=run.id, at_seq=charge, reason="again, reusing")
+    plan = fork_preview(run_id=run.id, at_seq=charge, compensate_first=True)
+    assert not plan.possible and f"the re-run {reusing.id} reuses its outcome" in " ".join(plan.blockers)
+    client = client_for(people["operator"])
+    refused = client.post(reverse("console:run_fork", args=[run.id]),
+                          {"at": charge, "undo": "1", "reason": "undo it", "expected": run.status, "version": "",
+                           "forks_seen": "1"})
+    assert refused.status_code == 409 and "reuses its outcome" in text(refused)
+    assert WorkflowRun.objects.filter(forked_from=run.id).count() == 1
