@@ -5,11 +5,16 @@ it belongs to is the engine's. Inside the resolving transaction, the run's row i
 before the effect's (``sagas.store.locks``' order, the same as every other writer), the
 resolution is journaled on the run, and a run parked only because of UNKNOWN effects
 resumes once none remains.
+
+The sweeper's re-checks of parked runs live here too (``runs_resume_settled``,
+``runs_resume_cleared``): a run is never left parked for a reason that no longer holds.
 """
 
 from __future__ import annotations
 
 from django.db import transaction
+from django.db.models import Exists, F, OuterRef, Q
+from django.db.models.functions import Now
 from django.utils import timezone
 
 from ledger.errors import InvalidResolution
@@ -17,7 +22,15 @@ from ledger.journal import KINDS
 from ledger.models import EffectRecord, EffectStatus
 from ledger.protocol import result_payload
 from sagas.events import send_run_changed
-from sagas.models import LEASED_STATUSES, JournalKind, RunStatus, WorkflowRun, check_transition
+from sagas.models import (
+    LEASED_STATUSES,
+    OPEN_APPROVAL_STATES,
+    ApprovalRequest,
+    JournalKind,
+    RunStatus,
+    WorkflowRun,
+    check_transition,
+)
 from sagas.runtime import queue
 from sagas.store import systemdb
 from sagas.store.locks import effect_run_lock, run_lock
@@ -82,6 +95,12 @@ def run_wake_if_unblocked(*, run_id: str, reason: str) -> bool:
         return False
     if EffectRecord.objects.filter(run_id=run.id, status=EffectStatus.UNKNOWN).exists():
         return False
+    _resume(run, target, reason)
+    return True
+
+
+def _resume(run: WorkflowRun, target: str, reason: str) -> None:
+    """A parked run (locked) goes on in ``target``: journaled ``resumed`` with why, woken."""
     check_transition(run.status, target)
     WorkflowRun.objects.filter(id=run.id).update(
         status=target, status_reason="", error=None, updated_at=timezone.now()
@@ -90,7 +109,6 @@ def run_wake_if_unblocked(*, run_id: str, reason: str) -> bool:
                           payload=dumps({"reason": reason}))
     queue.enqueue_after_commit(run.id, run.definition_hash, compensating=target == RunStatus.COMPENSATING)
     send_run_changed(run.id, target, cause=JournalKind.RESUMED)
-    return True
 
 
 def runs_resume_settled(*, limit: int = 1000) -> list[str]:
@@ -108,5 +126,59 @@ def runs_resume_settled(*, limit: int = 1000) -> list[str]:
     for run_id in parked:
         with transaction.atomic():
             if run_wake_if_unblocked(run_id=str(run_id), reason=why):
+                resumed.append(str(run_id))
+    return resumed
+
+
+def _budget_left(run: WorkflowRun) -> bool:
+    """Whether the budget the run was parked for (``error["budget"]``) has room again."""
+    budget = (run.error or {}).get("budget")
+    if budget == "steps":
+        return run.max_steps is None or run.steps_used < run.max_steps
+    if budget == "cost":
+        return run.max_cost is None or run.cost_used < run.max_cost
+    if budget == "duration":
+        started = run.started_at or run.created_at
+        return run.max_duration is None or timezone.now() - started < run.max_duration
+    return False
+
+
+def _still_parked(run: WorkflowRun) -> str:
+    """Why a run parked for an approval or a budget may go on now ("" while the reason holds)."""
+    if run.status_reason == "approval_escalated":
+        if not ApprovalRequest.objects.filter(run=run, state__in=OPEN_APPROVAL_STATES).exists():
+            return "its escalated approval was decided or closed (found by the sweeper)"
+    elif run.status_reason == "budget_exceeded" and _budget_left(run):
+        return "its budget has room again (found by the sweeper)"
+    return ""
+
+
+def runs_resume_cleared(*, limit: int = 1000) -> list[str]:
+    """The sweeper's re-check of runs parked for an approval or a budget: one whose escalated
+    approval is no longer open (decided, or closed, while the wake-up was lost) or whose
+    exhausted budget has room again (its limit raised) resumes. The ids of the runs resumed.
+    (UNKNOWN effects: ``runs_resume_settled``; version mismatches:
+    ``sagas.services.runs_resume_stranded``.)"""
+    # Only runs whose reason looks gone are locked and looked at again: the many that are rightly
+    # parked cost one indexed read per pass, not a transaction each.
+    open_approval = ApprovalRequest.objects.filter(run=OuterRef("pk"), state__in=OPEN_APPROVAL_STATES)
+    room = (
+        (Q(error__budget="steps") & (Q(max_steps__isnull=True) | Q(steps_used__lt=F("max_steps"))))
+        | (Q(error__budget="cost") & (Q(max_cost__isnull=True) | Q(cost_used__lt=F("max_cost"))))
+        | (Q(error__budget="duration") & (Q(max_duration__isnull=True)
+                                          | Q(started_at__gt=Now() - F("max_duration"))))
+    )
+    parked = list(WorkflowRun.objects.filter(status=RunStatus.NEEDS_ATTENTION).filter(
+        (Q(status_reason="approval_escalated") & ~Exists(open_approval)) | (Q(status_reason="budget_exceeded") & room)
+    ).order_by("updated_at").values_list("id", flat=True)[:limit])
+    resumed = []
+    for run_id in parked:
+        with transaction.atomic():
+            run = run_lock(run_id=str(run_id))
+            if run.status != RunStatus.NEEDS_ATTENTION:
+                continue
+            why = _still_parked(run)
+            if why:
+                _resume(run, RunStatus.PENDING, why)
                 resumed.append(str(run_id))
     return resumed

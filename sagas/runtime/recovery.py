@@ -10,10 +10,10 @@ PostgreSQL is the truth; Redis only carries wake-ups. One pass:
   stuck in a queue nobody reads (NEEDS_ATTENTION, ``version_mismatch``):
   ``parked``. Never a COMPENSATING run: it needs connectors, not workflow code,
   and goes to the compensation queue that every worker reads;
-* resumes runs parked that way once a live worker has their code again, and runs parked
+* resumes runs parked that way once a live worker has their code again, runs parked
   for UNKNOWN effects that have all been settled since (an answer that reached a worker
-  after it lost the run): ``resumed``. No run stays parked for a reason that no longer
-  holds;
+  after it lost the run), for an escalated approval no longer open, or for a budget that
+  has room again: ``resumed``. No run stays parked for a reason that no longer holds;
 * wakes WAITING runs whose timer or deadline is due: ``woken``;
 * leaves paused runs alone (``sagas.pausing``): resuming them wakes them;
 * re-queries UNKNOWN effects that have a lookup (the ledger's reconciler) and
@@ -112,6 +112,7 @@ def sweep() -> SweepReport:
     if live:
         report.resumed = len(services.runs_resume_stranded(hashes=live))
     report.resumed += len(resolutions.runs_resume_settled(limit=BATCH))
+    report.resumed += len(resolutions.runs_resume_cleared(limit=BATCH))
     report.woken = waits.runs_wake_due()
     reconciled = reconcile_due()
     report.reconciled = reconciled.succeeded + reconciled.not_executed

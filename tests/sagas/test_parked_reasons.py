@@ -36,3 +36,30 @@ def test_the_sweeper_resumes_a_run_parked_for_an_effect_that_has_been_settled_si
     resumed = JournalEntry.objects.get(run=settled, kind=JournalKind.RESUMED)
     assert "settled" in resumed.payload["reason"], resumed.payload  # the history says why
     assert sweep_once().resumed == 0  # and nothing twice
+
+
+def test_the_sweeper_resumes_a_run_whose_escalated_approval_was_closed_or_whose_budget_has_room_again():
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from sagas.models import ApprovalState
+    from tests.console.queue_data import make_approval
+
+    decided = make_run(reason="approval_escalated")
+    make_approval(run=decided, state=ApprovalState.APPROVED)  # decided while its wake-up was lost
+    waiting = make_run(reason="approval_escalated")
+    make_approval(run=waiting, state=ApprovalState.ESCALATED)  # still open: a person must decide
+    raised = make_run(reason="budget_exceeded", error={"budget": "steps"}, steps_used=10, max_steps=20)
+    spent = make_run(reason="budget_exceeded", error={"budget": "steps"}, steps_used=10, max_steps=10)
+    late = make_run(reason="budget_exceeded", error={"budget": "duration"}, max_duration=timedelta(minutes=1),
+                    started_at=timezone.now() - timedelta(minutes=5))
+
+    report = sweep_once()
+
+    states = dict(WorkflowRun.objects.values_list("id", "status"))
+    assert {states[decided.id], states[raised.id]} == {RunStatus.PENDING}, report
+    assert {states[waiting.id], states[spent.id], states[late.id]} == {RunStatus.NEEDS_ATTENTION}
+    assert "approval was decided" in JournalEntry.objects.get(run=decided, kind=JournalKind.RESUMED).payload["reason"]
+    assert "budget has room" in JournalEntry.objects.get(run=raised, kind=JournalKind.RESUMED).payload["reason"]
+    assert sweep_once().resumed == 0
