@@ -87,3 +87,26 @@ def test_the_deployed_version_replays_its_own_runs_and_unknown_code_is_a_clear_e
     from django.core.management.base import CommandError
     with pytest.raises(CommandError, match="no such file"):
         call_command("sagas_replay_check", "rc_order", "--module", "/nowhere/orders.py")
+
+
+def test_a_deploy_pipeline_gates_on_the_command_s_exit_status():
+    """As a pipeline runs it: a separate process on the same database, the code not deployed."""
+    import subprocess
+    import sys
+
+    from tests.procs import worker_env
+
+    waiting_runs(2)
+    root = Path(__file__).resolve().parents[2]
+    env = worker_env("tests.sagas.replay_code.orders_v1")
+
+    def check(module: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "manage.py", "sagas_replay_check", "rc_order", "--module",
+                               str(CODE / module)], cwd=root, env=env, capture_output=True, text=True, timeout=120)
+
+    passed = check("orders_v2_fixed.py")
+    assert passed.returncode == 0, passed.stderr[-3000:]
+    assert "2 compatible, 0 diverge, 0 error(s)" in passed.stdout
+    refused = check("orders_v2_renamed.py")
+    assert refused.returncode == 1, refused.stderr[-3000:]
+    assert "0 compatible, 2 diverge" in refused.stdout and "orders_v2_renamed.py" in refused.stdout
