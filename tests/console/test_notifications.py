@@ -278,8 +278,10 @@ def test_it_retries_a_receiver_answering_503_with_back_off_and_delivers_once(pro
 
     post = EffectRecord.objects.get(run_id=delivery.notify_run_id, step_name="post")
     assert post.attempts == 3
-    # back-off of 1 s, then 2 s, between the three attempts
-    notify = WorkflowRun.objects.get(id=delivery.notify_run_id)
+    # back-off of 1 s, then 2 s, between the three attempts. "delivered" is the ledger's word, from
+    # the post's outcome; the delivering run records its own end a moment later.
+    notify = wait_until(lambda: WorkflowRun.objects.filter(id=delivery.notify_run_id, finished_at__isnull=False)
+                        .first(), 30, what="the delivering run to finish")
     assert (notify.finished_at - notify.started_at).total_seconds() >= 3.0
     assert WebhookArrival.objects.count() == 1
 
