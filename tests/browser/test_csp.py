@@ -89,9 +89,13 @@ def test_it_serves_every_console_page_under_a_strict_policy_without_a_violation(
     actions = olga.page.locator("#live-run_actions")
     actions.locator("summary", has_text="Cancel").click()
     cancel = actions.locator("form[action$='/cancel/']")
-    cancel.locator("input[name=expected]").evaluate("input => input.value = 'RUNNING'")
-    cancel.locator("textarea[name=reason]").fill("customer asked")
-    cancel.get_by_role("button", name="Cancel the run").click()
+    # The stale state is set and the form sent in one script: a live push that re-renders the
+    # actions between two steps of the test would put the true state back (as it should).
+    cancel.evaluate("""form => {
+        form.querySelector("input[name=expected]").value = "RUNNING";
+        form.querySelector("textarea[name=reason]").value = "customer asked";
+        form.querySelector("button[type=submit]").click();
+    }""")
     expect(olga.page.locator("#messages .action-message.error")).to_be_visible(timeout=10_000)
     assert AuditEntry.objects.filter(action="run.cancel", outcome="refused").count() == 1
     olga.problems = [p for p in olga.problems if "409 from" not in p]  # the refusal itself
