@@ -27,6 +27,8 @@ from sagas.models import (
     CompensationItem,
     CompensationPlan,
     JournalEntry,
+    RunCount,
+    RunCountDelta,
     WorkerProcess,
     WorkflowPause,
     WorkflowRun,
@@ -104,6 +106,32 @@ class WorkflowPauseAdmin(admin.ModelAdmin):
 class WorkerProcessAdmin(admin.ModelAdmin):
     list_display = ("name", "hostname", "pid", "started_at", "last_seen_at", "stopped_at")
     search_fields = ("name", "hostname")
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """Kept by the database itself: shown, never edited by hand."""
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(RunCount)
+class RunCountAdmin(ReadOnlyAdmin):
+    """Runs per tenant, status and reason (``sagas.store.counts``; ``manage.py sagas_recount``)."""
+
+    list_display = ("tenant", "status", "status_reason", "n")
+    list_filter = ("status",)
+
+
+@admin.register(RunCountDelta)
+class RunCountDeltaAdmin(ReadOnlyAdmin):
+    list_display = ("tenant", "status", "status_reason", "n")
 
 
 @admin.register(ApprovalRequest)

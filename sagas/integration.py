@@ -20,7 +20,8 @@ move. The other extension modules are ``sagas.models`` (the tables, to read), ``
   ``chain_place`` and ``CONTINUED_AS_NEW`` (runs that continued as new), ``ERROR_KEY`` (a
   summary that could not be computed), the archive (``store_for_location``, ``run_lines``,
   ``ArchivedBatch``, ``runs_archived``), ``shutdown_requested`` (a worker is stopping),
-  ``run_is_paused``, ``run_pause_info`` and ``workflow_pause_of`` (what holds a run).
+  ``run_is_paused``, ``run_pause_info`` and ``workflow_pause_of`` (what holds a run), and
+  ``run_counts`` (runs per status and reason, kept as runs change: nothing is counted).
 * Checks of what callers pass: ``checked_text``, ``SIGNAL_NAME_CHARS``.
 """
 
@@ -44,6 +45,7 @@ from sagas.retention.archiving import ArchivedBatch, runs_archived
 from sagas.retention.store import run_lines, store_for_location
 from sagas.runtime.queue import compensation_queue_name, get_queue, redis_connection
 from sagas.services import run_cancel, run_retry
+from sagas.store.counts import run_counts
 from sagas.store.locks import approval_lock, effect_lock, run_lock
 from sagas.summaries import ERROR_KEY
 from sagas.validation import SIGNAL_NAME_CHARS, checked_text
@@ -71,6 +73,7 @@ __all__ = [
     "redis_connection",
     "replay_check",
     "run_cancel",
+    "run_counts",
     "run_fork",
     "run_is_paused",
     "run_lines",

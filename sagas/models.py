@@ -146,6 +146,9 @@ class WorkflowRun(models.Model):
             # The few paused runs, for the overview and the runs list's filter (migration 0017).
             models.Index(fields=["-paused_at"], condition=Q(paused_at__isnull=False), name="run_paused"),
             models.Index(fields=["finished_at"], condition=Q(finished_at__isnull=False), name="run_finished"),
+            # The oldest run needing a person or failed, per reason, for the overview (migration 0022).
+            models.Index(fields=["status", "status_reason", "updated_at"],
+                         condition=Q(status__in=["NEEDS_ATTENTION", "FAILED"]), name="run_attention"),
             # A run's re-runs from a step, for its page and the next re-run's checks (migration 0019).
             models.Index(fields=["forked_from"], condition=Q(forked_from__isnull=False), name="run_forked_from"),
             # The console's search by any part of a business key (ILIKE '%term%'); migration 0010.
@@ -298,6 +301,33 @@ class WorkflowVersion(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} v{self.version} ({self.definition_hash[:12]})"
+
+
+class RunCount(models.Model):
+    """How many runs there are per (tenant, status, status_reason), kept exact by triggers on
+    the runs table (``sagas.store.counts``): the overview reads these instead of counting a
+    million runs. The triggers write into ``RunCountDelta`` (inserts only: no row is ever
+    contended); the sweeper folds the deltas in here. A count is this row plus its deltas."""
+
+    tenant = models.CharField(max_length=100)
+    status = models.CharField(max_length=20)
+    status_reason = models.CharField(max_length=50, blank=True, default="")
+    n = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["tenant", "status", "status_reason"], name="run_count_key")]
+
+    def __str__(self) -> str:
+        return f"{self.tenant} {self.status} {self.status_reason}: {self.n}"
+
+
+class RunCountDelta(models.Model):
+    """A change to ``RunCount`` not folded in yet (+n or -n), written by the runs table's triggers."""
+
+    tenant = models.CharField(max_length=100)
+    status = models.CharField(max_length=20)
+    status_reason = models.CharField(max_length=50, blank=True, default="")
+    n = models.IntegerField()
 
 
 class WorkerProcess(models.Model):

@@ -7,10 +7,13 @@ them), the approvals from ``approvals_open`` (the inbox), and each runs line fro
 each, grouped by ``status_reason``, and summed over the reasons a line's link filters on). So a
 count and its page differ only by what changed between the two reads.
 
-Everything is counted within the user's tenants (operators/selectors/tenancy.py).
-Three queries whatever the data: one count by status, one ``UNION ALL`` of the queues' counts
-and oldest items, one for the per-minute chart. The page is re-rendered on every push to every
-open overview, so its cost is paid often.
+Everything is counted within the user's tenants (operators/selectors/tenancy.py). Nothing
+scans the runs: runs per status and reason are kept as runs change (``sagas.integration.
+run_counts``, triggers on the runs table), the oldest run of each reason is one index probe,
+and the effects, approvals and paused runs come from their small partial indexes. Four queries
+whatever the data: the counts, one ``UNION ALL`` of the effects', approvals' and paused runs'
+counts and oldest items, the oldest runs per reason, the per-minute chart. The page is
+re-rendered on every push to every open overview, so its cost is paid often.
 """
 
 from __future__ import annotations
@@ -22,13 +25,14 @@ from urllib.parse import urlencode
 
 from django.db import connection
 from django.db.models import CharField, Count, Min, QuerySet, Value
-from django.db.models.functions import Coalesce, Concat
+from django.db.models.functions import Coalesce
 from django.urls import reverse
 from django.utils import timezone
 
 from operators.selectors.queues import approvals_open, effects_ambiguous
 from operators.selectors.runs import RunFilters, runs_filtered
-from operators.selectors.tenancy import User, scope_runs, tenants_of
+from operators.selectors.tenancy import User, tenants_of
+from sagas.integration import run_counts
 from sagas.models import RunStatus, WorkflowRun
 
 NA = RunStatus.NEEDS_ATTENTION
@@ -82,25 +86,42 @@ def _counted(qs: QuerySet[Any], key: str, oldest: Any) -> QuerySet[Any]:
         n=Count("pk"), oldest=Min(oldest)).order_by()
 
 
-def _by_reason(user: User, status: str, prefix: str) -> QuerySet[Any]:
-    """Rows ``(prefix + status_reason, n, oldest)`` of ``user``'s runs in ``status``."""
-    return (runs_filtered(RunFilters(status=status), user=user)
-            .values(key=Concat(Value(prefix), "status_reason", output_field=CharField()))
-            .annotate(n=Count("pk"), oldest=Min("updated_at")).order_by())
+_PREFIXES: dict[str, str] = {NA: _NA_PREFIX, RunStatus.FAILED: _FAILED_PREFIX}
 
 
-def _queues(user: User) -> dict[str, tuple[int, datetime | None]]:
-    """Every queue's size and the time its oldest item started waiting, in one query. The
-    NEEDS_ATTENTION runs are read once, by reason (one status-index range, not one per line)."""
+def _oldest(keys: list[tuple[str, str]], tenants: list[str] | None) -> dict[tuple[str, str], datetime | None]:
+    """When the oldest run of each ``(status, reason)`` got there: one probe each of the
+    ``run_attention`` index (migration 0022), in one statement."""
+    if not keys:
+        return {}
+    table = connection.ops.quote_name(WorkflowRun._meta.db_table)
+    in_tenants = "" if tenants is None else "AND r.tenant = ANY(%s::varchar[])"
+    with connection.cursor() as cur:
+        cur.execute(
+            f"""SELECT k.status, k.reason, (SELECT min(r.updated_at) FROM {table} r
+                                             WHERE r.status = k.status AND r.status_reason = k.reason {in_tenants})
+                  FROM unnest(%s::varchar[], %s::varchar[]) AS k(status, reason)""",
+            [*([] if tenants is None else [tenants]), [s for s, _ in keys], [r for _, r in keys]],
+        )
+        return {(status, reason): oldest for status, reason, oldest in cur.fetchall()}
+
+
+def _queues(user: User, counted: dict[tuple[str, str], int]) -> dict[str, tuple[int, datetime | None]]:
+    """Every queue's size and the time its oldest item started waiting. The effects, approvals
+    and paused runs in one query of their small partial indexes; the runs that need a person
+    or failed, from the counts kept as runs change (``run_counts``: nothing is counted here)
+    and one index probe per reason for the oldest."""
     parts = [
         _counted(effects_ambiguous(user=user), "unknown_effects", Coalesce("dispatched_at", "intent_at")),
         _counted(approvals_open(user=user), "approvals", "requested_at"),
-        _by_reason(user, NA, _NA_PREFIX),
-        _by_reason(user, RunStatus.FAILED, _FAILED_PREFIX),
         _counted(runs_filtered(RunFilters(paused=True), user=user), "paused_runs", "updated_at"),
     ]
     union = parts[0].union(*parts[1:], all=True)
     found = {row["key"]: (row["n"], row["oldest"]) for row in union}
+    keys = [key for key in counted if key[0] in _PREFIXES]
+    oldest = _oldest(keys, tenants_of(user))
+    for status, reason in keys:
+        found[_PREFIXES[status] + reason] = (counted[(status, reason)], oldest.get((status, reason)))
     for key, _, reasons in RUN_QUEUES:
         hits = [found[k] for k in (_NA_PREFIX + r for r in reasons) if k in found]
         olds = [oldest for _, oldest in hits if oldest]
@@ -123,8 +144,8 @@ def _failed_lines(found: dict[str, tuple[int, datetime | None]]) -> list[QueueLi
     return lines
 
 
-def queue_lines(*, user: User) -> list[QueueLine]:
-    found = _queues(user)
+def queue_lines(*, user: User, counted: dict[tuple[str, str], int] | None = None) -> list[QueueLine]:
+    found = _queues(user, counted if counted is not None else run_counts(tenants=tenants_of(user)))
 
     def line(key: str, label: str, url: str) -> QueueLine:
         n, oldest = found.get(key, (0, None))
@@ -140,11 +161,13 @@ def queue_lines(*, user: User) -> list[QueueLine]:
 
 
 def overview(*, user: User) -> dict[str, Any]:
-    runs = scope_runs(WorkflowRun.objects.all(), user)
-    counts = dict(runs.values_list("status").annotate(n=Count("id")).values_list("status", "n"))
+    counted = run_counts(tenants=tenants_of(user))
+    by_status: dict[str, int] = {}
+    for (status, _reason), n in counted.items():
+        by_status[status] = by_status.get(status, 0) + n
     return {
-        "status_counts": [(s, counts.get(s, 0)) for s in RunStatus.values],
-        "queues": queue_lines(user=user),
+        "status_counts": [(s, by_status.get(s, 0)) for s in RunStatus.values],
+        "queues": queue_lines(user=user, counted=counted),
         "per_minute": runs_per_minute(user=user),
     }
 

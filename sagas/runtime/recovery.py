@@ -17,7 +17,8 @@ PostgreSQL is the truth; Redis only carries wake-ups. One pass:
 * wakes WAITING runs whose timer or deadline is due: ``woken``;
 * leaves paused runs alone (``sagas.pausing``): resuming them wakes them;
 * re-queries UNKNOWN effects that have a lookup (the ledger's reconciler) and
-  wakes their runs when the answer is conclusive: ``reconciled``.
+  wakes their runs when the answer is conclusive: ``reconciled``;
+* folds the runs' count deltas into their totals (``sagas.store.counts``).
 
 Then it sends ``events.swept`` with its report, for listeners that catch up from PostgreSQL
 (the console's notifications).
@@ -39,6 +40,7 @@ from ledger.reconcile import reconcile_due
 from sagas import events, resolutions, selectors, services, waits
 from sagas.models import LEASED_STATUSES, RunStatus
 from sagas.runtime import queue
+from sagas.store import counts
 from sagas.store.systemdb import PAUSED
 
 log = logging.getLogger("sagas.runtime.recovery")
@@ -116,6 +118,7 @@ def sweep() -> SweepReport:
     report.woken = waits.runs_wake_due()
     reconciled = reconcile_due()
     report.reconciled = reconciled.succeeded + reconciled.not_executed
+    counts.fold()
     events.send_swept(report)
     return report
 
