@@ -4,27 +4,14 @@ on the console's API keys page (audited); hooks are made by the hooks' command o
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.contrib import admin
-from django.http import HttpRequest
 
 from api.models import ApiKey, Hook
-
-
-class _ReadOnly(admin.ModelAdmin):
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
+from core.redacted_admin import ReadOnlyAdmin
 
 
 @admin.register(ApiKey)
-class ApiKeyAdmin(_ReadOnly):
+class ApiKeyAdmin(ReadOnlyAdmin):
     list_display = ("name", "role", "state", "created_at", "expires_at", "revoked_at", "last_used_at",
                     "rate_per_minute")
     search_fields = ("name", "prefix")
@@ -33,7 +20,7 @@ class ApiKeyAdmin(_ReadOnly):
 
 
 @admin.register(Hook)
-class HookAdmin(_ReadOnly):
+class HookAdmin(ReadOnlyAdmin):
     list_display = ("name", "signal", "workflow", "tenant", "enabled", "created_at")
     search_fields = ("name", "signal")
     fields = readonly_fields = ("name", "signal", "workflow", "tenant", "enabled", "created_at")

@@ -74,3 +74,17 @@ class RedactedFieldsAdmin(admin.ModelAdmin):
     def get_search_fields(self, request: HttpRequest) -> list[str]:
         return [name for name in super().get_search_fields(request)
                 if name.lstrip("^=@").split("__")[0] not in self.redacted_fields]
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """Shown, never written through the admin: rows the product keeps itself (journal, counts,
+    keys); put it first in the bases of an admin that has others."""
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False

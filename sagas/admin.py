@@ -14,13 +14,12 @@ compensation reasons) are shown only redacted (core/redacted_admin.py).
 from __future__ import annotations
 
 import uuid
-from typing import Any
 
 from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from core.redacted_admin import RedactedFieldsAdmin
+from core.redacted_admin import ReadOnlyAdmin, RedactedFieldsAdmin
 from sagas.models import (
     ApprovalRequest,
     ArchivedRun,
@@ -68,22 +67,13 @@ class WorkflowRunAdmin(ExactRunSearch):
 
 
 @admin.register(JournalEntry)
-class JournalEntryAdmin(ExactRunSearch):
+class JournalEntryAdmin(ReadOnlyAdmin, ExactRunSearch):
     list_display = ("run_id", "seq", "kind", "name", "worker_id", "created_at")
     search_fields = ("run__id",)  # see ExactRunSearch
     search_help_text = "A run id."
     raw_id_fields = ("run",)
     redacted_fields = ("payload",)
     show_full_result_count = False
-
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
 
 @admin.register(WorkflowVersion)
@@ -106,19 +96,6 @@ class WorkflowPauseAdmin(admin.ModelAdmin):
 class WorkerProcessAdmin(admin.ModelAdmin):
     list_display = ("name", "hostname", "pid", "started_at", "last_seen_at", "stopped_at")
     search_fields = ("name", "hostname")
-
-
-class ReadOnlyAdmin(admin.ModelAdmin):
-    """Kept by the database itself: shown, never edited by hand."""
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
 
 @admin.register(RunCount)
