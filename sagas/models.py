@@ -396,6 +396,9 @@ class ApprovalRequest(models.Model):
         indexes = [
             models.Index(fields=["deadline"], condition=Q(state="PENDING"), name="approval_pending_deadline"),
             models.Index(fields=["state", "deadline", "id"], name="approval_state_deadline"),
+            # The inbox, soonest deadline first, read in order and stopped at its limit (migration 0023).
+            models.Index(fields=["deadline", "id"], condition=Q(state__in=["PENDING", "ESCALATED"]),
+                         name="approval_open_deadline"),
             models.Index(fields=["-decided_at", "-id"], condition=Q(decided_at__isnull=False),
                          name="approval_recently_decided"),
         ]

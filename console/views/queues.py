@@ -25,6 +25,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from console.forms import ApprovalDecideForm, EffectResolveForm
 from console.forms_queues import EffectFilterForm
+from console.rowlinks import action_target, url_maker
 from console.selectors.decisions import effects_to_undo
 from console.views.base import (
     ConsoleRequest,
@@ -39,6 +40,7 @@ from console.views.base import (
 from console.views.notices import message_oob, page_messages
 from ledger.models import EffectRecord
 from operators import roles
+from operators.selectors.paging import Page
 from operators.selectors.queues import (
     INBOX_LIMIT,
     approval_current_decision,
@@ -118,10 +120,40 @@ def _respond(
 # --- ambiguous effects ---------------------------------------------------------------------------
 
 
+class _Shown:
+    """A row as the template shows it: the row's own attributes, and what ``console.rowlinks``
+    computes once for it (its URLs, its actions' hidden target text)."""
+
+    def __init__(self, row: Any, **shown: Any) -> None:
+        self._row = row
+        self.__dict__.update(shown)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._row, name)
+
+
+def _effect_rows(page: Any) -> list[_Shown]:
+    request, error = (url_maker("console:run_item_payload", run=True, kind=kind)
+                      for kind in ("effect-request", "effect-error"))
+    query, resolve = url_maker("console:effect_query"), url_maker("console:effect_resolve")
+    rows = []
+    for row in page.items:
+        e = row.effect
+        rows.append(_Shown(
+            row, request_url=request(run_id=e.run_id, item_id=e.id), error_url=error(run_id=e.run_id, item_id=e.id),
+            query_url=query(item_id=e.id), resolve_url=resolve(item_id=e.id),
+            target=action_target(run_id=e.run_id, key=row.run.business_key if row.run else "", step=e.step_name,
+                                 effect_id=e.id),
+        ))
+    return rows
+
+
 def _effects_context(user: User, form: EffectFilterForm) -> dict[str, Any]:
     """The queue's page at ``form``'s filters and cursor (the first page if the cursor is not
     valid); no page at all while a filter is not valid (the form says why)."""
     page = effects_ambiguous_page(user=user, filters=form.filters(), cursor=form.cursor) if form.filters_valid else None
+    if page is not None:
+        page = Page(items=_effect_rows(page), next=page.next, total=page.total)
     base = reverse("console:effects")
     filtered = form.filter_query
     return {
@@ -249,9 +281,14 @@ def _approvals_context(user: User, params: dict[str, str]) -> dict[str, Any]:
     now = timezone.now()
     items, total = approvals_inbox(user=user)
     to_undo = effects_to_undo({a.run_id for a in items}) if roles.can(user, "approval.reject") else {}
+    reason_url = url_maker("console:run_item_payload", run=True, kind="approval-reason")
+    decide_url = url_maker("console:approval_decide")
     rows = [
         {
             "a": a,
+            "reason_url": reason_url(run_id=a.run_id, item_id=a.id),
+            "decide_url": decide_url(item_id=a.id),
+            "target": action_target(run_id=a.run_id, key=a.run.business_key, step=a.step),
             "remaining": remaining_text(a.deadline, now),
             "overdue": a.deadline <= now,
             "escalated": a.state == ApprovalState.ESCALATED,

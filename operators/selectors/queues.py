@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.db.models.functions import Coalesce
@@ -140,25 +141,44 @@ def effect_current_outcome(effect_id: int) -> str:
 # --- approvals -----------------------------------------------------------------------------
 
 
-def approvals_open(*, user: User) -> QuerySet[ApprovalRequest]:
-    """Undecided approvals (PENDING, or ESCALATED past their deadline) of runs of ``user``'s
-    tenants that still wait for them, soonest deadline first."""
+WAITS_FOR_APPROVAL = (RunStatus.WAITING, RunStatus.NEEDS_ATTENTION)
+
+
+def _undecided(user: User) -> QuerySet[ApprovalRequest]:
     return (
-        scope(ApprovalRequest.objects.filter(
-            state__in=OPEN_APPROVAL_STATES, run__status__in=[RunStatus.WAITING, RunStatus.NEEDS_ATTENTION]
-        ), user, field="run__tenant")
+        scope(ApprovalRequest.objects.filter(state__in=OPEN_APPROVAL_STATES), user, field="run__tenant")
         .select_related("run", "run__started_by")
         .defer("run__input", "run__result", "run__error")
         .order_by("deadline", "id")
     )
 
 
+def approvals_open(*, user: User) -> QuerySet[ApprovalRequest]:
+    """Undecided approvals (PENDING, or ESCALATED past their deadline) of runs of ``user``'s
+    tenants that still wait for them, soonest deadline first."""
+    return _undecided(user).filter(run__status__in=WAITS_FOR_APPROVAL)
+
+
 def approvals_inbox(*, user: User, limit: int = INBOX_LIMIT) -> tuple[list[ApprovalRequest], int]:
     """The first ``limit`` of ``approvals_open`` and how many there are in all (counted only
-    when there are more than fit)."""
-    qs = approvals_open(user=user)
-    items = list(qs[:limit])
-    return items, len(items) if len(items) < limit else qs.count()
+    when there are more than fit).
+
+    Read in deadline order from the open approvals' index (``approval_open_deadline``) and
+    stopped at the limit, the run's status checked on the rows read: with that check in the
+    query, PostgreSQL guessed few rows would pass it and joined and sorted every open approval
+    (15 ms at 3,000), where nearly every open approval's run does wait for it."""
+    items: list[ApprovalRequest] = []
+    after: tuple[Any, int] | None = None
+    while len(items) < limit:
+        batch = _undecided(user)
+        if after is not None:
+            batch = batch.filter(Q(deadline__gt=after[0]) | Q(deadline=after[0], id__gt=after[1]))
+        rows = list(batch[:limit])
+        items += [a for a in rows if a.run.status in WAITS_FOR_APPROVAL][:limit - len(items)]
+        if len(rows) < limit:
+            break
+        after = (rows[-1].deadline, rows[-1].id)
+    return items, len(items) if len(items) < limit else approvals_open(user=user).count()
 
 
 def approvals_recently_decided(*, user: User, limit: int = 20) -> list[ApprovalRequest]:
