@@ -151,7 +151,8 @@ def _effect_rows(page: Any) -> list[_Shown]:
 def _effects_context(user: User, form: EffectFilterForm) -> dict[str, Any]:
     """The queue's page at ``form``'s filters and cursor (the first page if the cursor is not
     valid); no page at all while a filter is not valid (the form says why)."""
-    found = effects_ambiguous_page(user=user, filters=form.filters(), cursor=form.cursor) if form.filters_valid else None
+    found = (effects_ambiguous_page(user=user, filters=form.filters(), cursor=form.cursor)
+             if form.filters_valid else None)
     page = Page(items=_effect_rows(found), next=found.next, total=found.total) if found is not None else None
     base = reverse("console:effects")
     filtered = form.filter_query
