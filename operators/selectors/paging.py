@@ -18,7 +18,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Generic, TypeVar
 
 from django.db import connection
-from django.db.models import BooleanField, Field, Model, QuerySet
+from django.db.models import BooleanField, DateTimeField, Field, Model, QuerySet
 from django.db.models.expressions import RawSQL
 
 T = TypeVar("T")
@@ -71,21 +71,37 @@ class Page(Generic[T]):
 
 
 def keyset_page(qs: QuerySet[Any], *, field: str, descending: bool, cursor: Cursor | None, size: int,
-                total: int | None = None) -> Page[Any]:
+                total: int | None = None, sort: bool = False) -> Page[Any]:
     """The ``size`` rows of ``qs`` after ``cursor``, ordered by ``(field, id)`` (this function
-    sets the order, so the cursor and the order cannot disagree), and the next cursor."""
+    sets the order, so the cursor and the order cannot disagree), and the next cursor.
+
+    ``sort``: the rows ``qs`` matches are few, found by another index (a search): order them by
+    sorting, never by walking ``field``'s index and testing each row on the way, which is what
+    PostgreSQL otherwise picks when it guesses the matches are spread evenly over time (they
+    rarely are: 0.3 s to find 51 of 1,250 matches among a million runs, against 14 ms)."""
     model: type[Model] = qs.model
+    quote = connection.ops.quote_name
+    table = quote(model._meta.db_table)
+    column, pk_column = quote(_column(model, field)), quote(_column(model, "pk"))
+    # "+ 0" (a number) or "+ interval '0'" (a time) is the same value, not an indexed column.
+    key = f"{table}.{column}" if not sort else (
+        f"({table}.{column} + interval '0 seconds')" if _is_time(model, field) else f"({table}.{column} + 0)")
     if cursor is not None:
-        quote = connection.ops.quote_name
-        table = quote(model._meta.db_table)
-        column, pk_column = quote(_column(model, field)), quote(_column(model, "pk"))
-        qs = qs.filter(RawSQL(f"({table}.{column}, {table}.{pk_column}) {'<' if descending else '>'} (%s, %s)",
+        qs = qs.filter(RawSQL(f"({key}, {table}.{pk_column}) {'<' if descending else '>'} (%s, %s)",
                               (cursor.at, cursor.pk), output_field=BooleanField()))
-    qs = qs.order_by(f"-{field}", "-pk") if descending else qs.order_by(field, "pk")
+    if sort:
+        order = RawSQL(key, ())
+        qs = qs.order_by(order.desc(), "-pk") if descending else qs.order_by(order.asc(), "pk")
+    else:
+        qs = qs.order_by(f"-{field}", "-pk") if descending else qs.order_by(field, "pk")
     rows = list(qs[: size + 1])
     more = len(rows) > size
     rows = rows[:size]
     return Page(items=rows, next=Cursor(at=getattr(rows[-1], field), pk=rows[-1].pk) if more else None, total=total)
+
+
+def _is_time(model: type[Model], name: str) -> bool:
+    return isinstance(model._meta.get_field(name), DateTimeField)
 
 
 def _column(model: type[Model], name: str) -> str:

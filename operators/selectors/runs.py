@@ -6,6 +6,7 @@ The list and ``run_get`` take the user and see only the user's tenants
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
@@ -112,7 +113,26 @@ def runs_page(filters: RunFilters, *, user: User, cursor: Cursor | None = None,
     """One keyset page of ``runs_filtered``, newest first (``created_at`` desc, ``id`` desc).
     No OFFSET and no COUNT: page 1000 costs what page 1 costs."""
     qs = runs_filtered(filters, user=user).defer("input", "result", "error")
-    return keyset_page(qs, field="created_at", descending=True, cursor=cursor, size=size)
+    return keyset_page(qs, field="created_at", descending=True, cursor=cursor, size=size,
+                       sort=bool(filters.search) and _few(qs))
+
+
+SORTED_MATCHES = 5_000  # a search expected to match at most this many sorts them (keyset_page's ``sort``)
+
+
+def _few(qs: QuerySet[WorkflowRun]) -> bool:
+    """Whether PostgreSQL expects a search to match at most ``SORTED_MATCHES`` runs: then its
+    matches are found through their own index and sorted (14 ms for 1,250); with more, they
+    are dense and walking the runs newest first finds a page of them at once. The planner's
+    estimate (EXPLAIN, nothing executed: under 2 ms) is within a factor of two of the truth for
+    business-key searches, where counting, even stopped at a cap, cost 13 to 73 ms."""
+    sql, params = qs.order_by().values("pk").query.sql_with_params()
+    with connection.cursor() as cur:
+        cur.execute(f"EXPLAIN (FORMAT JSON) {sql}", params)
+        plan = cur.fetchone()[0]
+    if isinstance(plan, str):
+        plan = json.loads(plan)
+    return float(plan[0]["Plan"]["Plan Rows"]) <= SORTED_MATCHES
 
 
 def workflow_names() -> list[str]:
