@@ -42,7 +42,10 @@ def completed_since(moment) -> int:
     return agents.filter(created_at__gt=moment, status=RunStatus.COMPLETED).count()
 
 
-def test_it_refuses_a_second_demo_in_the_same_run_dir_and_leaves_the_first_one_running(demos):
+def test_it_refuses_a_second_demo_beside_a_live_one_and_starts_over_the_lock_of_a_killed_one(demos):
+    """One sequence, so the suite starts two demos here, not four: a second demo in the same
+    run directory is refused and leaves the first running; the first is then SIGKILLed (only
+    itself: its children keep running) and a third starts over its lock, stopping what it left."""
     first = demos("first")
     first.start(*KEEP_RUNNING)
     url = started_and_serving(first)
@@ -68,22 +71,13 @@ def test_it_refuses_a_second_demo_in_the_same_run_dir_and_leaves_the_first_one_r
     wait_until(lambda: completed_since(refused_at) > 0, 90, interval=0.5,
                what="the first demo to complete an order started after the second was refused")
 
-    os.kill(first.popen.pid, signal.SIGINT)
-    assert first.popen.wait(timeout=60) == 0, first.output()
-    for pid in first.child_pids():
-        assert not running(pid)
-
-
-def test_it_starts_over_the_lock_of_a_demo_that_was_killed_and_stops_what_it_left_running(demos):
-    dead = demos("dead")
-    dead.start(*KEEP_RUNNING)
-    started_and_serving(dead)
-    left = dead.started()
-    os.kill(dead.popen.pid, signal.SIGKILL)  # only the demo itself: its children keep running
-    dead.popen.wait(timeout=10)
+    # Now the first demo dies by itself: what it started keeps running, its lock names a dead pid.
+    left = first.started()
+    os.kill(first.popen.pid, signal.SIGKILL)
+    first.popen.wait(timeout=10)
     assert all(running(pid) for pid in left.values())
-    state = (dead.run_dir / "demo-state.json").read_text()
-    assert f'"pid": {dead.popen.pid}' in state  # what it left behind names a dead process
+    state = (first.run_dir / "demo-state.json").read_text()
+    assert f'"pid": {first.popen.pid}' in state  # what it left behind names a dead process
 
     new = demos("new")
     new.start(*KEEP_RUNNING)
@@ -99,6 +93,8 @@ def test_it_starts_over_the_lock_of_a_demo_that_was_killed_and_stops_what_it_lef
 
     os.kill(new.popen.pid, signal.SIGTERM)
     assert new.popen.wait(timeout=60) == 0, new.output()
+    for pid in new.child_pids():
+        assert not running(pid)
 
 
 def providers_urls(demo) -> list[str]:

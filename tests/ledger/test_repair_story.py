@@ -7,9 +7,9 @@ one bulk action on the console; the worker doing it dies at an exact point (``SA
 ``os._exit``, as a SIGKILL there) and another takes over; the provider's books show every card
 captured once and every email sent once.
 
-Re-run from a step past a succeeded capture, reusing its outcome and compensating it first: the
-card is captured exactly once per intent (the source's capture, refunded once, and the re-run's
-own)."""
+Re-run from a step past a succeeded capture, reusing its outcome and compensating it first, the
+worker doing the refund SIGKILLed by the provider right after refunding: the card is captured
+exactly once per intent (the source's capture, refunded once, and the re-run's own)."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from django.test import Client
 
 from console.models import BulkBatch
 from demo.models import ProviderExecution
+from demo.providers.faults import inject
 from operators.models import AuditEntry
 from operators.roles import OPERATOR, ensure_groups
 from sagas import replay_check, start
@@ -129,9 +130,7 @@ def test_a_run_re_run_from_a_step_before_its_capture_with_compensation_first_ref
     from sagas import fork, fork_preview
 
     run = start("fork_order", {"id": "fk-2", "amount_cents": 4300}, business_key="fk-2")
-    # The first worker dies at the refund, after the provider refunded and before it was recorded.
-    first = stack.procs.worker("w1", MODULES, DEMO_PROVIDERS_URL=stack.url,
-                               SAGAS_CRASH_AT="after_dispatch:compensate:capture")
+    first = stack.procs.worker("w1", MODULES, DEMO_PROVIDERS_URL=stack.url)
     wait_until(lambda: WorkflowRun.objects.get(id=run.id).status == RunStatus.COMPLETED, 60,
                what="the source run to complete")
     quote_seq = JournalEntry.objects.get(run=run, kind="step", name="quote").seq
@@ -139,10 +138,13 @@ def test_a_run_re_run_from_a_step_before_its_capture_with_compensation_first_ref
     plan = fork_preview(run_id=run.id, at_seq=quote_seq, compensate_first=True)
     assert plan.possible, plan.blockers
     assert {e.name: e.fate for e in plan.effects} == {"capture": "undone", "email": "reused"}  # email: no undo
+    # The provider SIGKILLs the worker right after it refunded: nothing of the refund's answer
+    # reached the ledger.
+    inject("payments", "refund", "kill_caller_after_work")
     redo = fork(run_id=run.id, at_seq=quote_seq, reason="the price was wrong: refund and charge again",
                 compensate_first=True)
     first.popen.wait(timeout=60)
-    assert first.popen.returncode == 97, first.log()[-3000:]
+    assert first.popen.returncode == -9, first.log()[-3000:]
     stack.procs.worker("w2", MODULES, DEMO_PROVIDERS_URL=stack.url)
     wait_until(lambda: WorkflowRun.objects.get(id=redo.id).status == RunStatus.COMPLETED, 90,
                what="the re-run to refund and complete")
