@@ -29,6 +29,7 @@ from django.contrib import admin
 from django.http import HttpRequest
 
 from console.models import BulkBatch, BulkItem
+from core.redacted_admin import ReadOnlyAdmin as KeptAdmin
 from core.redacted_admin import RedactedFieldsAdmin
 from operators import roles
 from operators.models import AuditEntry
@@ -41,17 +42,8 @@ POLICY_APPS = ("ledger", "sagas", "operators", "console", "demo")
 SERVICE_OWNED = frozenset({"ledger", "sagas", "operators", "console", "demo.providerexecution", "demo.providerreplay"})
 
 
-class ReadOnlyAdmin(RedactedFieldsAdmin):
-    """For append-only tables: nobody adds, changes or deletes rows here."""
-
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
+class ReadOnlyAdmin(KeptAdmin, RedactedFieldsAdmin):
+    """For append-only tables: nobody adds, changes or deletes rows here; payloads redacted."""
 
 
 def is_viewer_only(user: Any) -> bool:
