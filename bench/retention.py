@@ -651,7 +651,7 @@ def main() -> None:  # noqa: PLR0915  (one straight story, printed in order)
     args = parser.parse_args()
     runs = args.runs or (2_000 if args.smoke else 1_000_000)
     sizes = Sizes(old=runs, young=max(100, runs // 50), live=max(60, runs // 100))
-    warmup, baseline, after, window = (3, 8, 3, 2.0) if args.smoke else (15, 60, 30, 10.0)
+    warmup, baseline, after, window = (2, 5, 2, 2.0) if args.smoke else (15, 60, 30, 10.0)
     slice_s, quiet_s = (1.0, 1.0) if args.smoke else (args.slice, args.quiet)
     baseline = args.baseline or baseline
     work = Path(tempfile.mkdtemp(prefix="bench-retention-"))

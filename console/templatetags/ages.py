@@ -42,3 +42,21 @@ def human_age_filter(value: Any) -> str:
         return human_age(float(value))
     except (TypeError, ValueError):
         return "–"
+
+
+@register.filter
+def stamp(value: datetime | None) -> str:
+    """``2026-12-05 13:20:07``: a moment in the console's time zone (UTC), as ``|date:"Y-m-d
+    H:i:s"`` writes it, with ``strftime`` (Django's date formatter was a tenth of the approvals
+    inbox's time: four moments on each of 100 rows). None or "" shows nothing."""
+    if not value:
+        return ""
+    return timezone.localtime(value).strftime("%Y-%m-%d %H:%M:%S")
+
+
+@register.filter
+def iso_time(value: datetime | None) -> str:
+    """ISO 8601 with the offset (``|date:'c'``), for ``<time datetime>``."""
+    if not value:
+        return ""
+    return timezone.localtime(value).isoformat()

@@ -13,7 +13,7 @@ from django import template
 from django.urls import get_script_prefix, reverse
 from django.utils import timezone
 
-from console.templatetags.payloads import payload
+from console.templatetags.payloads import payload_context
 from operators.selectors.runs import REPAIR_KINDS, repair_sentence
 
 register = template.Library()
@@ -107,7 +107,7 @@ def entry_payload(entry: Any) -> dict[str, Any]:
     """An entry's payload folded into ``<details>``: the summary is the start of the redacted
     preview on one line; opened, the preview itself (the markup of console/payload.html, with
     its "show all of it" link when cut)."""
-    context = payload(entry.payload, entry_url(entry.run_id, entry.seq))
+    context = payload_context(entry.payload, entry_url(entry.run_id, entry.seq))
     line = " ".join(context["preview"].split())
     context["summary"] = line if len(line) <= SUMMARY_CHARS else line[: SUMMARY_CHARS - 1] + "…"
     return context

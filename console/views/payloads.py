@@ -29,10 +29,11 @@ from django.views.decorators.http import require_GET
 from console.selectors.payloads import TEXT_KINDS, audit_value, run_item_value, run_value
 from console.templatetags.payloads import (
     EXPAND_MAX_CHARS,
-    long_text,
-    payload,
+    long_text_context,
+    payload_context,
     payload_text,
     plain_text,
+    preview_html,
     size_of,
 )
 from console.views.base import ConsoleRequest, get_run_for_user, viewer_required
@@ -46,8 +47,8 @@ def _answer(request: ConsoleRequest, value: Any, *, kind: str, name: str) -> Htt
     size = size_of(value, text=is_text)
     large = size > EXPAND_MAX_CHARS
     if request.htmx and large:  # only a hand-made request gets here: the page offers a download
-        block = long_text(value, request.path) if is_text else payload(value, request.path)
-        response = render(request, "console/payload.html", block)
+        block = long_text_context(value, request.path) if is_text else payload_context(value, request.path)
+        response = HttpResponse(preview_html(block))
     else:
         text = plain_text(value) if is_text else payload_text(value)
         if request.htmx:

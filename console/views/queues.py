@@ -277,6 +277,15 @@ def remaining_text(deadline: datetime, now: datetime) -> str:
     return f"{_span(seconds)} left" if seconds >= 0 else f"overdue by {_span(-seconds)}"
 
 
+def undo_said(effects: int) -> str:
+    """What rejecting a run with ``effects`` completed effects undoes, for the reject form."""
+    if not effects:
+        return "it has completed no effect yet, so there is nothing to undo now"
+    if effects == 1:
+        return "the 1 effect it has completed is undone, newest first, where it can be"
+    return f"the {effects} effects it has completed are undone, newest first, where they can be"
+
+
 def _approvals_context(user: User, params: dict[str, str]) -> dict[str, Any]:
     now = timezone.now()
     items, total = approvals_inbox(user=user)
@@ -293,7 +302,7 @@ def _approvals_context(user: User, params: dict[str, str]) -> dict[str, Any]:
             "overdue": a.deadline <= now,
             "escalated": a.state == ApprovalState.ESCALATED,
             "own_run": a.run.started_by_id is not None and a.run.started_by_id == user.pk,
-            "to_undo": to_undo.get(str(a.run_id), 0),  # what a rejection compensates
+            "undo_said": undo_said(to_undo.get(str(a.run_id), 0)),  # what a rejection compensates
         }
         for a in items
     ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from demo.models import ProviderFault
 from demo.providers.faults import inject
 from demo.providers.selectors import executions
 from ledger.models import EffectRecord, EffectStatus
@@ -194,8 +195,11 @@ def test_it_resumes_a_run_parked_for_an_email_whose_answer_a_frozen_worker_bring
     inject("email", "send", "latency:3")  # the provider answers 3 s after the call
     run = start("email_only", {"id": "frozen-1"})
     frozen = stack.worker("w1", SAGAS_LEASE_TTL="1")
-    wait_until(lambda: EffectRecord.objects.filter(run_id=run.id, status=EffectStatus.IN_PROGRESS).exists(), 30,
-               what="w1 to send the email")
+    # Frozen only once the request has reached the provider (it took the latency fault): the
+    # effect's IN_PROGRESS intent is committed before the call, and a worker frozen between the
+    # two never sends the email until it is thawed (under load that window was wide enough).
+    wait_until(lambda: ProviderFault.objects.filter(provider="email", operation="send", remaining=0).exists(), 30,
+               what="the email request to reach the provider")
     frozen.signal(signal.SIGSTOP)  # frozen while the provider works: no heartbeat, the lease runs out
     stack.worker("w2", SAGAS_LEASE_TTL="1")
     wait_status(run, RunStatus.NEEDS_ATTENTION)
