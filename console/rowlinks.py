@@ -52,3 +52,11 @@ def action_target(*, run_id: Any, key: str = "", step: str = "", effect_id: Any 
              format_html("run {}", str(run_id)[:8]),
              format_html(" (<bdi>{}</bdi>)", Truncator(show_controls(key)).chars(60)) if key else ""]
     return format_html('<span class="visually-hidden"> {}</span>', mark_safe("".join(parts)))
+
+
+def pick_label(kind: str, item_id: Any, *, step: str, run_id: Any, key: str = "") -> str:
+    """The accessible name of a row's bulk checkbox: "select effect #12: capture on run 1a2b3c4d
+    (order-1042)". A plain string: the template escapes it."""
+    said = f"select {kind} {item_id}: {step} on run {str(run_id)[:8]}"
+    return f"{said} ({Truncator(show_controls(key)).chars(60)})" if key else said
+

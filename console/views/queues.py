@@ -21,11 +21,12 @@ from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.timesince import timesince
 from django.views.decorators.http import require_GET, require_POST
 
 from console.forms import ApprovalDecideForm, EffectResolveForm
 from console.forms_queues import EffectFilterForm
-from console.rowlinks import action_target, url_maker
+from console.rowlinks import action_target, pick_label, url_maker
 from console.selectors.decisions import effects_to_undo
 from console.views.base import (
     ConsoleRequest,
@@ -40,9 +41,8 @@ from console.views.base import (
 from console.views.notices import message_oob, page_messages
 from ledger.models import EffectRecord
 from operators import roles
-from operators.selectors.paging import Page
+from operators.selectors.paging import BadCursor, Cursor, Page, decode_cursor
 from operators.selectors.queues import (
-    INBOX_LIMIT,
     approval_current_decision,
     approvals_inbox,
     approvals_recently_decided,
@@ -137,13 +137,16 @@ def _effect_rows(page: Any) -> list[_Shown]:
                       for kind in ("effect-request", "effect-error"))
     query, resolve = url_maker("console:effect_query"), url_maker("console:effect_resolve")
     rows = []
+    now = timezone.now()
     for row in page.items:
         e = row.effect
+        key = row.run.business_key if row.run else ""
         rows.append(_Shown(
             row, request_url=request(run_id=e.run_id, item_id=e.id), error_url=error(run_id=e.run_id, item_id=e.id),
             query_url=query(item_id=e.id), resolve_url=resolve(item_id=e.id),
-            target=action_target(run_id=e.run_id, key=row.run.business_key if row.run else "", step=e.step_name,
-                                 effect_id=e.id),
+            target=action_target(run_id=e.run_id, key=key, step=e.step_name, effect_id=e.id),
+            short=str(e.run_id)[:8], pick=pick_label("effect", f"#{e.id}", step=e.step_name, run_id=e.run_id, key=key),
+            unknown_for=timesince(row.unknown_since, now),
         ))
     return rows
 
@@ -286,9 +289,21 @@ def undo_said(effects: int) -> str:
     return f"the {effects} effects it has completed are undone, newest first, where they can be"
 
 
-def _approvals_context(user: User, params: dict[str, str]) -> dict[str, Any]:
+def _inbox_cursor(text: str) -> Cursor | None:
+    """The page cursor an inbox link or form carried; None (the first page) for none."""
+    return decode_cursor(text, key=int) if text else None
+
+
+def _approvals_context(user: User, after: str = "") -> dict[str, Any]:
+    """The inbox's page after the cursor ``after`` (the first page if it is not valid: a live
+    push or an action's answer never fails on a damaged cursor; a GET says so, see below)."""
     now = timezone.now()
-    items, total = approvals_inbox(user=user)
+    try:
+        cursor = _inbox_cursor(after)
+    except BadCursor:
+        cursor, after = None, ""
+    page = approvals_inbox(user=user, cursor=cursor)
+    items = page.items
     to_undo = effects_to_undo({a.run_id for a in items}) if roles.can(user, "approval.reject") else {}
     reason_url = url_maker("console:run_item_payload", run=True, kind="approval-reason")
     decide_url = url_maker("console:approval_decide")
@@ -303,13 +318,19 @@ def _approvals_context(user: User, params: dict[str, str]) -> dict[str, Any]:
             "escalated": a.state == ApprovalState.ESCALATED,
             "own_run": a.run.started_by_id is not None and a.run.started_by_id == user.pk,
             "undo_said": undo_said(to_undo.get(str(a.run_id), 0)),  # what a rejection compensates
+            "short": str(a.run_id)[:8],
+            "pick": pick_label("approval", a.id, step=a.step, run_id=a.run_id, key=a.run.business_key),
+            "requested_ago": timesince(a.requested_at, now),
         }
         for a in items
     ]
+    base = reverse("console:approvals")
     return {
         "rows": rows,
-        "total": total,
-        "limit": INBOX_LIMIT,
+        "total": page.total,
+        "cursor": after,
+        "first_url": base,
+        "next_url": f"{base}?{urlencode({'after': page.next_cursor})}" if page.next_cursor else "",
         "recent": approvals_recently_decided(user=user),
         "can_approve": roles.can(user, "approval.approve"),
         "can_reject": roles.can(user, "approval.reject"),
@@ -317,14 +338,32 @@ def _approvals_context(user: User, params: dict[str, str]) -> dict[str, Any]:
 
 
 def approvals_fragment(user: User, params: dict[str, str]) -> str:
-    return render_to_string("console/approvals_live.html", _approvals_context(user, params))
+    return render_to_string("console/approvals_live.html", _approvals_context(user, params.get("after", "")))
 
 
 def _approvals_page(request: ConsoleRequest, *, status: int = 200, error: str = "", notice: str = "") -> HttpResponse:
-    context = _approvals_context(request.user, {})
+    after = (request.POST if request.method == "POST" else request.GET).get("after", "")
+    if request.method == "GET" and after:
+        try:
+            _inbox_cursor(after)
+        except BadCursor:  # a damaged page link: the first page, and why (400)
+            status = 400
+            error = "That page link is not valid (its position in the inbox is damaged): showing the soonest deadlines."
+    context = _approvals_context(request.user, after)
     context.update(error=error, notice=notice)
     return _respond(request, page="console/approvals.html", fragment_template="console/approvals_live.html",
-                    context=context, live=live_context([APPROVALS_FRAGMENT]), status=status)
+                    context=context, live=live_context([APPROVALS_FRAGMENT], after=context["cursor"]), status=status)
+
+
+def _approvals_url(request: ConsoleRequest) -> str:
+    """The inbox's page the decision was taken on (the cursor its form carried)."""
+    after = request.POST.get("after", "")
+    try:
+        _inbox_cursor(after)
+    except BadCursor:
+        after = ""
+    url = reverse("console:approvals")
+    return f"{url}?{urlencode({'after': after})}" if after else url
 
 
 @require_GET
@@ -360,5 +399,5 @@ def approval_decide(request: ConsoleRequest, approval_id: int) -> HttpResponse:
             expected=fields["expected"] or None,
         ),
         success=done, refused_detail=lambda: approval_current_decision(approval.id),
-        rerender=_approvals_page, back_to=reverse("console:approvals"),
+        rerender=_approvals_page, back_to=_approvals_url(request),
     )

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
 
 from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.db.models.functions import Coalesce
@@ -27,7 +26,7 @@ from sagas.models import (
 )
 
 EFFECTS_PAGE_SIZE = 50  # each row carries its resolve form; 100 rows rendered in ~110 ms
-INBOX_LIMIT = 100  # rendering dominates: 500 rows cost ~0.7 s at a million runs
+INBOX_LIMIT = 50  # a page of the approvals inbox, as many rows as the run list and the effects queue
 
 
 # --- ambiguous effects ---------------------------------------------------------------------
@@ -159,26 +158,34 @@ def approvals_open(*, user: User) -> QuerySet[ApprovalRequest]:
     return _undecided(user).filter(run__status__in=WAITS_FOR_APPROVAL)
 
 
-def approvals_inbox(*, user: User, limit: int = INBOX_LIMIT) -> tuple[list[ApprovalRequest], int]:
-    """The first ``limit`` of ``approvals_open`` and how many there are in all (counted only
-    when there are more than fit).
+def approvals_inbox(*, user: User, limit: int = INBOX_LIMIT, cursor: Cursor | None = None) -> Page[ApprovalRequest]:
+    """A page of ``approvals_open``: the first ``limit`` after ``cursor`` (a ``(deadline, id)``
+    position; None: the soonest deadlines), the next page's position, and how many are open in
+    all (counted only when there is more than one page).
 
     Read in deadline order from the open approvals' index (``approval_open_deadline``) and
     stopped at the limit, the run's status checked on the rows read: with that check in the
     query, PostgreSQL guessed few rows would pass it and joined and sorted every open approval
     (15 ms at 3,000), where nearly every open approval's run does wait for it."""
     items: list[ApprovalRequest] = []
-    after: tuple[Any, int] | None = None
-    while len(items) < limit:
+    after, more = cursor, False
+    while not more:
         batch = _undecided(user)
         if after is not None:
-            batch = batch.filter(Q(deadline__gt=after[0]) | Q(deadline=after[0], id__gt=after[1]))
-        rows = list(batch[:limit])
-        items += [a for a in rows if a.run.status in WAITS_FOR_APPROVAL][:limit - len(items)]
-        if len(rows) < limit:
-            break
-        after = (rows[-1].deadline, rows[-1].id)
-    return items, len(items) if len(items) < limit else approvals_open(user=user).count()
+            batch = batch.filter(Q(deadline__gt=after.at) | Q(deadline=after.at, id__gt=after.pk))
+        rows = list(batch[:limit + 1])  # one past the page: is there a next page?
+        for a in rows:
+            if a.run.status in WAITS_FOR_APPROVAL:
+                if len(items) == limit:
+                    more = True
+                    break
+                items.append(a)
+        if len(rows) <= limit:
+            break  # the last open approval was read
+        after = Cursor(at=rows[-1].deadline, pk=rows[-1].id)
+    next_at = Cursor(at=items[-1].deadline, pk=items[-1].id) if more else None
+    total = len(items) if cursor is None and not more else approvals_open(user=user).count()
+    return Page(items=items, next=next_at, total=total)
 
 
 def approvals_recently_decided(*, user: User, limit: int = 20) -> list[ApprovalRequest]:
