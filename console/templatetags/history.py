@@ -12,8 +12,10 @@ from typing import Any
 from django import template
 from django.urls import get_script_prefix, reverse
 from django.utils import timezone
+from django.utils.html import format_html
+from django.utils.safestring import SafeString, mark_safe
 
-from console.templatetags.payloads import payload_context
+from console.templatetags.payloads import cut_marker, payload_context
 from operators.selectors.runs import REPAIR_KINDS, repair_sentence
 
 register = template.Library()
@@ -102,12 +104,16 @@ def repair_said(entry: Any) -> str:
     return repair_sentence(entry.kind, entry.name, entry.payload)
 
 
-@register.inclusion_tag("console/run_history_payload.html")
-def entry_payload(entry: Any) -> dict[str, Any]:
+@register.simple_tag
+def entry_payload(entry: Any) -> SafeString:
     """An entry's payload folded into ``<details>``: the summary is the start of the redacted
-    preview on one line; opened, the preview itself (the markup of console/payload.html, with
-    its "show all of it" link when cut)."""
-    context = payload_context(entry.payload, entry_url(entry.run_id, entry.seq))
-    line = " ".join(context["preview"].split())
-    context["summary"] = line if len(line) <= SUMMARY_CHARS else line[: SUMMARY_CHARS - 1] + "…"
-    return context
+    preview on one line; opened, the preview itself (the markup of ``payloads.preview_html``,
+    with its "show all of it" link when cut). Built in Python: a page shows 100 of these."""
+    block = payload_context(entry.payload, entry_url(entry.run_id, entry.seq))
+    if not block["preview"]:
+        return mark_safe('<span class="entry-payload muted">—</span>')
+    line = " ".join(block["preview"].split())
+    summary = line if len(line) <= SUMMARY_CHARS else line[: SUMMARY_CHARS - 1] + "…"
+    return format_html('<details class="entry-payload"><summary><span class="mono">{}</span></summary>'
+                       '<div class="payload-block"><pre class="payload">{}{}</pre>\n{}</div></details>',
+                       summary, block["preview"], " …" if block["cut"] else "", cut_marker(block))
