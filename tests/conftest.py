@@ -168,3 +168,19 @@ class StepCalls:
                 [str(run_id), step],
             )
             return [(pid, json.loads(payload) if payload else None, at) for pid, payload, at in cur.fetchall()]
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """``SAGA_TEST_TIMELINE=<file>``: each test's xdist worker, start and end (epoch seconds)
+    and node id appended to the file, one line a test: to see how the workers' time is spent
+    and which of them finishes last (``make test`` is held to 10 minutes on 2 cores)."""
+    path = os.environ.get("SAGA_TEST_TIMELINE")
+    started = time.time()
+    try:
+        return (yield)
+    finally:
+        if path:
+            worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+            with open(path, "a") as out:
+                out.write(f"{worker} {started:.2f} {time.time():.2f} {item.nodeid}\n")
