@@ -28,6 +28,7 @@ from console.selectors.audit import AuditFilters
 from operators.models import AuditOutcome
 from operators.selectors.paging import BadCursor, Cursor, decode_cursor, encode_cursor
 from operators.selectors.runs import RunFilters
+from operators.selectors.search import search_problem
 from sagas.models import RunStatus
 
 MAX_FILTER_CHARS = 200
@@ -222,7 +223,9 @@ class RunFilterForm(FilterParams, PageForm):
         if created_from and created_to and created_from >= created_to:
             raise ValidationError("Created from must be before created to.")
         search = data.get("q") or ""
-        if search and _looks_like_a_whole_run_id(search):
+        if (problem := search_problem(search)) is not None:
+            self.add_error("q", problem)
+        elif search and _looks_like_a_whole_run_id(search):
             try:
                 uuid.UUID(search)
             except ValueError:

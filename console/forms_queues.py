@@ -15,6 +15,7 @@ from django.core.exceptions import ValidationError
 
 from console.forms import MAX_FILTER_CHARS, EffectsPageForm, FilterParams, text_field
 from operators.selectors.queues import EffectFilters
+from operators.selectors.search import search_problem
 
 # "Older than": how long the outcome has been unknown (since the last dispatch).
 AGES: dict[str, tuple[str, timedelta]] = {
@@ -27,8 +28,8 @@ MAX_CARRIED_CHARS = 2000  # the filters an action carries back to the page (``fi
 
 
 class EffectFilterForm(FilterParams, EffectsPageForm):
-    """``q connector workflow tenant age`` and ``after``. ``q``: a business key substring or a
-    run id (or its first hex digits), as on the runs list."""
+    """``q connector workflow tenant age`` and ``after``. ``q``: a business key substring (or its
+    start, ending in ``*``) or a run id (or its first hex digits), as on the runs list."""
 
     PARAMS = ("q", "connector", "workflow", "tenant", "age")
 
@@ -81,6 +82,8 @@ class EffectFilterForm(FilterParams, EffectsPageForm):
         for name in ("q", "connector", "workflow", "tenant"):
             if name in data:
                 data[name] = data[name].strip()
+        if (problem := search_problem(data.get("q") or "")) is not None:
+            self.add_error("q", problem)
         return data
 
     def filters(self) -> EffectFilters:

@@ -17,6 +17,7 @@ from core.redaction import redact
 from operators import roles
 from operators.models import AuditEntry, AuditOutcome
 from operators.selectors.runs import HISTORY_PAGE_SIZE, RUNS_PAGE_SIZE, RunFilters, run_get, run_history_page, runs_page
+from operators.selectors.search import search_problem
 from operators.selectors.tenancy import may_see
 from operators.services.actions import Actor, audit_denied, audit_done
 from operators.services.limits import clip_text
@@ -179,7 +180,8 @@ class RunListQuery(Schema):
     workflow: str = Field("", max_length=200)
     version: int | None = Field(None, ge=1, le=2**31 - 1, description="with `workflow`")
     reason: str = Field("", max_length=500, description="status reasons, comma-separated (any of them)")
-    search: str = Field("", max_length=200, description="a run id, its first hex digits, or part of a business key")
+    search: str = Field("", max_length=200, description="a run id, its first hex digits, part of a business key, "
+                        "or its start followed by `*` (`KYC-0001*`)")
     tenant: str = Field("", max_length=100, description="within the key's tenants")
     created_from: datetime | None = Field(None, description="inclusive")
     created_to: datetime | None = Field(None, description="exclusive")
@@ -231,6 +233,8 @@ def list_runs(request: ApiRequest, query: Query[RunListQuery]) -> dict[str, Any]
                          search=query.search.strip(), reasons=reasons)
     if "\x00" in "".join((query.workflow, query.tenant, query.search, query.reason)):
         raise Problem("validation", "a filter holds a NUL character")
+    if (problem := search_problem(filters.search)) is not None:
+        raise Problem("validation", problem)
     page = runs_page(filters, user=request.user, cursor=parse_cursor(query.cursor, key=uuid.UUID), size=query.limit)
     return {"items": [_summary(r) for r in page.items], "cursor": page.next_cursor,
             "next": next_link(request, "cursor", page.next_cursor)}

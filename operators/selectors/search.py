@@ -8,9 +8,16 @@ A term matches:
 * anything of three characters or more: business keys that contain it, ignoring case
   (``ILIKE '%term%'``, served by the ``pg_trgm`` GIN index ``run_business_key_trgm``, sagas
   migration 0010);
-* a term of one or two characters: business keys that start with it (``LIKE 'te%'``, the
-  ``run_business_key_prefix`` index). Such a term has no trigram to look up, and a substring
-  search for it walks the whole table when it is rare: 1.4 s for ``zq`` at a million runs.
+* a term ending in ``*`` (``KYC-0001*``): business keys that start with what comes before the
+  star, ignoring case (``upper(business_key) LIKE 'KYC-0001%'``, the b-tree
+  ``run_business_key_upper_prefix``, sagas migration 0024): a range of one index whatever the
+  table's size. A substring search for a term whose every trigram is common (``KYC-0001``:
+  ``kyc`` is in one key in eight, `` 00`` and ``000`` in nearly all) reads those trigrams' whole
+  posting lists, which grow with the table (13 ms at a million runs); the star says "the start of
+  the key" and costs what the matches cost;
+* a term of one or two characters: business keys that start with it, ignoring case (the same
+  index). Such a term has no trigram to look up, and a substring search for it walks the whole
+  table when it is rare: 1.4 s for ``zq`` at a million runs.
 """
 
 from __future__ import annotations
@@ -28,6 +35,24 @@ from sagas.models import WorkflowRun
 
 _HEX_PREFIX = re.compile(r"^[0-9a-f]{1,32}$")
 MIN_SUBSTRING_CHARS = 3  # a trigram: shorter terms match the start of keys
+PREFIX_MARK = "*"  # a term ending in it matches the start of keys
+
+
+def prefix_term(term: str) -> str | None:
+    """What a term asks keys to start with (``KYC-0001*`` -> ``KYC-0001``), or None when it
+    does not end in ``PREFIX_MARK``. The form refuses a term that is only stars."""
+    if not term.endswith(PREFIX_MARK):
+        return None
+    return term.rstrip(PREFIX_MARK)
+
+
+def search_problem(term: str) -> str | None:
+    """Why ``term`` cannot be searched (the forms and the API say it), or None. Only stars asks
+    for keys that start with nothing: every run, which the list without a search already shows."""
+    if term and not term.rstrip(PREFIX_MARK):
+        return (f"Search: {PREFIX_MARK!r} asks for keys that start with what comes before it; "
+                f"type the start of a key before it (KYC-0001{PREFIX_MARK}).")
+    return None
 
 
 class _ILike(Lookup):
@@ -58,9 +83,14 @@ def run_id_range(prefix: str) -> tuple[uuid.UUID, uuid.UUID] | None:
 
 def key_contains(term: str, *, field: str = "business_key") -> Q:
     """A filter: ``field`` (a business key column or a path to one) contains ``term``, ignoring
-    case; for a term under ``MIN_SUBSTRING_CHARS``, starts with it."""
+    case; for a term ending in ``*`` or under ``MIN_SUBSTRING_CHARS``, starts with it. Django's
+    ``istartswith`` is ``UPPER(field::text) LIKE UPPER('term%')``, the expression the
+    ``run_business_key_upper_prefix`` index holds."""
+    start = prefix_term(term)
+    if start is not None:
+        return Q(**{f"{field}__istartswith": start})
     if len(term) < MIN_SUBSTRING_CHARS:
-        return Q(**{f"{field}__startswith": term})
+        return Q(**{f"{field}__istartswith": term})
     return Q(_ILike(F(field), Value(contains_pattern(term))))
 
 
@@ -70,7 +100,7 @@ def runs_matching(term: str) -> Q:
         whole = uuid.UUID(term)
     except ValueError:
         match = key_contains(term)
-        id_range = run_id_range(term)
+        id_range = run_id_range(prefix_term(term) or term)
         if id_range is not None:
             match |= Q(id__range=id_range)
         return match
@@ -87,7 +117,7 @@ def run_ids_matching(term: str, *, field: str = "run_id") -> Q:
     if whole is not None:
         return Q(**{field: whole}) | Q(Exists(WorkflowRun.objects.filter(id=OuterRef(field), business_key=term)))
     match = Q(Exists(WorkflowRun.objects.filter(key_contains(term), id=OuterRef(field))))
-    id_range = run_id_range(term)
+    id_range = run_id_range(prefix_term(term) or term)
     if id_range is not None:
         match |= Q(**{f"{field}__range": id_range})
     return match

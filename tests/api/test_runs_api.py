@@ -40,6 +40,8 @@ def test_it_lists_runs_with_the_consoles_filters_in_pages_without_duplicates(key
     waiting = walk("/runs?status=WAITING&limit=2", keys["viewer"])
     assert len(waiting) == 6 and {r["status"] for r in waiting} == {"WAITING"}
     assert [r["business_key"] for r in walk("/runs?search=ORDER-7", keys["viewer"])] == ["order-7"]
+    assert sorted(r["business_key"] for r in walk("/runs?search=ACME*", keys["viewer"])) == ["acme-1"]
+    assert walk("/runs?search=rder*", keys["viewer"]) == []  # inside "order-…", not at its start
     window = walk(f"/runs?created_to={(now - timedelta(minutes=30)).isoformat().replace('+', '%2B')}", keys["viewer"])
     assert len(window) == 5
     naive = (now - timedelta(minutes=30)).replace(tzinfo=None).isoformat()  # read as UTC
@@ -52,6 +54,7 @@ def test_it_lists_runs_with_the_consoles_filters_in_pages_without_duplicates(key
     assert problem(call("get", "/runs?cursor=not-a-cursor", keys["viewer"])) == "validation"
     assert problem(call("get", f"/runs?limit={10**30}", keys["viewer"])) == "validation"
     assert problem(call("get", "/runs?search=%00", keys["viewer"])) == "validation"
+    assert problem(call("get", "/runs?search=**", keys["viewer"])) == "validation"  # starts with nothing
 
 
 def test_it_pages_a_runs_history_newest_first_with_its_secrets_redacted(keys):

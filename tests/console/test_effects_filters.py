@@ -99,9 +99,43 @@ def test_it_finds_runs_by_a_business_key_substring_on_the_runs_list(people):
     assert runs(str(first.id)[:8]) == [str(first.id)]
     assert runs("x%") == []
     # One or two characters have no trigram: they match the start of keys (an index range), as
-    # a substring search for a rare one would read the whole table.
-    assert runs("OR") == [str(third.id), str(first.id)]
-    assert runs("RD") == []  # inside "ORD-…", not at its start
+    # a substring search for a rare one would read the whole table; ignoring case, like a substring.
+    assert runs("OR") == [str(third.id), str(second.id), str(first.id)]
+    assert runs("rd") == []  # inside "ORD-…", not at its start
+
+
+def test_a_term_ending_in_a_star_finds_the_keys_that_start_with_it(people):
+    kyc = start("bc_search", {"n": 1}, business_key="KYC-00010001")
+    lower = start("bc_search", {"n": 2}, business_key="kyc-0001-retry")
+    inside = start("bc_search", {"n": 3}, business_key="RE-KYC-00010002")
+    start("bc_search", {"n": 4}, business_key="KYC-00020001")
+    client = client_for(people["viewer"])
+
+    def runs(q: str) -> list[str]:
+        response = client.get(reverse("console:runs"), {"q": q})
+        assert response.status_code == 200, text(response)
+        return RUN_LINK.findall(text(response))
+
+    assert runs("KYC-0001*") == [str(lower.id), str(kyc.id)]  # the start of the key, any case
+    assert runs("kyc-0001**") == [str(lower.id), str(kyc.id)]
+    assert runs("KYC-0001") == [str(inside.id), str(lower.id), str(kyc.id)]  # without the star: anywhere
+    assert runs("KYC-00010001*") == [str(kyc.id)]
+    assert runs("%*") == [] and runs("KYC_*") == []  # LIKE wildcards stay literal
+    assert runs(str(kyc.id)[:6] + "*") == [str(kyc.id)]  # a run id's first digits, starred
+
+    response = client.get(reverse("console:runs"), {"q": "**"})
+    assert response.status_code == 400
+    assert "type the start of a key before it" in text(response) and RUN_LINK.findall(text(response)) == []
+
+
+def test_the_queue_s_search_takes_a_starred_key_start_too(people, queue):
+    client = client_for(people["viewer"])
+    effects = reverse("console:effects")
+    ids = {k: e.id for k, e in queue.items()}
+    assert listed(client.get(effects, {"q": "ord-000*"})) == [ids["ord"]]
+    assert listed(client.get(effects, {"q": "0012*"})) == []  # inside keys, not at their start
+    response = client.get(effects, {"q": "*"})
+    assert response.status_code == 400 and "type the start of a key before it" in text(response)
 
 
 def test_it_keeps_the_filters_on_every_page_of_the_queue(people):

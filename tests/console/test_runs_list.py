@@ -189,6 +189,7 @@ def test_it_pages_every_runs_filter_through_an_index(people):
     combinations = [
         F(), F(status="FAILED"), F(workflow="rp_plain"), F(workflow="rp_plain", version=1), F(tenant="acme"),
         F(created_from=now - timedelta(days=1), created_to=now), F(search=str(run.id)), F(search="order-"),
+        F(search="ORDER-*"), F(search="or"),
         F(search=run.id.hex[:8]), F(status="FAILED", workflow="rp_plain", tenant="acme"),
         F(status="WAITING", created_from=now - timedelta(days=1)), F(tenant="acme", workflow="rp_plain", version=1),
     ]
@@ -206,7 +207,21 @@ def test_it_pages_every_runs_filter_through_an_index(people):
         cur.execute("SELECT indexname FROM pg_indexes WHERE tablename = 'sagas_workflowrun'")
         indexes = {row[0] for row in cur.fetchall()}
     assert {"run_created_keyset", "run_status_created", "run_workflow_created", "run_workflow_version_created",
-            "run_tenant_created", "run_business_key_prefix"} <= indexes
+            "run_tenant_created", "run_business_key_prefix", "run_business_key_upper_prefix"} <= indexes
+
+
+def test_a_starred_search_reads_the_key_start_index(people):
+    """``KYC-0001*`` is one range of the ``upper(business_key)`` b-tree, not the trigram index
+    (whose posting lists for a key's common start grow with the table)."""
+    start("rp_plain", {}, business_key="order-1")
+    with connection.cursor() as cur:
+        cur.execute("SET LOCAL enable_seqscan = off")
+        for term in ("ORDER-*", "or"):
+            with CaptureQueriesContext(connection) as queries:
+                runs_page(RunFilters(search=term), user=people["viewer"])
+            cur.execute("EXPLAIN " + queries[-1]["sql"])
+            plan = "\n".join(row[0] for row in cur.fetchall())
+            assert "run_business_key_upper_prefix" in plan and "trgm" not in plan, (term, plan)
 
 
 def test_it_escapes_hostile_business_keys_in_the_list(people):
