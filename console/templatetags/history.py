@@ -11,10 +11,11 @@ from typing import Any
 
 from django import template
 from django.urls import get_script_prefix, reverse
-from django.utils import timezone
+from django.utils import dateformat, timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
 
+from console.templatetags.ages import iso_time
 from console.templatetags.payloads import cut_marker, payload_context
 from operators.selectors.runs import REPAIR_KINDS, repair_sentence
 
@@ -117,3 +118,58 @@ def entry_payload(entry: Any) -> SafeString:
     return format_html('<details class="entry-payload"><summary><span class="mono">{}</span></summary>'
                        '<div class="payload-block"><pre class="payload">{}{}</pre>\n{}</div></details>',
                        summary, block["preview"], " …" if block["cut"] else "", cut_marker(block))
+
+
+def _day_html(entry: Any) -> str:
+    if not entry.new_day:
+        return ""
+    local = timezone.localtime(entry.created_at)
+    return format_html('<li class="day"><time datetime="{}">{}</time></li>\n',
+                       dateformat.format(local, "Y-m-d"), dateformat.format(local, "l j F Y"))
+
+
+def _pair_html(entry: Any) -> str:
+    pair = entry.pair
+    if pair is None:
+        return ""
+    intent = pair.role == "intent"
+    link = ""
+    if pair.seq:
+        href = f"#seq-{pair.seq}" if pair.on_page else f"{history_url(entry.run_id)}?seq={pair.seq}"
+        link = format_html(' <a href="{}" title="{}">#{}</a>', href, "its outcome" if intent else "its intent",
+                           pair.seq)
+    waited = "no outcome yet" if intent else ""
+    after = waited if pair.elapsed is None else "after " + duration(pair.elapsed)
+    return format_html('{}{} <span class="badge {}">{}</span> <span class="muted">{}</span>',
+                       "→" if intent else "↳ of", link, pair.badge, pair.status, after)
+
+
+@register.simple_tag
+def history_entry(entry: Any) -> SafeString:
+    """One timeline row (``console.selectors.history.TimelineRow``) as a ``<li>``, with the day
+    heading before it when the day changes: built with ``format_html`` (every value escaped),
+    as the markup an included template wrote, one row of the 100 a page shows at a time."""
+    gap_title = format_html(' title="since entry #{}"', entry.seq - 1) if entry.gap is not None else ""
+    said = repair_said(entry)
+    return format_html(
+        '{}<li class="entry kind-{}" id="seq-{}"{}>\n'
+        '  <a class="seq mono" href="#seq-{}">#{}</a>\n'
+        '  <time datetime="{}" title="{}">{}</time>\n'
+        '  <span class="entry-gap"{}>{}</span>\n'
+        '  <span class="entry-kind">{}</span>\n'
+        '  <bdi class="entry-name">{}</bdi>\n'
+        '  <bdi class="entry-worker mono" title="{}">{}</bdi>\n'
+        '  <span class="entry-pair">{}</span>\n'
+        '  {}\n'
+        '  {}\n'
+        '</li>\n',
+        _day_html(entry), entry.kind, entry.seq,
+        format_html(' data-pair="{}"', entry.pair.role) if entry.pair is not None else "",
+        entry.seq, entry.seq,
+        iso_time(entry.created_at), full_time(entry.created_at), clock(entry.created_at),
+        gap_title, gap(entry.gap),
+        entry.kind, entry.name, entry.worker_id, entry.worker_id,
+        _pair_html(entry),
+        entry_payload(entry),
+        format_html('<bdi class="entry-said">{}</bdi>', said) if said else "",
+    )

@@ -1,7 +1,8 @@
 """The shortcuts the list pages render their rows with write exactly what Django's own tags and
 filters wrote before them: the moments (``|stamp``, ``|iso_time`` against ``|date``), the row
 forms' hidden inputs (``{% form_state %}`` against ``{% csrf_token %}`` and two inputs), and the
-previews (escaped: hostile text stays text)."""
+previews (escaped: hostile text stays text), and the history's rows (``{% history_entry %}``
+against the template that wrote them before, kept here as it was)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from django.middleware.csrf import get_token
 from django.template import Context, Template
 from django.test import RequestFactory
 
+from console.selectors.history import Pair, TimelineRow
 from console.templatetags.ages import iso_time, stamp
 from console.templatetags.payloads import PREVIEW_CHARS, long_text, payload
 
@@ -50,3 +52,35 @@ def test_previews_escape_what_they_show_and_say_how_much_is_cut():
     assert "<script>" not in cut and f"Showing the first {PREVIEW_CHARS} characters of" in cut
     assert 'hx-get="/p/2/"' in cut and "show all of it" in cut
     assert payload(None, "/p/3/") == "" == long_text(None, "/p/4/")
+
+
+# templates/console/run_history_entry.html as it was before the rows were built in Python.
+HISTORY_ENTRY_TEMPLATE = '{% load ages history %}{% if e.new_day %}<li class="day"><time datetime="{{ e.created_at|date:\'Y-m-d\' }}">{{ e.created_at|date:"l j F Y" }}</time></li>\n{% endif %}<li class="entry kind-{{ e.kind }}" id="seq-{{ e.seq }}"{% if e.pair %} data-pair="{{ e.pair.role }}"{% endif %}>\n  <a class="seq mono" href="#seq-{{ e.seq }}">#{{ e.seq }}</a>\n  <time datetime="{{ e.created_at|iso_time }}" title="{{ e.created_at|full_time }}">{{ e.created_at|clock }}</time>\n  <span class="entry-gap"{% if e.gap is not None %} title="since entry #{{ e.seq|add:\'-1\' }}"{% endif %}>{{ e.gap|gap }}</span>\n  <span class="entry-kind">{{ e.kind }}</span>\n  <bdi class="entry-name">{{ e.name }}</bdi>\n  <bdi class="entry-worker mono" title="{{ e.worker_id }}">{{ e.worker_id }}</bdi>\n  <span class="entry-pair">{% with pair=e.pair %}{% if pair %}{% if pair.role == "intent" %}→{% else %}↳ of{% endif %}{% if pair.seq %} <a href="{% if pair.on_page %}#seq-{{ pair.seq }}{% else %}{{ e.run_id|history_url }}?seq={{ pair.seq }}{% endif %}" title="{% if pair.role == \'intent\' %}its outcome{% else %}its intent{% endif %}">#{{ pair.seq }}</a>{% endif %} <span class="badge {{ pair.badge }}">{{ pair.status }}</span> <span class="muted">{% if pair.elapsed is not None %}after {{ pair.elapsed|duration }}{% elif pair.role == "intent" %}no outcome yet{% endif %}</span>{% endif %}{% endwith %}</span>\n  {% entry_payload e %}\n  {% with said=e|repair_said %}{% if said %}<bdi class="entry-said">{{ said }}</bdi>{% endif %}{% endwith %}\n</li>\n'
+
+
+def test_history_rows_are_what_the_entry_template_wrote():
+    run = "0b6f2a10-9c1e-4d38-8f27-4a5b6c7d8e9f"
+    at = datetime(2026, 12, 5, 23, 59, 58, 345678, tzinfo=UTC)
+    rows = []
+    for new_day in (True, False):
+        for gap in (None, timedelta(milliseconds=50), timedelta(milliseconds=-3), timedelta(minutes=3, seconds=4)):
+            rows.append(TimelineRow(run_id=run, seq=7, kind="step", name=HOSTILE, worker_id=HOSTILE, created_at=at,
+                                    payload={"note": HOSTILE, "n": 1}, gap=gap, new_day=new_day, pair=None))
+    pairs = [Pair("intent", None, "UNKNOWN", None), Pair("intent", 12, "SUCCEEDED", timedelta(seconds=1.25), True),
+             Pair("intent", 12, "FAILED_FINAL", timedelta(0), False), Pair("outcome", 3, "APPROVED", None, True),
+             Pair("outcome", None, "REJECTED by olga", timedelta(hours=2), False),
+             Pair("outcome", 0, HOSTILE, timedelta(days=3), False)]
+    rows += [TimelineRow(run_id=run, seq=9, kind="effect_intent", name="capture", worker_id="w-1", created_at=at,
+                         payload=None, gap=timedelta(seconds=2), new_day=False, pair=pair) for pair in pairs]
+    rows += [TimelineRow(run_id=run, seq=11, kind="moved", name="", worker_id="", created_at=at,
+                         payload={"from_version": 1, "to_version": 2, "by": HOSTILE, "reason": HOSTILE},
+                         gap=None, new_day=False, pair=None),
+             TimelineRow(run_id=run, seq=12, kind="step", name="x" * 300, worker_id="", created_at=at,
+                         payload={"text": HOSTILE * 100}, gap=None, new_day=False, pair=None)]
+    for row in rows:
+        theirs = Template(HISTORY_ENTRY_TEMPLATE).render(Context({"e": row}))
+        ours = Template("{% load history %}{% history_entry e %}").render(Context({"e": row}))
+        assert ours == theirs, row
+        assert "<script>" not in ours
+    said = Template("{% load history %}{% history_entry e %}").render(Context({"e": rows[-2]}))
+    assert 'class="entry-said"' in said  # the repair sentence is there, escaped
