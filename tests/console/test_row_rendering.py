@@ -1,20 +1,28 @@
 """The shortcuts the list pages render their rows with write exactly what Django's own tags and
 filters wrote before them: the moments (``|stamp``, ``|iso_time`` against ``|date``), the row
 forms' hidden inputs (``{% form_state %}`` against ``{% csrf_token %}`` and two inputs), and the
-previews (escaped: hostile text stays text), and the history's rows (``{% history_entry %}``
-against the template that wrote them before, kept here as it was)."""
+previews (escaped: hostile text stays text), and the rows built in Python (``{% history_entry %}``,
+``{% effect_row %}``) against the template text that wrote them before, kept here as it was."""
 
 from __future__ import annotations
 
+import itertools
 from datetime import UTC, datetime, timedelta, timezone
 
+import pytest
 from django.middleware.csrf import get_token
 from django.template import Context, Template
 from django.test import RequestFactory
+from django.urls import reverse
 
+from console.forms_queues import EffectFilterForm
 from console.selectors.history import Pair, TimelineRow
 from console.templatetags.ages import iso_time, stamp
 from console.templatetags.payloads import PREVIEW_CHARS, long_text, payload
+from console.views.queues import _effects_context
+from ledger.models import EffectStatus
+from operators import roles
+from tests.console.queue_data import make_effect, make_run
 
 HOSTILE = "<script>alert(1)</script>&\"'"
 
@@ -84,3 +92,36 @@ def test_history_rows_are_what_the_entry_template_wrote():
         assert "<script>" not in ours
     said = Template("{% load history %}{% history_entry e %}").render(Context({"e": rows[-2]}))
     assert 'class="entry-said"' in said  # the repair sentence is there, escaped
+
+
+# The loop body of templates/console/effects_live.html before the row was built in Python.
+EFFECT_ROW_TEMPLATE = '{% load ages console_tags payloads business %}{% with e=row.effect %}\n      <tr id="effect-{{ e.id }}" class="effect" data-action-row>\n        {% if can_resolve %}<td class="pick"><input type="checkbox" name="ids" value="{{ e.id }}" form="bulk-form" aria-label="{{ row.pick }}"></td>{% endif %}\n        <td>\n          <span class="badge {{ e.status }}">{{ e.status }}</span>{% if e.status == "IN_PROGRESS" %} <span class="badge stuck" title="no worker holds its run">stuck</span>{% endif %}\n          <br><a href="#effect-{{ e.id }}">#{{ e.id }}</a>{% if e.kind == "compensation" %} <span class="badge">compensation</span>{% endif %}\n          <br><span class="muted">intent {{ e.intent_at|stamp }} UTC</span>\n        </td>\n        <td class="business">\n          {% if row.run.business_key %}<bdi class="mono key">{{ row.run.business_key|show_controls }}</bdi><br>{% endif %}<span class="muted">tenant</span> <bdi class="tenant">{{ e.tenant }}</bdi>\n          {% if row.run %}<br>{% run_summary row.run %}{% endif %}\n        </td>\n        <td>\n          <a class="mono" href="{{ root }}runs/{{ e.run_id }}/" title="{{ e.run_id }}">{{ row.short }}…</a>\n          {% if row.run %}<span class="muted"><bdi>{{ row.run.workflow_name }}</bdi> v{{ row.run.version }}</span> <span class="badge {{ row.run.status }}">{{ row.run.status }}</span>{% else %}<span class="muted">run not found</span>{% endif %}\n          <br>step <strong><bdi>{{ e.step_name }}</bdi></strong>\n        </td>\n        <td><bdi>{{ e.connector }}</bdi><br><bdi class="mono key">{{ e.idempotency_key|show_controls }}</bdi>\n          <details class="payload"><summary>request<span class="visually-hidden"> of effect #{{ e.id }}</span></summary>{% payload e.request_payload row.request_url %}</details>\n        </td>\n        <td class="num">{{ e.attempts }}{% if e.checks %}<br><span class="muted">{{ e.checks }} lookup{{ e.checks|pluralize }}</span>{% endif %}</td>\n        <td class="error-cell">{% if e.error_class %}<strong><bdi>{{ e.error_class }}</bdi></strong>\n          {% long_text e.error_message row.error_url %}\n          {% else %}<span class="muted">none recorded</span>{% endif %}\n        </td>\n        <td><span title="since {{ row.unknown_since|stamp }} UTC">{{ row.unknown_for }}</span></td>\n        <td>{% if row.can_lookup %}<span class="yes">yes</span>{% elif row.connector_known %}<span class="muted">no lookup</span>{% else %}<span class="error">connector not registered here</span>{% endif %}</td>\n        <td class="actions">\n          {% if can_query and row.can_lookup %}\n          <form method="post" action="{{ row.query_url }}" hx-post="{{ row.query_url }}"\n                hx-target="#live-effects_queue" hx-swap="outerHTML" data-action-kind="query">{{ state }}\n            <button type="submit" data-row-action="query">Query provider{{ row.target }}</button>\n          </form>\n          {% endif %}\n          {% if can_resolve %}\n          <details class="resolve" id="resolve-{{ e.id }}" hx-preserve="true"><summary data-row-action="resolve">Resolve…{{ row.target }}</summary>\n            <form method="post" action="{{ row.resolve_url }}" hx-post="{{ row.resolve_url }}"\n                  hx-target="#live-effects_queue" hx-swap="outerHTML" class="stacked" data-action-kind="resolve">{{ state }}\n              <input type="hidden" name="expected" value="{{ e.status }}">\n              <label>What happened\n                <select name="outcome" required>\n                  <option value="">choose…</option>\n                  {{ outcome_options }}\n                </select></label>\n              <label>Downstream reference <span class="muted">(required for succeeded)</span>\n                <input name="downstream_ref" maxlength="300" autocomplete="off"></label>\n              <label>Evidence <span class="muted">(required: what you checked, where, ticket)</span>\n                <textarea name="note" rows="3" maxlength="4000" required></textarea></label>\n              <button type="submit" class="primary">Record resolution{{ row.target }}</button>\n            </form>\n          </details>\n          {% endif %}\n          {% if not can_query and not can_resolve %}<span class="muted">operators resolve these</span>{% endif %}\n        </td>\n      </tr>\n    {% endwith %}'
+
+
+@pytest.mark.django_db
+def test_effect_rows_are_what_the_queue_template_wrote(people):
+    hostile = HOSTILE + "\u202e"
+    run = make_run(name="qp_orders", business_key=hostile, summary={"order": hostile, "amount": "12.00 EUR"})
+    make_effect(run=run, connector="qp.lookup", step=hostile, error_class=hostile, error_message=hostile * 200,
+                request_payload={"card": "4111111111111111", "note": hostile})
+    make_effect(run=run, status=EffectStatus.IN_PROGRESS, kind="compensation", error_class="", error_message="",
+                checks=1, step="refund")
+    make_effect(run=make_run(business_key=""), connector="qp.blind", checks=3, step="email")
+    make_effect(run=run, connector="gone.away", step="ship", idempotency_key=hostile)
+    orphan = make_run()
+    make_effect(run=orphan, step="lost")
+    orphan.delete()  # the effect outlives its run: "run not found"
+    context = _effects_context(people["operator"], EffectFilterForm({}))
+    rows = context["page"].items
+    assert len(rows) == 5
+    root = reverse("console:overview")
+    for row, can_resolve, can_query in itertools.product(rows, (True, False), (True, False)):
+        values = {"row": row, "can_resolve": can_resolve, "can_query": can_query, "root": root,
+                  "state": "<input type=hidden name=after value=1_2>", "outcome_options": "<option>x</option>"}
+        values["state"] = Template("{{ s|safe }}").render(Context(values))
+        theirs = Template(EFFECT_ROW_TEMPLATE).render(Context(values))
+        ours = Template("{% load queue_rows %}{% effect_row row can_resolve=can_resolve can_query=can_query "
+                        "state=state options=outcome_options root=root %}").render(Context(values))
+        assert ours == theirs, (row.effect.step_name, can_resolve, can_query)
+        assert "<script>" not in ours
+    assert roles.can(people["operator"], "effect.resolve")
