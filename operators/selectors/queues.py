@@ -111,13 +111,31 @@ def effects_ambiguous_page(*, user: User, filters: EffectFilters = NO_FILTERS, c
     its run (business key, tenant, summary; not its input) and whether its connector can be
     asked."""
     qs = effects_ambiguous(user=user, filters=filters)
-    page = keyset_page(qs, field="intent_at", descending=False, cursor=cursor, size=size, total=qs.count())
+    if filters.workflow or filters.search:
+        page = _one_pass_page(qs, cursor=cursor, size=size)
+    else:
+        page = keyset_page(qs, field="intent_at", descending=False, cursor=cursor, size=size, total=qs.count())
     runs = WorkflowRun.objects.defer("input", "result", "error").in_bulk({e.run_id for e in page.items})
     rows = []
     for effect in page.items:
         can_lookup, known = _can_lookup(effect)
         rows.append(EffectRow(effect=effect, can_lookup=can_lookup, connector_known=known, run=runs.get(effect.run_id)))
     return Page(items=rows, next=page.next, total=page.total)
+
+
+def _one_pass_page(qs: QuerySet[EffectRecord], *, cursor: Cursor | None, size: int) -> Page[EffectRecord]:
+    """A page and the count of every match from one pass over the open effects, for filters
+    tested on each effect's run (workflow, search): counting and then paging tested every open
+    effect's run twice (2 x 10 ms for 2,000 open effects and a business-key search at 1M runs).
+    The pass reads only the position of each match, ``(intent_at, id)``; the page's rows are
+    then read by primary key."""
+    keys = list(qs.order_by("intent_at", "id").values_list("intent_at", "id"))
+    after = keys if cursor is None else [k for k in keys if k > (cursor.at, cursor.pk)]
+    shown = after[:size]
+    found = EffectRecord.objects.in_bulk([pk for _at, pk in shown])
+    items = [found[pk] for _at, pk in shown if pk in found]  # one settled meanwhile is left out
+    more = len(after) > size
+    return Page(items=items, next=Cursor(at=shown[-1][0], pk=shown[-1][1]) if more else None, total=len(keys))
 
 
 def effect_get(effect_id: int) -> EffectRecord | None:
