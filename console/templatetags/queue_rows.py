@@ -1,7 +1,7 @@
-"""The ambiguous-effects queue's row, built in Python with ``format_html`` (every value escaped;
-the markup an included loop body wrote, byte for byte: ``tests/console/test_row_rendering.py``
-renders both). A queue page shows 50 of these and each had about 60 template nodes: a third of
-the page's time at a million runs."""
+"""The rows of the ambiguous-effects queue and the approvals inbox, built in Python with
+``format_html`` (every value escaped; the markup the loop bodies they replace wrote, byte for
+byte: ``tests/console/test_row_rendering.py`` renders both). A queue page shows 50 of these and
+each had about 60 template nodes: a third of the page's time at a million runs."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from django import template
 from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
 
-from console.templatetags.ages import stamp
+from console.templatetags.ages import iso_time, stamp
 from console.templatetags.business import run_summary
 from console.templatetags.payloads import long_text, payload, show_controls
 
@@ -122,4 +122,97 @@ def effect_row(row: Any, *, can_resolve: bool, can_query: bool, state: str, opti
         idem=show_controls(e.idempotency_key), request=payload(e.request_payload, row.request_url),
         attempts=e.attempts, checks=checks, error=error, since=stamp(row.unknown_since), unknown_for=row.unknown_for,
         lookup=mark_safe(lookup), query=query, resolve=resolve, nobody=nobody,
+    )
+
+
+_APPROVE = (
+    '\n          <form method="post" action="{url}" hx-post="{url}"\n'
+    '                hx-target="#live-approvals_inbox" hx-swap="outerHTML" class="stacked decide" id="decide-{id}" '
+    'data-action-kind="approve" hx-preserve="true">{state}\n'
+    '            <input type="hidden" name="expected" value="{expected}">\n'
+    '            <label>Comment <span class="muted">(optional)</span> '
+    '<textarea name="comment" rows="2" maxlength="4000"></textarea></label>\n'
+    '            <span class="buttons"><button type="submit" name="decision" value="approve" class="primary" '
+    'data-row-action="approve">Approve{target}</button></span>\n'
+    '          </form>\n          '
+)
+_REJECT = (
+    '\n          <details class="reject" id="reject-{id}" hx-preserve="true">\n'
+    '            <summary data-row-action="reject">Reject…{target}</summary>\n'
+    '            <form method="post" action="{url}" hx-post="{url}"\n'
+    '                  hx-target="#live-approvals_inbox" hx-swap="outerHTML" class="stacked reject-form" '
+    'data-action-kind="reject">{state}\n'
+    '              <input type="hidden" name="expected" value="{expected}">\n'
+    '              <p class="warning" role="note">Rejecting stops this run and <strong>compensates</strong> it:\n'
+    '                {undo}.</p>\n'
+    '              <label>Reason <span class="muted">(required)</span> '
+    '<textarea name="comment" rows="2" maxlength="4000" required></textarea></label>\n'
+    '              <label class="confirm"><input type="checkbox" name="confirm" value="compensate" required> '
+    'I understand the run will be compensated</label>\n'
+    '              <span class="buttons"><button type="submit" name="decision" value="reject" class="danger">'
+    'Reject and compensate{target}</button></span>\n'
+    '            </form>\n'
+    '          </details>\n          '
+)
+_NOT_APPROVER = '\n            <span class="muted">approvers decide these</span>\n          '
+_FOUR_EYES = ('\n            <p class="muted four-eyes">You started this run and cannot approve its steps '
+              '(four-eyes).</p>\n          ')
+
+
+def _decision_cell(row: dict[str, Any], *, can_approve: bool, can_reject: bool, state: str) -> str:
+    a = row["a"]
+    if not can_approve and not can_reject:
+        return mark_safe(_NOT_APPROVER)
+    if row["own_run"]:
+        return mark_safe(_FOUR_EYES)
+    fields = dict(url=row["decide_url"], id=a.id, state=state, expected=a.state, target=row["target"])
+    approve = format_html(_APPROVE, **fields) if can_approve else ""
+    reject = format_html(_REJECT, undo=row["undo_said"], **fields) if can_reject else ""
+    return format_html("\n          \n          {}\n          {}\n          \n          ", approve, reject)
+
+
+@register.simple_tag
+def approval_row(row: dict[str, Any], *, can_approve: bool, can_reject: bool, state: str, root: str) -> SafeString:
+    """One ``<tr>`` of the approvals inbox (``console/views/queues.py`` builds ``row``: the
+    approval, its URLs and labels)."""
+    a = row["a"]
+    run = a.run
+    css = " escalated" if row["escalated"] else (" overdue" if row["overdue"] else "")
+    pick = format_html('<td class="pick"><input type="checkbox" name="ids" value="{}" form="bulk-form" '
+                       'aria-label="{}"></td>', a.id, row["pick"]) if can_approve or can_reject else ""
+    key = format_html('<br><span class="muted">key</span> <bdi class="mono key">{}</bdi>',
+                      show_controls(run.business_key)) if run.business_key else ""
+    started_by = run.started_by.get_username() if run.started_by else run.started_via
+    return format_html(
+        '\n      <tr id="approval-{id}" data-action-row class="approval{css}">\n'
+        '        {pick}\n'
+        '        <td class="deadline">\n'
+        '          {escalated}\n'
+        '          <time class="countdown{overdue}" datetime="{deadline}" data-deadline="{deadline}">'
+        '{remaining}</time>\n'
+        '          <br><span class="muted">{deadline_stamp} UTC</span>\n'
+        '        </td>\n'
+        '        <td><strong><bdi>{step}</bdi></strong><p class="reason">{reason}</p></td>\n'
+        '        <td>\n'
+        '          <a class="mono" href="{root}runs/{run_id}/" title="{run_id}">{short}…</a>\n'
+        '          <span class="muted"><bdi>{workflow}</bdi> v{version}</span> '
+        '<span class="badge {status}">{status}</span>\n'
+        '          {key}\n'
+        '          <br><span class="muted">tenant</span> <bdi class="tenant">{tenant}</bdi>\n'
+        '          <br>{summary}\n'
+        '          <br><span class="muted">started by</span> <bdi>{started_by}</bdi>\n'
+        '        </td>\n'
+        '        <td>{requested} UTC<br><span class="muted">{requested_ago} ago</span></td>\n'
+        '        <td class="actions">\n'
+        '          {decision}\n'
+        '        </td>\n'
+        '      </tr>\n    ',
+        id=a.id, css=css, pick=pick,
+        escalated=mark_safe('<span class="badge ESCALATED">ESCALATED</span><br>') if row["escalated"] else "",
+        overdue=" overdue" if row["overdue"] else "", deadline=iso_time(a.deadline), remaining=row["remaining"],
+        deadline_stamp=stamp(a.deadline), step=a.step, reason=long_text(a.reason, row["reason_url"]), root=root,
+        run_id=a.run_id, short=row["short"], workflow=run.workflow_name, version=run.version, status=run.status,
+        key=key, tenant=run.tenant, summary=run_summary(run), started_by=started_by,
+        requested=stamp(a.requested_at), requested_ago=row["requested_ago"],
+        decision=_decision_cell(row, can_approve=can_approve, can_reject=can_reject, state=state),
     )

@@ -2,7 +2,8 @@
 filters wrote before them: the moments (``|stamp``, ``|iso_time`` against ``|date``), the row
 forms' hidden inputs (``{% form_state %}`` against ``{% csrf_token %}`` and two inputs), and the
 previews (escaped: hostile text stays text), and the rows built in Python (``{% history_entry %}``,
-``{% effect_row %}``) against the template text that wrote them before, kept here as it was."""
+``{% effect_row %}``, ``{% approval_row %}``) against the template text that wrote them before,
+kept here as it was."""
 
 from __future__ import annotations
 
@@ -19,10 +20,11 @@ from console.forms_queues import EffectFilterForm
 from console.selectors.history import Pair, TimelineRow
 from console.templatetags.ages import iso_time, stamp
 from console.templatetags.payloads import PREVIEW_CHARS, long_text, payload
-from console.views.queues import _effects_context
+from console.views.queues import _approvals_context, _effects_context
 from ledger.models import EffectStatus
 from operators import roles
-from tests.console.queue_data import make_effect, make_run
+from sagas.models import ApprovalState, RunStatus
+from tests.console.queue_data import make_approval, make_effect, make_run
 
 HOSTILE = "<script>alert(1)</script>&\"'"
 
@@ -125,3 +127,31 @@ def test_effect_rows_are_what_the_queue_template_wrote(people):
         assert ours == theirs, (row.effect.step_name, can_resolve, can_query)
         assert "<script>" not in ours
     assert roles.can(people["operator"], "effect.resolve")
+
+
+APPROVAL_ROW_TEMPLATE = '{% load ages console_tags payloads business %}{% with a=row.a %}\n      <tr id="approval-{{ a.id }}" data-action-row class="approval{% if row.escalated %} escalated{% elif row.overdue %} overdue{% endif %}">\n        {% if can_approve or can_reject %}<td class="pick"><input type="checkbox" name="ids" value="{{ a.id }}" form="bulk-form" aria-label="{{ row.pick }}"></td>{% endif %}\n        <td class="deadline">\n          {% if row.escalated %}<span class="badge ESCALATED">ESCALATED</span><br>{% endif %}\n          <time class="countdown{% if row.overdue %} overdue{% endif %}" datetime="{{ a.deadline|iso_time }}" data-deadline="{{ a.deadline|iso_time }}">{{ row.remaining }}</time>\n          <br><span class="muted">{{ a.deadline|stamp }} UTC</span>\n        </td>\n        <td><strong><bdi>{{ a.step }}</bdi></strong><p class="reason">{% long_text a.reason row.reason_url %}</p></td>\n        <td>\n          <a class="mono" href="{{ root }}runs/{{ a.run_id }}/" title="{{ a.run_id }}">{{ row.short }}…</a>\n          <span class="muted"><bdi>{{ a.run.workflow_name }}</bdi> v{{ a.run.version }}</span> <span class="badge {{ a.run.status }}">{{ a.run.status }}</span>\n          {% if a.run.business_key %}<br><span class="muted">key</span> <bdi class="mono key">{{ a.run.business_key|show_controls }}</bdi>{% endif %}\n          <br><span class="muted">tenant</span> <bdi class="tenant">{{ a.run.tenant }}</bdi>\n          <br>{% run_summary a.run %}\n          <br><span class="muted">started by</span> <bdi>{% if a.run.started_by %}{{ a.run.started_by.get_username }}{% else %}{{ a.run.started_via }}{% endif %}</bdi>\n        </td>\n        <td>{{ a.requested_at|stamp }} UTC<br><span class="muted">{{ row.requested_ago }} ago</span></td>\n        <td class="actions">\n          {% if not can_approve and not can_reject %}\n            <span class="muted">approvers decide these</span>\n          {% elif row.own_run %}\n            <p class="muted four-eyes">You started this run and cannot approve its steps (four-eyes).</p>\n          {% else %}\n          {% with decide_url=row.decide_url %}\n          {% if can_approve %}\n          <form method="post" action="{{ decide_url }}" hx-post="{{ decide_url }}"\n                hx-target="#live-approvals_inbox" hx-swap="outerHTML" class="stacked decide" id="decide-{{ a.id }}" data-action-kind="approve" hx-preserve="true">{{ state }}\n            <input type="hidden" name="expected" value="{{ a.state }}">\n            <label>Comment <span class="muted">(optional)</span> <textarea name="comment" rows="2" maxlength="4000"></textarea></label>\n            <span class="buttons"><button type="submit" name="decision" value="approve" class="primary" data-row-action="approve">Approve{{ row.target }}</button></span>\n          </form>\n          {% endif %}\n          {% if can_reject %}\n          <details class="reject" id="reject-{{ a.id }}" hx-preserve="true">\n            <summary data-row-action="reject">Reject…{{ row.target }}</summary>\n            <form method="post" action="{{ decide_url }}" hx-post="{{ decide_url }}"\n                  hx-target="#live-approvals_inbox" hx-swap="outerHTML" class="stacked reject-form" data-action-kind="reject">{{ state }}\n              <input type="hidden" name="expected" value="{{ a.state }}">\n              <p class="warning" role="note">Rejecting stops this run and <strong>compensates</strong> it:\n                {{ row.undo_said }}.</p>\n              <label>Reason <span class="muted">(required)</span> <textarea name="comment" rows="2" maxlength="4000" required></textarea></label>\n              <label class="confirm"><input type="checkbox" name="confirm" value="compensate" required> I understand the run will be compensated</label>\n              <span class="buttons"><button type="submit" name="decision" value="reject" class="danger">Reject and compensate{{ row.target }}</button></span>\n            </form>\n          </details>\n          {% endif %}\n          {% endwith %}\n          {% endif %}\n        </td>\n      </tr>\n    {% endwith %}'
+
+
+@pytest.mark.django_db
+def test_approval_rows_are_what_the_inbox_template_wrote(people):
+    hostile = HOSTILE + "\u202e"
+    waiting = dict(status=RunStatus.WAITING, reason="")
+    make_approval(run=make_run(business_key=hostile, summary={"order": hostile, "amount": "12.00 EUR"}, **waiting),
+                  step=hostile, reason=hostile * 300)
+    make_approval(run=make_run(business_key="", started_via="api", **waiting), deadline_in=timedelta(minutes=-5))
+    make_approval(run=make_run(started_by=people["approver"], business_key="ORD-1", **waiting),
+                  deadline_in=timedelta(hours=-1), state=ApprovalState.ESCALATED)
+    make_approval(run=make_run(started_by=people["operator"], **waiting), reason="")
+    root = reverse("console:overview")
+    for user in (people["approver"], people["operator"]):  # a rejection's undo text, four-eyes or not
+        rows = _approvals_context(user)["rows"]
+        assert len(rows) == 4
+        for row, can_approve, can_reject in itertools.product(rows, (True, False), (True, False)):
+            values = {"row": row, "can_approve": can_approve, "can_reject": can_reject, "root": root}
+            values["state"] = Template("{{ s|safe }}").render(Context({"s": "<input type=hidden name=after value=1_2>"}))
+            theirs = Template(APPROVAL_ROW_TEMPLATE).render(Context(values))
+            ours = Template("{% load queue_rows %}{% approval_row row can_approve=can_approve "
+                            "can_reject=can_reject state=state root=root %}").render(Context(values))
+            assert ours == theirs, (row["a"].step, can_approve, can_reject)
+            assert "<script>" not in ours
+    assert any(row["own_run"] for row in _approvals_context(people["approver"])["rows"])
