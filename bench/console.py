@@ -228,12 +228,13 @@ def generate(size: dict) -> dict[str, float]:
     # Approvals: open ones on some waiting runs, decided ones on completed runs.
     phase("approvals", """
         INSERT INTO sagas_approvalrequest (run_id, step, reason, on_timeout, requested_at, deadline, state,
-                                           decided_by_label, decided_at, comment)
+                                           decided_by_label, decided_at, comment, run_waits)
         SELECT r.id, 'approve_refund', 'amount over the limit', 'escalate', r.created_at,
                r.created_at + interval '3 days',
                CASE WHEN r.status = 'WAITING' THEN 'PENDING' ELSE 'APPROVED' END,
                CASE WHEN r.status = 'WAITING' THEN '' ELSE 'ann' END,
-               CASE WHEN r.status = 'WAITING' THEN NULL ELSE r.created_at + interval '1 hour' END, ''
+               CASE WHEN r.status = 'WAITING' THEN NULL ELSE r.created_at + interval '1 hour' END, '',
+               r.status = 'WAITING' -- what the triggers would keep (sagas.store.approval_waits)
           FROM sagas_workflowrun r
          WHERE r.workflow_name = 'payment_refund' AND r.id <> md5('run1')::uuid
            AND (r.status = 'WAITING' OR (r.status = 'COMPLETED' AND hashtext(r.id::text) % 4 = 0))""")

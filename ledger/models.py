@@ -87,7 +87,12 @@ class EffectRecord(models.Model):
         ]
         indexes = [
             models.Index(fields=["run_id"], name="effect_run"),
-            models.Index(fields=["intent_at"], condition=Q(status__in=["UNKNOWN", "IN_PROGRESS"]), name="effect_open"),
+            # The open effects in intent order, carrying what the ambiguous-effects queue and the
+            # overview count and filter on: their count and oldest are read from the index alone
+            # (20,000 open effects at 10M runs: 25 ms reading the rows, a few ms without; 0003).
+            models.Index(fields=["intent_at", "id"],
+                         include=["status", "dispatched_at", "run_id", "tenant", "connector"],
+                         condition=Q(status__in=["UNKNOWN", "IN_PROGRESS"]), name="effect_open_covering"),
             models.Index(fields=["next_check_at"], condition=Q(status="UNKNOWN"), name="effect_check_due"),
         ]
 

@@ -390,6 +390,9 @@ class ApprovalRequest(models.Model):
     decided_by_label = models.CharField(max_length=200, blank=True, default="")
     decided_at = models.DateTimeField(null=True, blank=True)
     comment = models.TextField(blank=True, default="")
+    # Whether the run is WAITING or NEEDS_ATTENTION, i.e. asks someone to decide: kept by
+    # triggers from the run's status whatever is written here (sagas.store.approval_waits).
+    run_waits = models.BooleanField(default=False, editable=False)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["run", "step"], name="approval_unique_run_step")]
@@ -399,6 +402,11 @@ class ApprovalRequest(models.Model):
             # The inbox, soonest deadline first, read in order and stopped at its limit (migration 0023).
             models.Index(fields=["deadline", "id"], condition=Q(state__in=["PENDING", "ESCALATED"]),
                          name="approval_open_deadline"),
+            # The open approvals whose run waits for a decision: the inbox's pages and count, the
+            # overview's count and oldest, all from this index alone (migration 0025).
+            models.Index(fields=["deadline", "id"], include=["requested_at"],
+                         condition=Q(state__in=["PENDING", "ESCALATED"], run_waits=True),
+                         name="approval_waiting_deadline"),
             models.Index(fields=["-decided_at", "-id"], condition=Q(decided_at__isnull=False),
                          name="approval_recently_decided"),
         ]

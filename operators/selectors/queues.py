@@ -21,7 +21,6 @@ from sagas.models import (
     OPEN_APPROVAL_STATES,
     ApprovalRequest,
     ApprovalState,
-    RunStatus,
     WorkflowRun,
 )
 
@@ -158,9 +157,6 @@ def effect_current_outcome(effect_id: int) -> str:
 # --- approvals -----------------------------------------------------------------------------
 
 
-WAITS_FOR_APPROVAL = (RunStatus.WAITING, RunStatus.NEEDS_ATTENTION)
-
-
 def _undecided(user: User) -> QuerySet[ApprovalRequest]:
     return (
         scope(ApprovalRequest.objects.filter(state__in=OPEN_APPROVAL_STATES), user, field="run__tenant")
@@ -172,38 +168,20 @@ def _undecided(user: User) -> QuerySet[ApprovalRequest]:
 
 def approvals_open(*, user: User) -> QuerySet[ApprovalRequest]:
     """Undecided approvals (PENDING, or ESCALATED past their deadline) of runs of ``user``'s
-    tenants that still wait for them, soonest deadline first."""
-    return _undecided(user).filter(run__status__in=WAITS_FOR_APPROVAL)
+    tenants that wait for them (WAITING or NEEDS_ATTENTION, ``run_waits``: kept on the approval
+    by triggers, ``sagas.store.approval_waits``), soonest deadline first. Read from the partial
+    index ``approval_waiting_deadline``: no open approval is joined to its run to be counted."""
+    return _undecided(user).filter(run_waits=True)
 
 
 def approvals_inbox(*, user: User, limit: int = INBOX_LIMIT, cursor: Cursor | None = None) -> Page[ApprovalRequest]:
     """A page of ``approvals_open``: the first ``limit`` after ``cursor`` (a ``(deadline, id)``
     position; None: the soonest deadlines), the next page's position, and how many are open in
-    all (counted only when there is more than one page).
-
-    Read in deadline order from the open approvals' index (``approval_open_deadline``) and
-    stopped at the limit, the run's status checked on the rows read: with that check in the
-    query, PostgreSQL guessed few rows would pass it and joined and sorted every open approval
-    (15 ms at 3,000), where nearly every open approval's run does wait for it."""
-    items: list[ApprovalRequest] = []
-    after, more = cursor, False
-    while not more:
-        batch = _undecided(user)
-        if after is not None:
-            batch = batch.filter(Q(deadline__gt=after.at) | Q(deadline=after.at, id__gt=after.pk))
-        rows = list(batch[:limit + 1])  # one past the page: is there a next page?
-        for a in rows:
-            if a.run.status in WAITS_FOR_APPROVAL:
-                if len(items) == limit:
-                    more = True
-                    break
-                items.append(a)
-        if len(rows) <= limit:
-            break  # the last open approval was read
-        after = Cursor(at=rows[-1].deadline, pk=rows[-1].id)
-    next_at = Cursor(at=items[-1].deadline, pk=items[-1].id) if more else None
-    total = len(items) if cursor is None and not more else approvals_open(user=user).count()
-    return Page(items=items, next=next_at, total=total)
+    all (counted only when there is more than one page)."""
+    qs = approvals_open(user=user)
+    page = keyset_page(qs, field="deadline", descending=False, cursor=cursor, size=limit)
+    total = len(page.items) if cursor is None and page.next is None else qs.count()
+    return Page(items=page.items, next=page.next, total=total)
 
 
 def approvals_recently_decided(*, user: User, limit: int = 20) -> list[ApprovalRequest]:
