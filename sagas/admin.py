@@ -25,6 +25,8 @@ from sagas.models import (
     ArchivedRun,
     CompensationItem,
     CompensationPlan,
+    InFlightCount,
+    InFlightCountDelta,
     JournalEntry,
     RunCount,
     RunCountDelta,
@@ -109,6 +111,19 @@ class RunCountAdmin(ReadOnlyAdmin):
 @admin.register(RunCountDelta)
 class RunCountDeltaAdmin(ReadOnlyAdmin):
     list_display = ("tenant", "status", "status_reason", "n")
+
+
+@admin.register(InFlightCount)
+class InFlightCountAdmin(ReadOnlyAdmin):
+    """Runs in flight per tenant, version and status (``sagas.store.counts``; ``manage.py sagas_recount``)."""
+
+    list_display = ("tenant", "workflow_name", "version", "definition_hash", "status", "n")
+    list_filter = ("status",)
+
+
+@admin.register(InFlightCountDelta)
+class InFlightCountDeltaAdmin(ReadOnlyAdmin):
+    list_display = ("tenant", "workflow_name", "version", "definition_hash", "status", "n")
 
 
 @admin.register(ApprovalRequest)

@@ -21,7 +21,8 @@ move. The other extension modules are ``sagas.models`` (the tables, to read), ``
   summary that could not be computed), the archive (``store_for_location``, ``run_lines``,
   ``ArchivedBatch``, ``runs_archived``), ``shutdown_requested`` (a worker is stopping),
   ``run_is_paused``, ``run_pause_info`` and ``workflow_pause_of`` (what holds a run), and
-  ``run_counts`` (runs per status and reason, kept as runs change: nothing is counted).
+  ``run_counts`` (runs per status and reason, kept as runs change: nothing is counted) and
+  ``in_flight_counts`` (runs in flight per version and status, kept the same way).
 * Checks of what callers pass: ``checked_text``, ``SIGNAL_NAME_CHARS``.
 """
 
@@ -45,7 +46,7 @@ from sagas.retention.archiving import ArchivedBatch, runs_archived
 from sagas.retention.store import run_lines, store_for_location
 from sagas.runtime.queue import compensation_queue_name, get_queue, redis_connection
 from sagas.services import run_cancel, run_retry
-from sagas.store.counts import run_counts
+from sagas.store.counts import in_flight_counts, run_counts
 from sagas.store.locks import approval_lock, effect_lock, run_lock
 from sagas.summaries import ERROR_KEY
 from sagas.validation import SIGNAL_NAME_CHARS, checked_text
@@ -69,6 +70,7 @@ __all__ = [
     "effect_lock",
     "fork_plan",
     "get_queue",
+    "in_flight_counts",
     "movable_versions",
     "redis_connection",
     "replay_check",

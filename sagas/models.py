@@ -146,6 +146,10 @@ class WorkflowRun(models.Model):
             # The few paused runs, for the overview and the runs list's filter (migration 0017).
             models.Index(fields=["-paused_at"], condition=Q(paused_at__isnull=False), name="run_paused"),
             models.Index(fields=["finished_at"], condition=Q(finished_at__isnull=False), name="run_finished"),
+            # The oldest run in flight of a version, for the workers page's stranded versions (0026).
+            models.Index(fields=["definition_hash", "created_at"],
+                         condition=Q(status__in=["PENDING", "RUNNING", "WAITING", "NEEDS_ATTENTION"]),
+                         name="run_in_flight_hash"),
             # The oldest run needing a person or failed, per reason, for the overview (migration 0022).
             models.Index(fields=["status", "status_reason", "updated_at"],
                          condition=Q(status__in=["NEEDS_ATTENTION", "FAILED"]), name="run_attention"),
@@ -327,6 +331,34 @@ class RunCountDelta(models.Model):
     tenant = models.CharField(max_length=100)
     status = models.CharField(max_length=20)
     status_reason = models.CharField(max_length=50, blank=True, default="")
+    n = models.IntegerField()
+
+
+class InFlightCount(models.Model):
+    """How many runs in flight (PENDING, RUNNING, WAITING, NEEDS_ATTENTION) there are per
+    (tenant, workflow, version, definition hash, status), kept like ``RunCount``
+    (``sagas.store.counts``): the workers page's stranded versions read these."""
+
+    tenant = models.CharField(max_length=100)
+    workflow_name = models.CharField(max_length=200)
+    version = models.PositiveIntegerField()
+    definition_hash = models.CharField(max_length=64)
+    status = models.CharField(max_length=20)
+    n = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["tenant", "workflow_name", "version", "definition_hash",
+                                                       "status"], name="in_flight_count_key")]
+
+
+class InFlightCountDelta(models.Model):
+    """A change to ``InFlightCount`` not folded in yet, written by the runs table's triggers."""
+
+    tenant = models.CharField(max_length=100)
+    workflow_name = models.CharField(max_length=200)
+    version = models.PositiveIntegerField()
+    definition_hash = models.CharField(max_length=64)
+    status = models.CharField(max_length=20)
     n = models.IntegerField()
 
 

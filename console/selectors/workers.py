@@ -19,12 +19,13 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import Count, Min, Q
+from django.db import connection
+from django.db.models import Q
 from django.utils import timezone
 
 from core.storage import is_redis_error
-from operators.selectors.tenancy import User, scope_runs
-from sagas.integration import redis_connection
+from operators.selectors.tenancy import User, scope_runs, tenants_of
+from sagas.integration import in_flight_counts, redis_connection
 from sagas.models import LEASED_STATUSES, RunStatus, WorkerProcess, WorkflowRun, WorkflowVersion
 from sagas.selectors import worker_liveness
 
@@ -178,20 +179,33 @@ def _row(process: WorkerProcess, state: str, threads: dict[str, int] | None) -> 
 def versions_stranded(*, user: User, live_hashes: set[str]) -> list[StrandedVersion]:
     """Every (workflow, version, hash) with runs of ``user``'s tenants that need its code
     (PENDING, RUNNING, WAITING, NEEDS_ATTENTION) while no live worker carries that hash, most
-    runs first. One grouped read over the runs in flight (the status index)."""
+    runs first. The numbers come from the counts kept as runs change (``in_flight_counts``:
+    nothing is grouped here), the oldest run of each from one probe of the ``run_in_flight_hash``
+    index per stranded version."""
+    tenants = tenants_of(user)
     groups: dict[tuple[str, int, str], StrandedVersion] = {}
-    rows = (
-        scope_runs(WorkflowRun.objects.filter(status__in=NEEDS_CODE), user)
-        .exclude(definition_hash__in=live_hashes)
-        .values_list("workflow_name", "version", "definition_hash", "status")
-        .annotate(n=Count("id"), oldest=Min("created_at"))
-        .order_by()
-    )
-    for name, version, h, status, n, oldest in rows:
+    for (name, version, h, status), n in in_flight_counts(tenants=tenants).items():
+        if h in live_hashes:
+            continue
         group = groups.setdefault((name, version, h), StrandedVersion(name=name, version=version, definition_hash=h))
         group.runs += n
-        group.by_status[status] = n
-        group.oldest = oldest if group.oldest is None else min(group.oldest, oldest)
+        group.by_status[status] = group.by_status.get(status, 0) + n
+    if groups:
+        keys = list(groups)
+        table = connection.ops.quote_name(WorkflowRun._meta.db_table)
+        in_tenants = "" if tenants is None else "AND r.tenant = ANY(%s::varchar[])"
+        with connection.cursor() as cur:
+            cur.execute(
+                f"""SELECT k.name, k.version, k.hash,
+                           (SELECT min(r.created_at) FROM {table} r
+                             WHERE r.definition_hash = k.hash AND r.status = ANY(%s::varchar[])
+                               AND r.workflow_name = k.name AND r.version = k.version {in_tenants})
+                      FROM unnest(%s::varchar[], %s::int[], %s::varchar[]) AS k(name, version, hash)""",
+                [list(NEEDS_CODE), *([] if tenants is None else [tenants]),
+                 [k[0] for k in keys], [k[1] for k in keys], [k[2] for k in keys]],
+            )
+            for name, version, h, oldest in cur.fetchall():
+                groups[(name, version, h)].oldest = oldest
     return sorted(groups.values(), key=lambda g: (-g.runs, g.name, -g.version))
 
 
