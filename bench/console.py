@@ -586,7 +586,7 @@ def main() -> None:
     parser.add_argument("--no-live", action="store_true", help="skip the browser measurement")
     parser.add_argument("--size", choices=("1m", "10m"), default="1m",
                         help="1m: 1,000,000 runs (the default); 10m: 10,000,000 runs and 100,000,000 journal "
-                             "entries in saga_bench_console_10m (about 30 GB, generated once, about 40 minutes)")
+                             "entries in saga_bench_console_10m (28 GB, generated once, about 17 minutes)")
     args = parser.parse_args()
     size = SIZES["smoke" if args.smoke else ("full" if args.size == "1m" else "10m")]
     extra = django_env(size["db"])
