@@ -16,8 +16,7 @@ hundreds of jobs a second or die. This module is the one place that knows:
 * how to report an outage: ``OUTAGES.down(...)`` logs ONE line when a resource
   becomes unreachable, ``OUTAGES.up(...)`` ONE line when it answers again, with
   how long it was gone. Per process, thread-safe; the many threads of one worker
-  share the line. A failure within a few seconds of a recovery (a request begun
-  before the restart) is the same outage ending, not a new one.
+  share the line.
 
 What is guaranteed: the helpers here never raise a storage error themselves
 except where they say so. What is not: that the server comes back; callers bound
@@ -108,68 +107,34 @@ class Backoff:
         return True
 
 
-# A failure this soon after a store came back ends the same outage: a request that began
-# before the restart (a pooled connection to the old server, a read already waiting) can
-# fail just after it. Only if the store stays away this long is it a new outage.
-FLAP_SECONDS = 5.0
-
-
 class Outages:
-    """One log line when a resource goes away and one when it is back, per process.
+    """One log line when a resource goes away and one when it is back, per process."""
 
-    A failure within ``FLAP_SECONDS`` of a recovery is not logged at once: if the store
-    answers again within that grace, the return was just noisy and nothing more is said;
-    if it is still away past the grace, the next report logs the second outage then.
-    """
-
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
-        self._clock = clock
+    def __init__(self) -> None:
         self._lock = threading.Lock()
         self._since: dict[str, float] = {}
-        self._back_at: dict[str, float] = {}  # when each resource last answered again
-        self._quiet: dict[str, float] = {}  # down again within the grace: since when, unlogged
         self.count: dict[str, int] = {}
 
     def down(self, resource: str, exc: BaseException | str, *, doing: str = "") -> None:
-        now = self._clock()
         with self._lock:
             if resource in self._since:
-                quiet_since = self._quiet.get(resource)
-                if quiet_since is None or now - quiet_since < FLAP_SECONDS:
-                    return
-                del self._quiet[resource]  # away past the grace: a second outage after all
-                again = f" again since {quiet_since - self._back_at[resource]:.1f} s after it came back"
-            elif now - self._back_at.get(resource, float("-inf")) < FLAP_SECONDS:
-                self._since[resource] = self._quiet[resource] = now
-                log.debug("%s failed %.1f s after it came back (%s); not a new outage yet",
-                          resource, now - self._back_at[resource], exc)
                 return
-            else:
-                self._since[resource] = now
-                again = ""
+            self._since[resource] = time.monotonic()
             self.count[resource] = self.count.get(resource, 0) + 1
         detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         log.warning(
-            "storage outage: %s unreachable%s%s (%s: %s); backing off and retrying",
-            resource, again, f" while {doing}" if doing else "",
-            type(exc).__name__ if not isinstance(exc, str) else "error", detail[:200],
+            "storage outage: %s unreachable%s (%s: %s); backing off and retrying",
+            resource, f" while {doing}" if doing else "", type(exc).__name__ if not isinstance(exc, str) else "error",
+            detail[:200],
         )
 
     def up(self, resource: str) -> None:
         if resource not in self._since:  # the common case: no lock on the hot path
             return
-        now = self._clock()
         with self._lock:
             since = self._since.pop(resource, None)
-            quiet = self._quiet.pop(resource, None) is not None
-            if since is not None and not quiet:
-                self._back_at[resource] = now
-        if since is None:
-            return
-        if quiet:
-            log.debug("%s answers again after %.1f s (a failure just after it came back)", resource, now - since)
-        else:
-            log.warning("storage outage over: %s answers again after %.1f s", resource, now - since)
+        if since is not None:
+            log.warning("storage outage over: %s answers again after %.1f s", resource, time.monotonic() - since)
 
     def is_down(self, resource: str) -> bool:
         return resource in self._since

@@ -424,7 +424,7 @@ class ApprovalRequest(models.Model):
     comment = models.TextField(blank=True, default="")
     # Whether the run is WAITING or NEEDS_ATTENTION, i.e. asks someone to decide: kept by
     # triggers from the run's status whatever is written here (sagas.store.approval_waits).
-    run_waits = models.BooleanField(default=False, editable=False)
+    run_waits = models.BooleanField(default=False, db_default=False, editable=False)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["run", "step"], name="approval_unique_run_step")]

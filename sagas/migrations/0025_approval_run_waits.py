@@ -2,7 +2,8 @@
 triggers (``sagas.store.approval_waits``), and the partial index of the open approvals whose
 run waits (``approval_waiting_deadline``), which the inbox and the overview read alone.
 
-The column is added with a constant default (no table rewrite), the existing open approvals
+The column is added with a constant default in the database too (no table rewrite; a load that
+turns the triggers off still inserts without naming it), the existing open approvals
 are flagged from their runs in the same transaction as the triggers, then the index is built
 ``CONCURRENTLY`` (hence ``atomic = False``: each step commits on its own)."""
 
@@ -25,7 +26,7 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name="approvalrequest",
             name="run_waits",
-            field=models.BooleanField(default=False, editable=False),
+            field=models.BooleanField(default=False, db_default=False, editable=False),
         ),
         migrations.RunSQL(approval_waits.INSTALL, approval_waits.UNINSTALL),
         AddIndexConcurrently(
