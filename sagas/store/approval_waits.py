@@ -15,9 +15,10 @@ Two triggers keep the flag exact, in the transaction that changes either side:
 * after a run's status moves into or out of the waiting statuses, its approvals' flags are
   set again.
 
-A run's status change and a decision on one of its approvals lock the same rows (the run's,
-then the approval's: ``sagas.store.locks``), so the later of the two sees the other's
-commit. Loads that bypass triggers (``session_replication_role = replica``, as
+When a run's status change and a write to one of its approvals meet, the second to reach the
+approval's row waits for the first to commit, and then its trigger reads the run again (each
+statement in a trigger reads what is committed by then): whichever order, the flag ends as the
+run's final status says. Loads that bypass triggers (``session_replication_role = replica``, as
 ``bench/console.py`` does) set the flag themselves.
 """
 

@@ -21,194 +21,171 @@ does) leave the counts behind: ``rebuild`` counts again (``manage.py sagas_recou
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 from django.db import connection, transaction
 
 RUNS = "sagas_workflowrun"
-TOTALS = "sagas_runcount"
-DELTAS = "sagas_runcountdelta"
 
-INSTALL = f"""
-CREATE OR REPLACE FUNCTION sagas_run_count_row() RETURNS trigger LANGUAGE plpgsql AS $$
+
+@dataclass(frozen=True)
+class KeptCount:
+    """The SQL of one kept count: runs per ``key`` (columns of the runs table, ``tenant``
+    first), only those whose status is in ``statuses`` (empty: every run). ``name`` prefixes
+    its trigger functions and triggers; ``totals`` and ``deltas`` are its two tables."""
+
+    name: str
+    totals: str
+    deltas: str
+    key: tuple[str, ...]
+    statuses: tuple[str, ...] = ()
+
+    @property
+    def _cols(self) -> str:
+        return ", ".join(self.key)
+
+    @property
+    def _groups(self) -> str:
+        return ", ".join(str(i) for i in range(1, len(self.key) + 1))
+
+    def _kept(self, row: str) -> str:
+        """A condition on ``row`` (OLD, NEW or a table alias): the row is counted here."""
+        if not self.statuses:
+            return "true"
+        listed = ", ".join(f"'{status}'" for status in self.statuses)
+        return f"{row}.status IN ({listed})"
+
+    @property
+    def install(self) -> str:
+        cols, groups, n = self._cols, self._groups, self.name
+        old = ", ".join(f"OLD.{c}" for c in self.key)
+        new = ", ".join(f"NEW.{c}" for c in self.key)
+        changed = " OR ".join(f"OLD.{c} IS DISTINCT FROM NEW.{c}" for c in self.key)
+        counted = "" if not self.statuses else f"({self._kept('OLD')} OR {self._kept('NEW')}) AND "
+        # Every run counted: one statement for both deltas (this fires on each status change).
+        row = f"INSERT INTO {self.deltas} ({cols}, n) VALUES ({old}, -1), ({new}, 1);" if not self.statuses else f"""\
+IF {self._kept('OLD')} THEN
+        INSERT INTO {self.deltas} ({cols}, n) VALUES ({old}, -1);
+    END IF;
+    IF {self._kept('NEW')} THEN
+        INSERT INTO {self.deltas} ({cols}, n) VALUES ({new}, 1);
+    END IF;"""
+        return f"""
+CREATE OR REPLACE FUNCTION {n}_row() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    INSERT INTO {DELTAS} (tenant, status, status_reason, n)
-    VALUES (OLD.tenant, OLD.status, OLD.status_reason, -1), (NEW.tenant, NEW.status, NEW.status_reason, 1);
+    {row}
     RETURN NULL;
 END $$;
 
-CREATE OR REPLACE FUNCTION sagas_run_count_inserted() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE OR REPLACE FUNCTION {n}_inserted() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    INSERT INTO {DELTAS} (tenant, status, status_reason, n)
-    SELECT tenant, status, status_reason, count(*) FROM added GROUP BY 1, 2, 3;
+    INSERT INTO {self.deltas} ({cols}, n)
+    SELECT {cols}, count(*) FROM added WHERE {self._kept('added')} GROUP BY {groups};
     RETURN NULL;
 END $$;
 
-CREATE OR REPLACE FUNCTION sagas_run_count_deleted() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE OR REPLACE FUNCTION {n}_deleted() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    INSERT INTO {DELTAS} (tenant, status, status_reason, n)
-    SELECT tenant, status, status_reason, -count(*) FROM gone GROUP BY 1, 2, 3;
+    INSERT INTO {self.deltas} ({cols}, n)
+    SELECT {cols}, -count(*) FROM gone WHERE {self._kept('gone')} GROUP BY {groups};
     RETURN NULL;
 END $$;
 
-CREATE TRIGGER sagas_run_count_update AFTER UPDATE OF status, status_reason, tenant ON {RUNS}
-    FOR EACH ROW WHEN (OLD.status IS DISTINCT FROM NEW.status OR OLD.status_reason IS DISTINCT FROM NEW.status_reason
-                       OR OLD.tenant IS DISTINCT FROM NEW.tenant)
-    EXECUTE FUNCTION sagas_run_count_row();
-CREATE TRIGGER sagas_run_count_insert AFTER INSERT ON {RUNS} REFERENCING NEW TABLE AS added
-    FOR EACH STATEMENT EXECUTE FUNCTION sagas_run_count_inserted();
-CREATE TRIGGER sagas_run_count_delete AFTER DELETE ON {RUNS} REFERENCING OLD TABLE AS gone
-    FOR EACH STATEMENT EXECUTE FUNCTION sagas_run_count_deleted();
+CREATE TRIGGER {n}_update AFTER UPDATE OF {cols} ON {RUNS}
+    FOR EACH ROW WHEN ({counted}({changed}))
+    EXECUTE FUNCTION {n}_row();
+CREATE TRIGGER {n}_insert AFTER INSERT ON {RUNS} REFERENCING NEW TABLE AS added
+    FOR EACH STATEMENT EXECUTE FUNCTION {n}_inserted();
+CREATE TRIGGER {n}_delete AFTER DELETE ON {RUNS} REFERENCING OLD TABLE AS gone
+    FOR EACH STATEMENT EXECUTE FUNCTION {n}_deleted();
 """
 
-UNINSTALL = f"""
-DROP TRIGGER IF EXISTS sagas_run_count_update ON {RUNS};
-DROP TRIGGER IF EXISTS sagas_run_count_insert ON {RUNS};
-DROP TRIGGER IF EXISTS sagas_run_count_delete ON {RUNS};
-DROP FUNCTION IF EXISTS sagas_run_count_row();
-DROP FUNCTION IF EXISTS sagas_run_count_inserted();
-DROP FUNCTION IF EXISTS sagas_run_count_deleted();
-"""
+    @property
+    def uninstall(self) -> str:
+        return "".join(f"DROP TRIGGER IF EXISTS {self.name}_{t} ON {RUNS};\n" for t in ("update", "insert", "delete")) \
+            + "".join(f"DROP FUNCTION IF EXISTS {self.name}_{f}();\n" for f in ("row", "inserted", "deleted"))
 
-# Recount from the runs themselves. The lock keeps writers out for the count's duration (they
-# wait; nothing fails), so no change falls between the count and the triggers' deltas.
-REBUILD = f"""
+    @property
+    def rebuild(self) -> str:
+        """Recount from the runs themselves. The lock keeps writers out for the count's duration
+        (they wait; nothing fails), so no change falls between the count and the deltas."""
+        return f"""
 LOCK TABLE {RUNS} IN SHARE ROW EXCLUSIVE MODE;
-DELETE FROM {DELTAS};
-DELETE FROM {TOTALS};
-INSERT INTO {TOTALS} (tenant, status, status_reason, n)
-SELECT tenant, status, status_reason, count(*) FROM {RUNS} GROUP BY 1, 2, 3;
+DELETE FROM {self.deltas};
+DELETE FROM {self.totals};
+INSERT INTO {self.totals} ({self._cols}, n)
+SELECT {self._cols}, count(*) FROM {RUNS} r WHERE {self._kept('r')} GROUP BY {self._groups};
 """
 
-FOLD = f"""
-WITH folded AS (DELETE FROM {DELTAS} RETURNING tenant, status, status_reason, n)
-INSERT INTO {TOTALS} (tenant, status, status_reason, n)
-SELECT tenant, status, status_reason, sum(n) FROM folded GROUP BY 1, 2, 3
-ON CONFLICT (tenant, status, status_reason) DO UPDATE SET n = {TOTALS}.n + excluded.n
+    @property
+    def fold(self) -> str:
+        return f"""
+WITH folded AS (DELETE FROM {self.deltas} RETURNING {self._cols}, n)
+INSERT INTO {self.totals} ({self._cols}, n)
+SELECT {self._cols}, sum(n) FROM folded GROUP BY {self._groups}
+ON CONFLICT ({self._cols}) DO UPDATE SET n = {self.totals}.n + excluded.n
 """
 
+    def read(self, tenants: list[str] | None) -> list[tuple[Any, ...]]:
+        """``(key without the tenant..., runs)`` of ``tenants`` (None: every tenant), exact as
+        of this statement; keys with no run left out."""
+        shown = self.key[1:]
+        where = "" if tenants is None else "WHERE c.tenant = ANY(%s::varchar[])"
+        with connection.cursor() as cur:
+            cur.execute(
+                f"""SELECT {', '.join(shown)}, sum(n) FROM (
+                        SELECT {self._cols}, n FROM {self.totals}
+                        UNION ALL
+                        SELECT {self._cols}, n FROM {self.deltas}
+                    ) AS c {where} GROUP BY {', '.join(str(i) for i in range(1, len(shown) + 1))}
+                    HAVING sum(n) <> 0""",
+                [] if tenants is None else [tenants],
+            )
+            return cur.fetchall()
 
-# --- runs in flight per version --------------------------------------------------------------
-# The same scheme for the runs that still need their code (PENDING, RUNNING, WAITING,
-# NEEDS_ATTENTION) per (tenant, workflow, version, definition hash, status): the workers page
-# lists the versions no live worker carries with how many runs wait for each, without grouping
-# every run in flight (300,000 of them at 10M runs in bench/console.py: 186 ms).
 
+RUN_COUNTS = KeptCount("sagas_run_count", "sagas_runcount", "sagas_runcountdelta",
+                       ("tenant", "status", "status_reason"))
+
+# The runs that still need their code, per version: the workers page lists the versions no live
+# worker carries with how many runs wait for each, without grouping every run in flight
+# (300,000 of them at 10M runs in bench/console.py: 186 ms).
 IN_FLIGHT = ("PENDING", "RUNNING", "WAITING", "NEEDS_ATTENTION")
-FLIGHT_TOTALS = "sagas_inflightcount"
-FLIGHT_DELTAS = "sagas_inflightcountdelta"
-_FLYING = ", ".join(f"'{s}'" for s in IN_FLIGHT)
-_KEY = "tenant, workflow_name, version, definition_hash, status"
+IN_FLIGHT_COUNTS = KeptCount("sagas_in_flight_count", "sagas_inflightcount", "sagas_inflightcountdelta",
+                             ("tenant", "workflow_name", "version", "definition_hash", "status"), IN_FLIGHT)
 
-IN_FLIGHT_INSTALL = f"""
-CREATE OR REPLACE FUNCTION sagas_in_flight_count_row() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    IF OLD.status IN ({_FLYING}) THEN
-        INSERT INTO {FLIGHT_DELTAS} ({_KEY}, n)
-        VALUES (OLD.tenant, OLD.workflow_name, OLD.version, OLD.definition_hash, OLD.status, -1);
-    END IF;
-    IF NEW.status IN ({_FLYING}) THEN
-        INSERT INTO {FLIGHT_DELTAS} ({_KEY}, n)
-        VALUES (NEW.tenant, NEW.workflow_name, NEW.version, NEW.definition_hash, NEW.status, 1);
-    END IF;
-    RETURN NULL;
-END $$;
-
-CREATE OR REPLACE FUNCTION sagas_in_flight_count_inserted() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    INSERT INTO {FLIGHT_DELTAS} ({_KEY}, n)
-    SELECT {_KEY}, count(*) FROM added WHERE status IN ({_FLYING}) GROUP BY 1, 2, 3, 4, 5;
-    RETURN NULL;
-END $$;
-
-CREATE OR REPLACE FUNCTION sagas_in_flight_count_deleted() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    INSERT INTO {FLIGHT_DELTAS} ({_KEY}, n)
-    SELECT {_KEY}, -count(*) FROM gone WHERE status IN ({_FLYING}) GROUP BY 1, 2, 3, 4, 5;
-    RETURN NULL;
-END $$;
-
-CREATE TRIGGER sagas_in_flight_count_update
-    AFTER UPDATE OF status, tenant, workflow_name, version, definition_hash ON {RUNS}
-    FOR EACH ROW WHEN ((OLD.status IN ({_FLYING}) OR NEW.status IN ({_FLYING}))
-                       AND (OLD.status IS DISTINCT FROM NEW.status OR OLD.tenant IS DISTINCT FROM NEW.tenant
-                            OR OLD.workflow_name IS DISTINCT FROM NEW.workflow_name
-                            OR OLD.version IS DISTINCT FROM NEW.version
-                            OR OLD.definition_hash IS DISTINCT FROM NEW.definition_hash))
-    EXECUTE FUNCTION sagas_in_flight_count_row();
-CREATE TRIGGER sagas_in_flight_count_insert AFTER INSERT ON {RUNS} REFERENCING NEW TABLE AS added
-    FOR EACH STATEMENT EXECUTE FUNCTION sagas_in_flight_count_inserted();
-CREATE TRIGGER sagas_in_flight_count_delete AFTER DELETE ON {RUNS} REFERENCING OLD TABLE AS gone
-    FOR EACH STATEMENT EXECUTE FUNCTION sagas_in_flight_count_deleted();
-"""
-
-IN_FLIGHT_UNINSTALL = f"""
-DROP TRIGGER IF EXISTS sagas_in_flight_count_update ON {RUNS};
-DROP TRIGGER IF EXISTS sagas_in_flight_count_insert ON {RUNS};
-DROP TRIGGER IF EXISTS sagas_in_flight_count_delete ON {RUNS};
-DROP FUNCTION IF EXISTS sagas_in_flight_count_row();
-DROP FUNCTION IF EXISTS sagas_in_flight_count_inserted();
-DROP FUNCTION IF EXISTS sagas_in_flight_count_deleted();
-"""
-
-IN_FLIGHT_REBUILD = f"""
-LOCK TABLE {RUNS} IN SHARE ROW EXCLUSIVE MODE;
-DELETE FROM {FLIGHT_DELTAS};
-DELETE FROM {FLIGHT_TOTALS};
-INSERT INTO {FLIGHT_TOTALS} ({_KEY}, n)
-SELECT {_KEY}, count(*) FROM {RUNS} WHERE status IN ({_FLYING}) GROUP BY 1, 2, 3, 4, 5;
-"""
-
-IN_FLIGHT_FOLD = f"""
-WITH folded AS (DELETE FROM {FLIGHT_DELTAS} RETURNING {_KEY}, n),
-     summed AS (SELECT {_KEY}, sum(n) AS n FROM folded GROUP BY 1, 2, 3, 4, 5)
-INSERT INTO {FLIGHT_TOTALS} ({_KEY}, n) SELECT {_KEY}, n FROM summed
-ON CONFLICT ({_KEY}) DO UPDATE SET n = {FLIGHT_TOTALS}.n + excluded.n
-"""
+# What the migrations run (0021, 0026).
+INSTALL, UNINSTALL, REBUILD = RUN_COUNTS.install, RUN_COUNTS.uninstall, RUN_COUNTS.rebuild
+IN_FLIGHT_INSTALL, IN_FLIGHT_UNINSTALL = IN_FLIGHT_COUNTS.install, IN_FLIGHT_COUNTS.uninstall
+IN_FLIGHT_REBUILD = IN_FLIGHT_COUNTS.rebuild
+_KEPT = (RUN_COUNTS, IN_FLIGHT_COUNTS)
 
 
 def fold() -> int:
     """Fold the deltas into the totals (the sweeper, each pass); how many keys changed."""
+    changed = 0
     with transaction.atomic(), connection.cursor() as cur:
-        cur.execute(FOLD)
-        changed = cur.rowcount
-        cur.execute(IN_FLIGHT_FOLD)
-        return changed + cur.rowcount
+        for kept in _KEPT:
+            cur.execute(kept.fold)
+            changed += cur.rowcount
+    return changed
 
 
 def rebuild() -> None:
     """Count every run again (after a load that bypassed the triggers)."""
     with transaction.atomic(), connection.cursor() as cur:
-        cur.execute(REBUILD)
-        cur.execute(IN_FLIGHT_REBUILD)
+        for kept in _KEPT:
+            cur.execute(kept.rebuild)
 
 
 def in_flight_counts(*, tenants: list[str] | None = None) -> dict[tuple[str, int, str, str], int]:
     """``(workflow, version, definition hash, status) -> runs`` in flight (``IN_FLIGHT``) of
     ``tenants`` (None: every tenant), exact as of this statement; keys with no run left out."""
-    where = "" if tenants is None else "WHERE c.tenant = ANY(%s::varchar[])"
-    with connection.cursor() as cur:
-        cur.execute(
-            f"""SELECT workflow_name, version, definition_hash, status, sum(n) FROM (
-                    SELECT {_KEY}, n FROM {FLIGHT_TOTALS}
-                    UNION ALL
-                    SELECT {_KEY}, n FROM {FLIGHT_DELTAS}
-                ) AS c {where} GROUP BY 1, 2, 3, 4 HAVING sum(n) <> 0""",
-            [] if tenants is None else [tenants],
-        )
-        return {(name, version, h, status): int(n) for name, version, h, status, n in cur.fetchall()}
+    return {(name, version, h, status): int(n) for name, version, h, status, n in IN_FLIGHT_COUNTS.read(tenants)}
 
 
 def run_counts(*, tenants: list[str] | None = None) -> dict[tuple[str, str], int]:
     """``(status, status_reason) -> runs`` of ``tenants`` (None: every tenant), exact as of this
     statement. Keys with no run are left out."""
-    where = "" if tenants is None else "WHERE c.tenant = ANY(%s::varchar[])"
-    params = [] if tenants is None else [tenants]
-    with connection.cursor() as cur:
-        cur.execute(
-            f"""SELECT status, status_reason, sum(n) FROM (
-                    SELECT tenant, status, status_reason, n FROM {TOTALS}
-                    UNION ALL
-                    SELECT tenant, status, status_reason, n FROM {DELTAS}
-                ) AS c {where} GROUP BY 1, 2 HAVING sum(n) <> 0""",
-            params,
-        )
-        return {(status, reason): int(n) for status, reason, n in cur.fetchall()}
+    return {(status, reason): int(n) for status, reason, n in RUN_COUNTS.read(tenants)}
