@@ -88,3 +88,9 @@ def running(pid: int) -> bool:
 def pg_client_ports(pid: int, db_port: int) -> set[int]:
     """The local TCP ports of process ``pid``'s connections to PostgreSQL on port ``db_port``."""
     return {local for local, remote, _ in tcp_sockets(pid) if remote == db_port}
+
+
+def providers_urls(demo: Demo) -> list[str]:
+    """The addresses the demo's providers said they listen on, one line a start."""
+    log = demo.run_dir / "providers.log"
+    return re.findall(r"listening on (http://\S+)", log.read_text()) if log.exists() else []

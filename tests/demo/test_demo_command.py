@@ -1,18 +1,23 @@
 """``manage.py demo`` as a user runs it: a real subprocess starting real processes, against the
-tests' PostgreSQL database and Redis database (never the developer's), stopped by a real SIGINT."""
+tests' PostgreSQL database and Redis database (never the developer's), through real SIGKILLs
+and a real ``pg_terminate_backend``, stopped by a real SIGINT or SIGTERM."""
 
 from __future__ import annotations
 
 import os
 import re
 import signal
+import urllib.request
 
 import pytest
+from django.db import connection
+from django.utils import timezone
 
+from demo.models import WebhookArrival
 from ledger.models import EffectRecord, EffectStatus
 from operators.models import AuditEntry
 from sagas.models import ApprovalRequest, ApprovalState, RunStatus, WorkflowRun
-from tests.demo.demoproc import http_status
+from tests.demo.demoproc import http_status, pg_client_ports, providers_urls, running
 from tests.procs import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -28,19 +33,23 @@ def test_it_runs_the_quick_demo_to_its_summary(demo):
     assert WorkflowRun.objects.filter(workflow_name="order_fulfilment", status=RunStatus.COMPLETED).count() == 5
 
 
-def test_it_runs_the_product_demo_with_faults_approvals_and_kills_and_sigint_stops_every_process(demo):
-    proc = demo.start("--port", "0", "--kill-every", "10", "--duration", "300")  # a cap: the test stops it first
-    found = wait_until(
-        lambda: re.search(r"Saga Console: (http://\S+)", demo.output()) or proc.poll() is not None, 90,
-        what="the demo to print the console's URL",
-    )
+def test_it_runs_the_product_demo_through_kills_provider_and_database_faults_and_sigint_stops_every_process(demo):
+    """One product demo, watched as a user would, through every fault it is shown to survive:
+    its own worker kills, a SIGKILL of its providers, two terminations of its database
+    connection; then a SIGINT stops every process it started. One demo and not four: each start
+    is seven Django processes, and the suite is held to ten minutes on two cores."""
+    proc = demo.start("--port", "0", "--kill-every", "10", "--duration", "600")  # a cap: the test stops it first
+    wait_until(lambda: "arrive at" in demo.output() or proc.poll() is not None, 90,
+               what="the demo to print the console's and the webhook receiver's addresses")
     assert proc.poll() is None, demo.output()
-    url = found.group(1)
+    url = demo.url()
     assert http_status(url + "login/") in (200, 302)
     users = (demo.run_dir / "demo-users.txt").read_text()
     for username in ("operator", "approver", "auditor"):
         password = re.search(rf"^{username} \w+ (\S+)$", users, re.M).group(1)
         assert f"log in as {username}" in demo.output() and password in demo.output()
+    receiver = re.search(r"arrive at (http://\S+/webhook/)", demo.output())
+    assert receiver, demo.output()
 
     agents = WorkflowRun.objects.filter(workflow_name="order_agent")
 
@@ -50,6 +59,8 @@ def test_it_runs_the_product_demo_with_faults_approvals_and_kills_and_sigint_sto
         "a completed run": lambda: agents.filter(status=RunStatus.COMPLETED).exists(),
         "a compensated run": lambda: agents.filter(status=RunStatus.COMPENSATED).exists(),
         "an UNKNOWN effect": lambda: EffectRecord.objects.filter(status=EffectStatus.UNKNOWN).exists(),
+        "an UNKNOWN effect notified to the demo's receiver": lambda: WebhookArrival.objects.filter(
+            kind="unknown_effect").exists(),
         "a pending approval": lambda: ApprovalRequest.objects.filter(state=ApprovalState.PENDING).exists(),
         "a worker kill": lambda: "** SIGKILL worker-" in demo.output(),
     }
@@ -61,22 +72,63 @@ def test_it_runs_the_product_demo_with_faults_approvals_and_kills_and_sigint_sto
 
     try:
         wait_until(everything_shown, 120, interval=0.5, what="completed and compensated runs, an UNKNOWN "
-                   "effect, a pending approval and a worker kill, each at some moment")
+                   "effect and its notification, a pending approval and a worker kill, each at some moment")
     except AssertionError as exc:
         raise AssertionError(f"{exc}; never seen: {sorted(set(checks) - seen)}\n{demo.output()[-3000:]}") from exc
+
+    # The notification: signed, delivered once, shown on the receiver's page.
+    arrival = WebhookArrival.objects.filter(kind="unknown_effect").order_by("id").first()
+    effect = EffectRecord.objects.get(id=int(arrival.body["item"].removeprefix("effect:")))
+    print(f"UNKNOWN effect {effect.id} ({effect.connector}) -> the demo receiver "
+          f"{(arrival.received_at - effect.intent_at).total_seconds():.2f} s after its intent")
+    assert arrival.signature_ok
+    assert WebhookArrival.objects.filter(body__item=arrival.body["item"]).count() == 1
+    page = urllib.request.urlopen(receiver.group(1), timeout=10).read().decode()
+    assert "signature ok" in page and "UNKNOWN effect" in page
+
     # The workers go on completing runs through the kills: after one more SIGKILL (one every
-    # 10 s) an agent run completes that had not completed before it. (This slept until 40 s had
-    # passed; it now waits for the kill itself, then for the next completion.)
+    # 10 s) an agent run completes that had not completed before it.
     kills = demo.output().count("** SIGKILL worker-")
     wait_until(lambda: demo.output().count("** SIGKILL worker-") > kills, 60, interval=0.5,
                what="one more worker kill")
     completed_after_kills = agents.filter(status=RunStatus.COMPLETED).count()
     wait_until(lambda: agents.filter(status=RunStatus.COMPLETED).count() > completed_after_kills, 60, interval=0.5,
                what=f"an agent run to complete after the first {completed_after_kills}, through the kills")
-    assert proc.poll() is None, demo.output()
     out = demo.output()  # the status lines counted what the database shows
     assert re.search(r"runs: .*\d+ COMPLETED", out) and re.search(r"\| unknown effects: [1-9]", out), out[-3000:]
     assert re.search(r"\| pending approvals: [1-9]", out), out[-3000:]
+
+    # The providers are SIGKILLed: the demo restarts them on the same address, and orders
+    # started from then on complete (the fault table makes some compensate or wait for a person).
+    [address] = providers_urls(demo)
+    os.killpg(demo.started()["providers"], signal.SIGKILL)
+    restarted = wait_until(lambda: re.search(r"providers exited with status -9; restarted as pid (\d+)",
+                                             demo.output()), 30, interval=0.2, what="the demo to restart the providers")
+    wait_until(lambda: len(providers_urls(demo)) == 2, 60, interval=0.2, what="the restarted providers to listen")
+    assert providers_urls(demo) == [address, address]
+    assert running(int(restarted.group(1)))
+    restarted_at = timezone.now()
+    wait_until(lambda: agents.filter(created_at__gt=restarted_at, status=RunStatus.COMPLETED).exists(), 120,
+               interval=0.5, what="an order started after the providers' restart to complete")
+
+    # Its own database connection is terminated, twice: it logs one line when each outage starts
+    # and one when it ends, and goes on starting orders.
+    db_port = int(connection.settings_dict["PORT"] or 5432)
+    for outage in (1, 2):
+        ports = wait_until(lambda: pg_client_ports(demo.popen.pid, db_port), 30, interval=0.2,
+                           what="the demo's own connection to PostgreSQL")
+        with connection.cursor() as cur:
+            cur.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                        "WHERE datname = current_database() AND client_port = ANY(%s)", [list(ports)])
+            assert [ok for (ok,) in cur.fetchall()] == [True] * len(ports)
+        terminated_at = timezone.now()
+        wait_until(lambda: agents.filter(created_at__gt=terminated_at).count() >= 2, 90, interval=0.5,
+                   what=f"orders started after the demo's connection was terminated ({outage})")
+        out = demo.output()
+        assert out.count("storage outage: PostgreSQL unreachable while starting the demo's orders") == outage, out
+        assert len(re.findall(r"storage outage over: PostgreSQL answers again after [\d.]+ s", out)) == outage, out
+        assert proc.poll() is None, out
+
     assert "keeps exiting" not in demo.output()
     # Every approval the bot decided is in the audit log, by the named system actor (read in that
     # order: the entry commits with the decision, so none read first can be missing).
@@ -90,7 +142,7 @@ def test_it_runs_the_product_demo_with_faults_approvals_and_kills_and_sigint_sto
     assert proc.wait(timeout=60) == 0, demo.output()
     assert "SIGINT: stopping every process the demo started" in demo.output()
     pids = demo.child_pids()
-    assert len(pids) >= 7  # providers, daphne, 2 workers, sweeper, reconciler, at least one restart
+    assert len(pids) >= 8  # providers, daphne, 2 workers, sweeper, reconciler, the providers' restart, a worker's
     for pgid in pids:
         with pytest.raises(ProcessLookupError):
             os.killpg(pgid, 0)

@@ -1,7 +1,8 @@
-"""The demo's processes: one demo per run directory, the providers' one address, and a load
-generator that outlives its database connection and PostgreSQL and Redis outages. Real
-``manage.py demo`` processes, real SIGKILLs, a real ``pg_terminate_backend``, and private
-PostgreSQL and Redis servers stopped and started again (never the shared ones)."""
+"""The demo's processes: one demo per run directory, and a load generator that outlives
+PostgreSQL and Redis outages. Real ``manage.py demo`` processes, real SIGKILLs, and private
+PostgreSQL and Redis servers stopped and started again (never the shared ones). The providers'
+restart on their one address and the terminated database connection are watched in the product
+demo's one run (``test_demo_command.py``)."""
 
 from __future__ import annotations
 
@@ -11,12 +12,11 @@ import signal
 import time
 
 import pytest
-from django.db import connection
 from django.utils import timezone
 
 from bench.servers import PostgresServer, RedisServer
 from sagas.models import RunStatus, WorkflowRun
-from tests.demo.demoproc import http_status, pg_client_ports, running
+from tests.demo.demoproc import http_status, running
 from tests.procs import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -95,61 +95,6 @@ def test_it_refuses_a_second_demo_beside_a_live_one_and_starts_over_the_lock_of_
     assert new.popen.wait(timeout=60) == 0, new.output()
     for pid in new.child_pids():
         assert not running(pid)
-
-
-def providers_urls(demo) -> list[str]:
-    log = demo.run_dir / "providers.log"
-    return re.findall(r"listening on (http://\S+)", log.read_text()) if log.exists() else []
-
-
-def test_it_restarts_killed_providers_on_the_same_port_and_orders_keep_completing(demo):
-    demo.start(*KEEP_RUNNING)
-    started_and_serving(demo)
-    [address] = providers_urls(demo)
-    wait_until(lambda: agents.filter(status=RunStatus.COMPLETED).exists(), 90, interval=0.5,
-               what="a first completed order")
-
-    os.killpg(demo.started()["providers"], signal.SIGKILL)
-    found = wait_until(lambda: re.search(r"providers exited with status -9; restarted as pid (\d+)", demo.output()),
-                       30, interval=0.2, what="the demo to restart the providers")
-    wait_until(lambda: len(providers_urls(demo)) == 2, 60, interval=0.2, what="the restarted providers to listen")
-    assert providers_urls(demo) == [address, address]
-    assert running(int(found.group(1)))
-
-    # Orders started from now on reach the providers: they complete (the fault table makes some
-    # compensate or wait for a person; most complete).
-    restarted_at = timezone.now()
-    wait_until(lambda: completed_since(restarted_at) >= 3, 120, interval=0.5,
-               what="three orders started after the restart to complete")
-    assert demo.popen.poll() is None, demo.output()
-    assert "keeps exiting" not in demo.output()
-
-    os.kill(demo.popen.pid, signal.SIGINT)
-    assert demo.popen.wait(timeout=60) == 0, demo.output()
-
-
-def test_it_keeps_starting_orders_after_its_database_connection_is_terminated(demo):
-    demo.start(*KEEP_RUNNING)
-    started_and_serving(demo)
-    db_port = int(connection.settings_dict["PORT"] or 5432)
-
-    for outage in (1, 2):
-        ports = wait_until(lambda: pg_client_ports(demo.popen.pid, db_port), 30, interval=0.2,
-                           what="the demo's own connection to PostgreSQL")
-        with connection.cursor() as cur:
-            cur.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                        "WHERE datname = current_database() AND client_port = ANY(%s)", [list(ports)])
-            assert [ok for (ok,) in cur.fetchall()] == [True] * len(ports)
-        terminated_at = timezone.now()
-        wait_until(lambda: agents.filter(created_at__gt=terminated_at).count() >= 3, 90, interval=0.5,
-                   what=f"three orders started after the demo's connection was terminated ({outage})")
-        out = demo.output()  # one line when the outage starts and one when it ends, each time
-        assert out.count("storage outage: PostgreSQL unreachable while starting the demo's orders") == outage, out
-        assert len(re.findall(r"storage outage over: PostgreSQL answers again after [\d.]+ s", out)) == outage, out
-        assert demo.popen.poll() is None, out
-
-    os.kill(demo.popen.pid, signal.SIGINT)
-    assert demo.popen.wait(timeout=60) == 0, demo.output()
 
 
 def test_it_pauses_the_load_while_postgresql_or_redis_is_stopped_and_resumes_when_it_is_back(demo):
