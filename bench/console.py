@@ -204,22 +204,24 @@ def generate(size: dict) -> dict[str, float]:
 
     # Ledger: effect records of completed runs (settled), UNKNOWN ones on runs needing attention.
     phase("effects", """
-        INSERT INTO ledger_effectrecord (tenant, idempotency_key, kind, run_id, step_name, connector, request_payload,
+        INSERT INTO ledger_effectrecord (tenant, idempotency_key, kind, run_id, workflow_name, business_key,
+            step_name, connector, request_payload,
             payload_hash, status, result, downstream_ref, attempts, error_class, error_message, intent_at,
             dispatched_at, completed_at, updated_at, checks, next_check_at, resolved_by_label, resolution,
             resolution_note)
-        SELECT r.tenant, r.id || ':charge', 'effect', r.id, 'charge', 'payments.capture',
+        SELECT r.tenant, r.id || ':charge', 'effect', r.id, r.workflow_name, r.business_key, 'charge', 'payments.capture',
                jsonb_build_object('amount', 10), md5(r.id::text), 'SUCCEEDED', jsonb_build_object('ok', true),
                'ch_' || left(md5(r.id::text), 12), 1, '', '', r.created_at + interval '100 ms',
                r.created_at + interval '110 ms', r.created_at + interval '300 ms', r.created_at + interval '300 ms',
                0, NULL, '', '', ''
           FROM sagas_workflowrun r WHERE r.status = 'COMPLETED' AND hashtext(r.id::text) % 10 = 0""")
     phase("effects", """
-        INSERT INTO ledger_effectrecord (tenant, idempotency_key, kind, run_id, step_name, connector, request_payload,
+        INSERT INTO ledger_effectrecord (tenant, idempotency_key, kind, run_id, workflow_name, business_key,
+            step_name, connector, request_payload,
             payload_hash, status, result, downstream_ref, attempts, error_class, error_message, intent_at,
             dispatched_at, completed_at, updated_at, checks, next_check_at, resolved_by_label, resolution,
             resolution_note)
-        SELECT r.tenant, r.id || ':ship', 'effect', r.id, 'ship', 'shipping.create',
+        SELECT r.tenant, r.id || ':ship', 'effect', r.id, r.workflow_name, r.business_key, 'ship', 'shipping.create',
                jsonb_build_object('parcel', 1), md5(r.id::text || 'ship'), 'UNKNOWN', NULL, '', 1, 'Timeout',
                'no answer within 10 s', r.created_at + interval '100 ms', r.created_at + interval '110 ms', NULL,
                r.updated_at, 1, now() + interval '1 hour', '', '', ''

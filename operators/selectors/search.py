@@ -27,11 +27,9 @@ import uuid
 from typing import Any
 
 from django.db.backends.base.base import BaseDatabaseWrapper
-from django.db.models import Exists, F, OuterRef, Q, Value
+from django.db.models import F, Q, Value
 from django.db.models.lookups import Lookup
 from django.db.models.sql.compiler import SQLCompiler
-
-from sagas.models import WorkflowRun
 
 _HEX_PREFIX = re.compile(r"^[0-9a-f]{1,32}$")
 MIN_SUBSTRING_CHARS = 3  # a trigram: shorter terms match the start of keys
@@ -107,17 +105,19 @@ def runs_matching(term: str) -> Q:
     return Q(id=whole) | Q(business_key=term)
 
 
-def run_ids_matching(term: str, *, field: str = "run_id") -> Q:
-    """A filter on rows that carry a run id in ``field`` (effects): their run matches ``term``.
-    The id part is on the row's own column; the key part is an EXISTS on the run."""
+def effects_matching(term: str) -> Q:
+    """A filter on effect records: their run matches ``term``, read from the record's own
+    columns (``run_id``, and ``business_key``, copied from the run when the record was
+    inserted: ``sagas.store.effect_context``), so the open effects are searched without
+    looking up their runs."""
     try:
         whole = uuid.UUID(term)
     except ValueError:
         whole = None
     if whole is not None:
-        return Q(**{field: whole}) | Q(Exists(WorkflowRun.objects.filter(id=OuterRef(field), business_key=term)))
-    match = Q(Exists(WorkflowRun.objects.filter(key_contains(term), id=OuterRef(field))))
+        return Q(run_id=whole) | Q(business_key=term)
+    match = key_contains(term)
     id_range = run_id_range(prefix_term(term) or term)
     if id_range is not None:
-        match |= Q(**{f"{field}__range": id_range})
+        match |= Q(run_id__range=id_range)
     return match
