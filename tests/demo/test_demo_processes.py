@@ -45,7 +45,9 @@ def completed_since(moment) -> int:
 def test_it_refuses_a_second_demo_beside_a_live_one_and_starts_over_the_lock_of_a_killed_one(demos):
     """One sequence, so the suite starts two demos here, not four: a second demo in the same
     run directory is refused and leaves the first running; the first is then SIGKILLed (only
-    itself: its children keep running) and a third starts over its lock, stopping what it left."""
+    itself: its children keep running) and a third starts over its lock, stopping what it left,
+    with the same logins, completing orders through its own providers, until a SIGTERM stops
+    it and everything it started."""
     first = demos("first")
     first.start(*KEEP_RUNNING)
     url = started_and_serving(first)
@@ -79,11 +81,14 @@ def test_it_refuses_a_second_demo_beside_a_live_one_and_starts_over_the_lock_of_
     state = (first.run_dir / "demo-state.json").read_text()
     assert f'"pid": {first.popen.pid}' in state  # what it left behind names a dead process
 
+    logins = re.findall(r"log in as .*", first.output())
+    assert len(logins) == 3
     new = demos("new")
     new.start(*KEEP_RUNNING)
     url = started_and_serving(new)
     out = new.output()
     assert "already running" not in out
+    assert re.findall(r"log in as .*", out) == logins  # the same run directory: the same people
     for name, pid in left.items():
         assert f"killed {name} (pid {pid}), left running by an earlier demo" in out, out
         wait_until(lambda pid=pid: not running(pid), 10, what=f"{name} of the killed demo to be gone")
@@ -93,6 +98,7 @@ def test_it_refuses_a_second_demo_beside_a_live_one_and_starts_over_the_lock_of_
 
     os.kill(new.popen.pid, signal.SIGTERM)
     assert new.popen.wait(timeout=60) == 0, new.output()
+    assert "SIGTERM: stopping every process the demo started" in new.output()
     for pid in new.child_pids():
         assert not running(pid)
 
