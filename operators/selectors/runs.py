@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -113,8 +113,17 @@ def runs_page(filters: RunFilters, *, user: User, cursor: Cursor | None = None,
     """One keyset page of ``runs_filtered``, newest first (``created_at`` desc, ``id`` desc).
     No OFFSET and no COUNT: page 1000 costs what page 1 costs."""
     qs = runs_filtered(filters, user=user).defer("input", "result", "error")
-    return keyset_page(qs, field="created_at", descending=True, cursor=cursor, size=size,
-                       sort=bool(filters.search) and _few(qs))
+    if not filters.search:
+        return keyset_page(qs, field="created_at", descending=True, cursor=cursor, size=size)
+    if _few(qs):
+        return keyset_page(qs, field="created_at", descending=True, cursor=cursor, size=size, sort=True)
+    # Many matches: walk the runs newest first and test each one's key, which finds a page of
+    # dense matches at once whatever the table's size. Left to itself, PostgreSQL switches to
+    # reading every match through the trigram index as the table grows (131 ms of SQL for
+    # q=0012 at 10,000,000 runs).
+    walk = runs_filtered(replace(filters, search=""), user=user).filter(runs_matching(filters.search, walk=True))
+    return keyset_page(walk.defer("input", "result", "error"), field="created_at", descending=True, cursor=cursor,
+                       size=size)
 
 
 SORTED_MATCHES = 5_000  # a search expected to match at most this many sorts them (keyset_page's ``sort``)

@@ -27,7 +27,8 @@ import uuid
 from typing import Any
 
 from django.db.backends.base.base import BaseDatabaseWrapper
-from django.db.models import F, Q, Value
+from django.db.models import CharField, F, Q, Value
+from django.db.models.functions import Concat
 from django.db.models.lookups import Lookup
 from django.db.models.sql.compiler import SQLCompiler
 
@@ -79,25 +80,32 @@ def run_id_range(prefix: str) -> tuple[uuid.UUID, uuid.UUID] | None:
     return uuid.UUID(digits.ljust(32, "0")), uuid.UUID(digits.ljust(32, "f"))
 
 
-def key_contains(term: str, *, field: str = "business_key") -> Q:
+def key_contains(term: str, *, field: str = "business_key", walk: bool = False) -> Q:
     """A filter: ``field`` (a business key column or a path to one) contains ``term``, ignoring
     case; for a term ending in ``*`` or under ``MIN_SUBSTRING_CHARS``, starts with it. Django's
     ``istartswith`` is ``UPPER(field::text) LIKE UPPER('term%')``, the expression the
-    ``run_business_key_upper_prefix`` index holds."""
+    ``run_business_key_upper_prefix`` index holds.
+
+    ``walk``: the substring test is written so that no index serves it (``key || ''``), for a
+    list that walks its rows in order and tests each one: a term that matches many keys finds
+    a page of them among the first few thousand rows whatever the table's size, where the
+    trigram index would read every match first (113,000 for ``0012`` at 10,000,000 runs)."""
     start = prefix_term(term)
     if start is not None:
         return Q(**{f"{field}__istartswith": start})
     if len(term) < MIN_SUBSTRING_CHARS:
         return Q(**{f"{field}__istartswith": term})
-    return Q(_ILike(F(field), Value(contains_pattern(term))))
+    key = Concat(F(field), Value(""), output_field=CharField()) if walk else F(field)
+    return Q(_ILike(key, Value(contains_pattern(term))))
 
 
-def runs_matching(term: str) -> Q:
-    """A filter on runs: id or business key matches ``term`` (see the module docstring)."""
+def runs_matching(term: str, *, walk: bool = False) -> Q:
+    """A filter on runs: id or business key matches ``term`` (see the module docstring);
+    ``walk`` as for ``key_contains``."""
     try:
         whole = uuid.UUID(term)
     except ValueError:
-        match = key_contains(term)
+        match = key_contains(term, walk=walk)
         id_range = run_id_range(prefix_term(term) or term)
         if id_range is not None:
             match |= Q(id__range=id_range)

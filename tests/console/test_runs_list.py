@@ -229,3 +229,35 @@ def test_it_escapes_hostile_business_keys_in_the_list(people):
     page = text(client_for(people["viewer"]).get(reverse("console:runs")))
     assert IMG_ESCAPED in page and SCRIPT_ESCAPED in page
     assert IMG not in page and SCRIPT not in page
+
+
+def test_a_search_matching_many_runs_walks_them_newest_first_and_lists_what_the_sorted_search_lists(people,
+                                                                                                   monkeypatch):
+    """A term PostgreSQL expects to match more than ``SORTED_MATCHES`` runs is tested on each run
+    walked newest first (the created index, never the trigram index, which would read every
+    match first): same pages, same order, as the sorted search of a few matches."""
+    from operators.selectors import runs as run_selectors
+
+    made = [start("rp_plain", {}, business_key=f"ORD-{i:03d}-{'x' if i % 3 else 'hit'}") for i in range(12)]
+    hits = [str(r.id) for r in reversed(made) if r.business_key.endswith("hit")]
+    viewer = people["viewer"]
+
+    def pages(size: int = 2) -> list[str]:
+        seen, cursor = [], None
+        while True:
+            page = runs_page(RunFilters(search="-HIT"), user=viewer, cursor=cursor, size=size)
+            seen += [str(r.id) for r in page.items]
+            if page.next is None:
+                return seen
+            cursor = page.next
+
+    assert pages() == hits  # few: found through the trigram index and sorted
+    monkeypatch.setattr(run_selectors, "SORTED_MATCHES", -1)  # as if the table held millions of matches
+    with connection.cursor() as cur:
+        cur.execute("SET LOCAL enable_seqscan = off")
+        with CaptureQueriesContext(connection) as queries:
+            runs_page(RunFilters(search="-HIT"), user=viewer)
+        cur.execute("EXPLAIN " + queries[-1]["sql"])
+        plan = "\n".join(row[0] for row in cur.fetchall())
+    assert "run_created_keyset" in plan and "trgm" not in plan, plan
+    assert pages() == hits
