@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db.models import Exists, OuterRef, Q, QuerySet
-from django.db.models.functions import Coalesce
+from django.db.models import CharField, Exists, OuterRef, Q, QuerySet, Value
+from django.db.models.functions import Coalesce, Concat
 from django.utils import timezone
 
 from ledger.connectors import Operation, get_connector
@@ -62,13 +62,18 @@ def effects_ambiguous(*, user: User, filters: EffectFilters = NO_FILTERS) -> Que
     live_lease = WorkflowRun.objects.filter(
         id=OuterRef("run_id"), status__in=LEASED_STATUSES, lease_expires_at__gt=now
     )
-    qs = scope(EffectRecord.objects.filter(
-        Q(status=EffectStatus.UNKNOWN) | (Q(status=EffectStatus.IN_PROGRESS) & ~Exists(live_lease))
-    ), user)
+    # The tenant is tested through an expression no index serves: otherwise PostgreSQL combines
+    # the open effects' partial index with the tenant's entries in effect_unique_tenant_key,
+    # which grow with every effect the ledger ever recorded (151,469 for one tenant at 10M runs:
+    # 23 ms), where the open effects are the backlog alone.
+    open_effects = EffectRecord.objects.alias(
+        open_tenant=Concat("tenant", Value(""), output_field=CharField())
+    ).filter(Q(status=EffectStatus.UNKNOWN) | (Q(status=EffectStatus.IN_PROGRESS) & ~Exists(live_lease)))
+    qs = scope(open_effects, user, field="open_tenant")
     if filters.connector:
         qs = qs.filter(connector=filters.connector)
     if filters.tenant:
-        qs = qs.filter(tenant=filters.tenant)
+        qs = qs.filter(open_tenant=filters.tenant)
     if filters.older_than is not None:
         qs = qs.alias(unknown_since=Coalesce("dispatched_at", "intent_at")).filter(
             unknown_since__lte=now - filters.older_than)
