@@ -18,7 +18,7 @@ from django.db.models import Q, QuerySet
 
 from ledger.models import EffectRecord
 from operators.selectors.paging import Cursor, Page, keyset_page
-from operators.selectors.search import runs_matching
+from operators.selectors.search import MIN_SUBSTRING_CHARS, prefix_term, runs_matching
 from operators.selectors.tenancy import User, scope_runs
 from sagas.integration import chain_place
 from sagas.models import (
@@ -117,6 +117,10 @@ def runs_page(filters: RunFilters, *, user: User, cursor: Cursor | None = None,
         return keyset_page(qs, field="created_at", descending=True, cursor=cursor, size=size)
     if _few(qs):
         return keyset_page(qs, field="created_at", descending=True, cursor=cursor, size=size, sort=True)
+    if prefix_term(filters.search) is not None or len(filters.search) < MIN_SUBSTRING_CHARS:
+        # A key's start: one range of the upper(business_key) b-tree, which PostgreSQL reads
+        # or walks the runs by itself, rightly (its estimate of a range is good).
+        return keyset_page(qs, field="created_at", descending=True, cursor=cursor, size=size)
     # Many matches expected: walk the runs newest first and test each one's key, which finds a
     # page of dense matches at once whatever the table's size (left to itself, PostgreSQL
     # switches to reading every match through the trigram index as the table grows: 131 ms of
