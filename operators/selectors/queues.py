@@ -73,7 +73,7 @@ def effects_ambiguous(*, user: User, filters: EffectFilters = NO_FILTERS) -> Que
     if filters.connector:
         qs = qs.filter(connector=filters.connector)
     if filters.tenant:
-        qs = qs.filter(open_tenant=filters.tenant)
+        qs = qs.filter(Q(open_tenant=filters.tenant))  # Q: mypy's Django plugin knows no alias
     if filters.older_than is not None:
         qs = qs.alias(unknown_since=Coalesce("dispatched_at", "intent_at")).filter(
             unknown_since__lte=now - filters.older_than)
