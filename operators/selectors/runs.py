@@ -111,7 +111,9 @@ def runs_filtered(filters: RunFilters, *, user: User) -> QuerySet[WorkflowRun]:
 def runs_page(filters: RunFilters, *, user: User, cursor: Cursor | None = None,
               size: int = RUNS_PAGE_SIZE) -> Page[WorkflowRun]:
     """One keyset page of ``runs_filtered``, newest first (``created_at`` desc, ``id`` desc).
-    No OFFSET and no COUNT: page 1000 costs what page 1 costs."""
+    No COUNT, and no OFFSET into the results: page 1000 costs what page 1 costs (a search
+    expected to match many runs skips ``WALK_ROWS`` entries of the created index, only to
+    bound its walk)."""
     qs = runs_filtered(filters, user=user).defer("input", "result", "error")
     if not filters.search:
         return keyset_page(qs, field="created_at", descending=True, cursor=cursor, size=size)
