@@ -89,7 +89,7 @@ def key_contains(term: str, *, field: str = "business_key", walk: bool = False) 
     ``walk``: the substring test is written so that no index serves it (``key || ''``), for a
     list that walks its rows in order and tests each one: a term that matches many keys finds
     a page of them among the first few thousand rows whatever the table's size, where the
-    trigram index would read every match first (113,000 for ``0012`` at 10,000,000 runs)."""
+    trigram index would read every match first (131 ms of SQL for ``0012`` at 10,000,000 runs)."""
     start = prefix_term(term)
     if start is not None:
         return Q(**{f"{field}__istartswith": start})
