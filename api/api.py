@@ -5,7 +5,8 @@ Each group of endpoints is a router in ``api/routes/``."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import json
+from collections.abc import Callable, Sequence
 from functools import wraps
 from typing import Any
 
@@ -13,8 +14,10 @@ from django.conf import settings
 from django.contrib.admin.views.decorators import staff_member_required
 from django.core.exceptions import ObjectDoesNotExist, PermissionDenied, RequestDataTooBig
 from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import render
 from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
+from ninja.openapi.docs import Swagger
 
 from api.auth import ApiKeyAuth
 from api.errors import Problem, problem_response
@@ -38,9 +41,25 @@ def _staff_or_api_key(view: Callable[..., HttpResponse]) -> Callable[..., HttpRe
     return wrapped
 
 
+class LocalSwagger(Swagger):
+    """ninja's Swagger page from its own template and static files (settings.NINJA_ASSETS).
+
+    ninja renders that template only when "ninja" is an installed app, and otherwise a variant
+    that loads Swagger UI from a CDN, which our pages never do. It is not an installed app
+    (see config/settings.py), so this page renders the local template itself, with the context
+    ninja's page gives it."""
+
+    def render_page(self, request: HttpRequest, api: NinjaAPI, **kwargs: Any) -> HttpResponse:
+        self.settings["url"] = self.get_openapi_url(api, kwargs)
+        auths = api.auth if isinstance(api.auth, Sequence) else ()
+        context = {"swagger_settings": json.dumps(self.settings, indent=1), "api": api,
+                   "add_csrf": any(getattr(auth, "csrf", False) for auth in auths)}
+        return render(request, self.template, context)
+
+
 api = NinjaAPI(
     title="Saga Console API", version="1", urls_namespace="api", auth=ApiKeyAuth(),
-    docs_decorator=_staff_or_api_key,
+    docs=LocalSwagger(), docs_decorator=_staff_or_api_key,
     description="Start, follow, signal and decide runs. Authenticate with `Authorization: Bearer sk_...` "
                 "(manage.py createapikey). Errors are RFC 9457 problem JSON.",
 )

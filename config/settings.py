@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 from datetime import timedelta
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +72,10 @@ DEFAULT_EXCEPTION_REPORTER_FILTER = "config.debug.CredentialsFilter"
 # daphne serves config.asgi:application as its own command (``python -m daphne``, as the demo
 # does); it is not an installed app. As one it only replaced ``runserver`` and, by importing
 # Twisted at start-up, made every process (workers, sweepers, commands) 0.8 s slower to start.
+# django-ninja is not one either, for the same reason: as an app its package (the router,
+# pydantic) was imported by every process at start-up, 0.3 to 0.5 CPU-s of the 2.3 a worker
+# took to start. Its Swagger page's templates and static files are on the paths below
+# (NINJA_ASSETS), and api.api renders that page from them.
 INSTALLED_APPS = [
     "django.contrib.admin",
     "django.contrib.auth",
@@ -84,7 +89,6 @@ INSTALLED_APPS = [
     "django_rq",
     "django_htmx",
     "csp",
-    "ninja",
     "ledger",
     "sagas",
     "operators",
@@ -111,10 +115,22 @@ ROOT_URLCONF = "config.urls"
 WSGI_APPLICATION = "config.wsgi.application"
 ASGI_APPLICATION = "config.asgi.application"
 
+
+
+def _package_dir(name: str) -> Path:
+    """An installed package's folder, found without importing it (find_spec runs none of its code)."""
+    spec = find_spec(name)
+    if spec is None or spec.origin is None:
+        raise ImproperlyConfigured(f"the package {name!r} is not installed (pip install -e . installs it)")
+    return Path(spec.origin).parent
+
+
+NINJA_ASSETS = _package_dir("ninja")
+
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [BASE_DIR / "templates"],
+        "DIRS": [BASE_DIR / "templates", NINJA_ASSETS / "templates"],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [
@@ -218,7 +234,7 @@ CSRF_COOKIE_HTTPONLY = False  # htmx reads no cookie: the token is in hx-headers
 
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / "staticfiles"
-STATICFILES_DIRS = [BASE_DIR / "static"]
+STATICFILES_DIRS = [BASE_DIR / "static", NINJA_ASSETS / "static"]
 # daphne serves no static files: WhiteNoise does, from STATIC_ROOT after collectstatic,
 # and straight from the app and project static folders without it (finders).
 WHITENOISE_USE_FINDERS = True
