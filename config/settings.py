@@ -73,8 +73,8 @@ DEFAULT_EXCEPTION_REPORTER_FILTER = "config.debug.CredentialsFilter"
 # does); it is not an installed app. As one it only replaced ``runserver`` and, by importing
 # Twisted at start-up, made every process (workers, sweepers, commands) 0.8 s slower to start.
 # django-ninja is not one either, for the same reason: as an app its package (the router,
-# pydantic) was imported by every process at start-up, 0.3 to 0.5 CPU-s of the 2.3 a worker
-# took to start. Its Swagger page's templates and static files are on the paths below
+# pydantic) was imported by every process at start-up: django.setup() took about 2.8 CPU-s
+# with it and 2.3 without. Its Swagger page's templates and static files are on the paths below
 # (NINJA_ASSETS), and api.api renders that page from them.
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -114,7 +114,6 @@ MIDDLEWARE = [
 ROOT_URLCONF = "config.urls"
 WSGI_APPLICATION = "config.wsgi.application"
 ASGI_APPLICATION = "config.asgi.application"
-
 
 
 def _package_dir(name: str) -> Path:
