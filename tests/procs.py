@@ -24,6 +24,26 @@ ROOT = Path(__file__).resolve().parent.parent
 BENCH_SHARED, BENCH_OWN = "bench-shared", "bench-own-servers"
 
 
+_FORK_SERVER: list = []
+
+
+def fork_server():
+    """This pytest process's ``tests.forkserver.ForkServer``, started on first use; None with
+    SAGA_TEST_FORKSERVER=0, which starts every process with ``subprocess.Popen`` instead."""
+    if os.environ.get("SAGA_TEST_FORKSERVER", "1") == "0":
+        return None
+    if not _FORK_SERVER:
+        import atexit
+        import tempfile
+
+        from tests.forkserver import ForkServer
+
+        server = ForkServer(tempfile.mkdtemp(prefix="saga-forks-"))
+        atexit.register(server.stop)
+        _FORK_SERVER.append(server)
+    return _FORK_SERVER[0]
+
+
 def test_database_url() -> str:
     """The URL of the database pytest-django created, for worker processes."""
     s = connection.settings_dict
@@ -82,12 +102,16 @@ class Procs:
 
     def start(self, name: str, args: list[str], env: dict[str, str]) -> Proc:
         log_path = self.log_dir / f"{name}.log"
-        handle = open(log_path, "ab")
-        popen = subprocess.Popen(
-            [sys.executable, *args], cwd=ROOT, env=env, stdout=handle, stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        handle.close()
+        server = fork_server()
+        if server is not None:
+            popen = server.popen(args, env, str(ROOT), str(log_path))
+        else:
+            handle = open(log_path, "ab")
+            popen = subprocess.Popen(
+                [sys.executable, *args], cwd=ROOT, env=env, stdout=handle, stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+            handle.close()
         proc = Proc(name, popen, log_path)
         self.procs.append(proc)
         return proc

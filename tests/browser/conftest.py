@@ -254,4 +254,4 @@ def console(browser_servers, users, procs, settings, _playwright_loop, browser, 
         if rep is not None and rep.failed:
             print(browser_servers.procs.logs())
         for proc in (browser_servers.daphne, browser_servers.providers):
-            assert proc.alive(), f"the shared {proc.name} died during the test:\n{proc.log()[-6000:]}"
+            assert proc.alive(), f"the shared {proc.name} died during the test ({proc.popen.returncode}):\n{proc.log()[-6000:]}"
