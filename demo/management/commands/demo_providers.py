@@ -6,14 +6,15 @@ import signal
 import threading
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 from django.db import DatabaseError, connection
 
+from core.commands import NoPageCommand
 from demo.models import ProviderExecution
 from demo.providers.server import ProviderServer
 
 
-class Command(BaseCommand):
+class Command(NoPageCommand):
     help = "Serve the simulated payment, inventory, email and shipping providers over HTTP (JSON)."
 
     def add_arguments(self, parser: CommandParser) -> None:

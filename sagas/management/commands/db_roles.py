@@ -11,13 +11,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 from django.db import connection, transaction
 
+from core.commands import NoPageCommand
 from sagas.store.dbroles import quote, role_problems, runtime_grants, schema_read
 
 
-class Command(BaseCommand):
+class Command(NoPageCommand):
     help = (
         "Print (or --apply) the grants of the runtime database role: no UPDATE, DELETE or TRUNCATE "
         "on the journal and the audit log, and no ownership. Run as the owner, after every migrate."

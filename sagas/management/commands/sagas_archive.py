@@ -14,13 +14,14 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
+from core.commands import NoPageCommand
 from ledger.keyindex import keys_purge
 from sagas.retention.archiving import archive_due, due_count
 
 
-class Command(BaseCommand):
+class Command(NoPageCommand):
     help = "Archive the finished runs past their retention to SAGAS_ARCHIVE_URL, then delete them."
 
     def add_arguments(self, parser: CommandParser) -> None:

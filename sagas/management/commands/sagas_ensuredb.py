@@ -3,11 +3,12 @@ from __future__ import annotations
 from typing import Any
 
 import psycopg
-from django.core.management.base import BaseCommand
 from django.db import connection
 
+from core.commands import NoPageCommand
 
-class Command(BaseCommand):
+
+class Command(NoPageCommand):
     help = "Create the configured PostgreSQL database if it does not exist (for first-time setup)."
 
     def handle(self, *args: Any, **options: Any) -> None:

@@ -6,12 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand
-
+from core.commands import NoPageCommand
 from sagas.store import counts
 
 
-class Command(BaseCommand):
+class Command(NoPageCommand):
     help = "Count every run again per tenant, status and reason (after a load that bypassed the triggers)."
 
     def handle(self, *args: Any, **options: Any) -> None:

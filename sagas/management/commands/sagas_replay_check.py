@@ -16,13 +16,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
+from core.commands import NoPageCommand
 from sagas.errors import InvalidArgument, WorkflowNotRegistered
 from sagas.replay.check import COMPATIBLE, definition_for, replay_check, runs_to_check
 
 
-class Command(BaseCommand):
+class Command(NoPageCommand):
     help = "Replay a workflow's runs against a version of its code, executing nothing; exit 1 on divergence."
 
     def add_arguments(self, parser: CommandParser) -> None:

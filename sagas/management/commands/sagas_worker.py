@@ -4,10 +4,11 @@ import logging
 from typing import Any
 
 from django.conf import settings
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 from django.db import connection, connections
 from django.utils import timezone
 
+from core.commands import NoPageCommand
 from core.storage import retry_storage
 from sagas import services
 from sagas.runtime import queue, readiness, recovery
@@ -19,7 +20,7 @@ from sagas.versions import registry
 log = logging.getLogger("sagas.runtime.worker")
 
 
-class Command(BaseCommand):
+class Command(NoPageCommand):
     help = "Run a worker that advances workflow runs of the versions it has registered."
 
     def add_arguments(self, parser: CommandParser) -> None:
