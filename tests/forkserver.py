@@ -79,13 +79,14 @@ def _child(request: dict, listener: socket.socket, connections: list[socket.sock
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     os.setsid()
-    log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    out = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    err = os.open(request["err"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644) if request.get("err") else out
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
-    os.dup2(log, 1)
-    os.dup2(log, 2)
-    os.close(log)
-    os.close(null)
+    os.dup2(out, 1)
+    os.dup2(err, 2)
+    for fd in {out, err, null}:
+        os.close(fd)
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
@@ -185,10 +186,13 @@ class ForkServer:
         if line.strip() != b"ready":
             raise RuntimeError(f"the fork server did not start: {line!r}")
 
-    def popen(self, argv: list[str], env: dict[str, str], cwd: str, log: str) -> ForkedPopen:
+    def popen(self, argv: list[str], env: dict[str, str], cwd: str, log: str, err: str = "") -> ForkedPopen:
+        """``argv`` started as ``python *argv``, its stdout to ``log`` and its stderr to ``err``
+        (empty: to ``log`` as well)."""
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         conn.connect(self.path)
-        conn.sendall(json.dumps({"argv": argv, "env": env, "cwd": str(cwd), "log": str(log)}).encode() + b"\n")
+        request = {"argv": argv, "env": env, "cwd": str(cwd), "log": str(log), "err": str(err)}
+        conn.sendall(json.dumps(request).encode() + b"\n")
         reader = conn.makefile("rb")
         return ForkedPopen(int(reader.readline()), conn, reader)
 

@@ -69,6 +69,29 @@ def worker_env(modules: str, **extra: str) -> dict[str, str]:
     return env
 
 
+def run_python(args: list[str], *, env: dict[str, str] | None = None, timeout: float,
+               cwd: Path | str = ROOT) -> subprocess.CompletedProcess[str]:
+    """``subprocess.run([sys.executable, *args], capture_output=True, text=True, ...)``, started
+    by the fork server (``fork_server``) when there is one."""
+    server = fork_server()
+    if server is None:
+        return subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True,
+                              timeout=timeout)
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="saga-run-") as scratch:
+        out, err = Path(scratch, "stdout"), Path(scratch, "stderr")
+        popen = server.popen(args, dict(os.environ if env is None else env), str(cwd), str(out), str(err))
+        try:
+            popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(popen.pid, signal.SIGKILL)
+            popen.wait()
+            raise
+        return subprocess.CompletedProcess([sys.executable, *args], popen.returncode,
+                                           out.read_text(errors="replace"), err.read_text(errors="replace"))
+
+
 class Proc:
     def __init__(self, name: str, popen: subprocess.Popen, log_path: Path) -> None:
         self.name, self.popen, self.log_path = name, popen, log_path

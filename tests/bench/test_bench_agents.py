@@ -9,19 +9,13 @@ run under real SIGKILLs either way. About 20 s without DBOS, 40 s with it.
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 from bench.agents import venv_ready as dbos_venv_ready
-from tests.procs import ROOT
+from tests.procs import run_python
 
 
 def test_it_kills_all_three_agents_and_ours_repeats_no_tool_loses_no_run_and_bills_no_turn_twice(tmp_path):
     chart = tmp_path / "agents.png"
-    done = subprocess.run(
-        [sys.executable, "bench/agents.py", "--smoke", "--png", str(chart)], cwd=ROOT, capture_output=True,
-        text=True, timeout=600,
-    )
+    done = run_python(["bench/agents.py", "--smoke", "--png", str(chart)], timeout=600)
     output = done.stdout[-4000:] + done.stderr[-4000:]
     assert done.returncode == 0, output
     rows = {line.split("|")[1].strip(): [cell.strip() for cell in line.split("|")[2:-1]]

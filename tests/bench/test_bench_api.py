@@ -8,18 +8,15 @@ a user would still call prompt."""
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 
 import pytest
 
-from tests.procs import BENCH_OWN, ROOT
+from tests.procs import BENCH_OWN, run_python
 
 
 @pytest.mark.xdist_group(BENCH_OWN)  # saga_bench_api_smoke and Redis 1
 def test_it_starts_runs_through_the_api_and_answers_every_long_poll_soon_after_the_run_finished():
-    done = subprocess.run([sys.executable, "bench/api.py", "--smoke"], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120)
+    done = run_python(["bench/api.py", "--smoke"], timeout=120)
     output = done.stdout[-4000:] + done.stderr[-4000:]
     assert done.returncode == 0, output  # a long-poll that timed out or answered other than COMPLETED exits 1
     rows = {line.split("|")[1].strip(): [cell.strip() for cell in line.split("|")[2:-1]]

@@ -7,13 +7,11 @@ xdist they run in two groups that share no database, Redis db or virtualenv (tes
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 
 import pytest
 
 from bench.dbos import venv_ready as dbos_venv_ready
-from tests.procs import BENCH_OWN, ROOT
+from tests.procs import BENCH_OWN, run_python
 
 
 @pytest.mark.parametrize(
@@ -44,9 +42,7 @@ from tests.procs import BENCH_OWN, ROOT
     ],
 )
 def test_it_runs_each_benchmark_at_tiny_size_and_prints_its_table(script, expected_rows):
-    done = subprocess.run(
-        [sys.executable, script, "--smoke"], cwd=ROOT, capture_output=True, text=True, timeout=600
-    )
+    done = run_python([script, "--smoke"], timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     table = [line for line in done.stdout.splitlines() if line.startswith("|")]
     if script == "bench/engine.py" and not dbos_venv_ready():
@@ -65,10 +61,7 @@ def test_it_runs_each_benchmark_at_tiny_size_and_prints_its_table(script, expect
 
 def test_the_chaos_benchmark_kills_workers_and_the_product_loses_nothing_and_repeats_nothing(tmp_path):
     chart = tmp_path / "chaos.png"
-    done = subprocess.run(
-        [sys.executable, "bench/chaos.py", "--smoke", "--png", str(chart)], cwd=ROOT, capture_output=True, text=True,
-        timeout=600,
-    )
+    done = run_python(["bench/chaos.py", "--smoke", "--png", str(chart)], timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     rows = {line.split("|")[1].strip(): [cell.strip() for cell in line.split("|")[2:-1]]
             for line in done.stdout.splitlines() if line.startswith("| ") and "0.20" in line}
@@ -86,9 +79,7 @@ def test_it_soaks_the_engine_in_faults_without_a_duplicate_a_lost_run_or_a_wrong
     """bench/faults.py --smoke: 40 order runs on private PostgreSQL and Redis servers through a
     worker SIGKILL, a PostgreSQL restart, a pg_terminate_backend round, a Redis restart and a
     provider timeout; it exits 1 when a target is missed."""
-    done = subprocess.run(
-        [sys.executable, "bench/faults.py", "--smoke"], cwd=ROOT, capture_output=True, text=True, timeout=600
-    )
+    done = run_python(["bench/faults.py", "--smoke"], timeout=600)
     output = done.stdout[-4000:] + done.stderr[-4000:]
     assert done.returncode == 0, output
     figures = {line.split("|")[1].strip(): line.split("|")[2].strip()
@@ -112,9 +103,7 @@ def test_it_soaks_the_engine_in_faults_without_a_duplicate_a_lost_run_or_a_wrong
 def test_it_runs_the_bulk_benchmark_small_with_an_audit_entry_per_item_and_live_progress():
     """bench/bulk.py --smoke: a batch of 200 UNKNOWN effects resolved and one of 200 runs
     cancelled by a real worker process (about 20 s here)."""
-    done = subprocess.run(
-        [sys.executable, "bench/bulk.py", "--smoke"], cwd=ROOT, capture_output=True, text=True, timeout=300
-    )
+    done = run_python(["bench/bulk.py", "--smoke"], timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     rows = {line.split("|")[1].strip(): [cell.strip() for cell in line.split("|")[2:-1]]
             for line in done.stdout.splitlines() if line.startswith("| ") and "batch" not in line}

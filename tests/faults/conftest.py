@@ -30,7 +30,7 @@ import psycopg
 import pytest
 
 from bench.servers import PostgresServer, RedisServer
-from tests.procs import ROOT, Proc, Procs, start_providers, wait_until, worker_env
+from tests.procs import ROOT, Proc, Procs, run_python, start_providers, wait_until, worker_env
 
 MODULES = "tests.faults.wf_faults"
 TEMPLATE = "faults_template"
@@ -60,10 +60,7 @@ def servers(django_db_setup, tmp_path_factory):
         redis_server.start()
         pg.create_database(TEMPLATE)
         env = worker_env(MODULES, DATABASE_URL=pg.url(TEMPLATE), REDIS_URL=redis_server.url())
-        done = subprocess.run(
-            [sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=ROOT, env=env,
-            capture_output=True, text=True, timeout=180,
-        )
+        done = run_python(["manage.py", "migrate", "--noinput", "-v", "0"], env=env, timeout=180)
         assert done.returncode == 0, f"migrate on the private server failed:\n{done.stdout}{done.stderr}"
         yield Servers(pg, redis_server, start_providers(providers))
     finally:

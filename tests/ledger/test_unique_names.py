@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import textwrap
 
 import pytest
 
 from ledger import Connector, ConnectorAlreadyRegistered, connector
-from tests.procs import ROOT
+from tests.procs import ROOT, run_python
 
 
 def _check(tmp_path, settings_module: str, source: str) -> subprocess.CompletedProcess:
@@ -21,8 +20,7 @@ def _check(tmp_path, settings_module: str, source: str) -> subprocess.CompletedP
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SAGAS_", "DJANGO_"))}
     env.update(DJANGO_SETTINGS_MODULE=settings_module, DEBUG="1", SAGAS_MODULES="extra_flows",
                PYTHONPATH=os.pathsep.join([str(tmp_path), str(ROOT)]))
-    return subprocess.run([sys.executable, "manage.py", "check"], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=120)
+    return run_python(["manage.py", "check"], env=env, timeout=120)
 
 
 CAPTURE = """

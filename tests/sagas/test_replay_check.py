@@ -92,17 +92,16 @@ def test_the_deployed_version_replays_its_own_runs_and_unknown_code_is_a_clear_e
 def test_a_deploy_pipeline_gates_on_the_command_s_exit_status():
     """As a pipeline runs it: a separate process on the same database, the code not deployed."""
     import subprocess
-    import sys
 
-    from tests.procs import worker_env
+    from tests.procs import run_python, worker_env
 
     waiting_runs(2)
     root = Path(__file__).resolve().parents[2]
     env = worker_env("tests.sagas.replay_code.orders_v1")
 
     def check(module: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "manage.py", "sagas_replay_check", "rc_order", "--module",
-                               str(CODE / module)], cwd=root, env=env, capture_output=True, text=True, timeout=120)
+        return run_python(["manage.py", "sagas_replay_check", "rc_order", "--module", str(CODE / module)],
+                          cwd=root, env=env, timeout=120)
 
     passed = check("orders_v2_fixed.py")
     assert passed.returncode == 0, passed.stderr[-3000:]

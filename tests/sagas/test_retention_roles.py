@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 
 import psycopg
 import pytest
 
 from bench.servers import HOST, PostgresServer, RedisServer
-from tests.procs import ROOT, Procs, wait_until, worker_env
+from tests.procs import Procs, run_python, wait_until, worker_env
 
 DB = "app"
 RUNTIME = "saga_app"
@@ -39,8 +38,7 @@ def deployed(tmp_path):
         runtime = worker_env(MODULES, DATABASE_URL=f"postgres://{RUNTIME}@{HOST}:{pg.port}/{DB}", **common)
 
         def manage(*args: str, env: dict) -> str:
-            done = subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=env, capture_output=True,
-                                  text=True, timeout=180)
+            done = run_python(["manage.py", *args], env=env, timeout=180)
             assert done.returncode == 0, done.stdout + done.stderr
             return done.stdout
 

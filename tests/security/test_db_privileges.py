@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from dataclasses import dataclass
 
 import psycopg
 import pytest
 
 from bench.servers import HOST, PostgresServer, RedisServer
-from tests.procs import ROOT, Procs, wait_until, worker_env
+from tests.procs import Procs, run_python, wait_until, worker_env
 
 MODULES = "tests.security.wf_privileges"
 DB = "app"
@@ -34,10 +33,7 @@ class Deployment:
     procs: Procs
 
     def manage(self, *args: str, env: dict[str, str], script: str = "") -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [sys.executable, "manage.py", *args, *(["-c", script] if script else [])], cwd=ROOT, env=env,
-            capture_output=True, text=True, timeout=180,
-        )
+        return run_python(["manage.py", *args, *(["-c", script] if script else [])], env=env, timeout=180)
 
     def as_owner(self) -> psycopg.Connection:
         return self.pg.connect(DB)

@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 
 import pytest
 
-from tests.procs import ROOT
+from tests.procs import run_python
 
 STRONG_KEY = "kP3v-9QxZr_t7Lm2Wn8Bc4Yd6Hf1Js5Ge0Ua8Ti3Ro7Ek2Vw9Xq4Nb6Mz1Ch5Dl0Sy"
 PRODUCTION = {
@@ -36,8 +35,7 @@ def manage(*args: str, **env: str) -> subprocess.CompletedProcess:
             if k not in {"DEBUG", "SECRET_KEY", "ALLOWED_HOSTS", "DJANGO_ALLOW_ASYNC_UNSAFE", *PRODUCTION}
             and not k.startswith("SECURE_")}
     base.update(DJANGO_SETTINGS_MODULE="config.settings", **env)
-    return subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=base, capture_output=True, text=True,
-                          timeout=120)
+    return run_python(["manage.py", *args], env=base, timeout=120)
 
 
 def test_it_passes_the_deploy_check_with_the_documented_variables_set():
