@@ -702,6 +702,15 @@ def main() -> None:  # noqa: PLR0915  (one straight story, printed in order)
     phases: list[Phase] = []
     report = None
     try:
+        # The warm-up counts from the worker's first completed run, not from its start: on a
+        # loaded machine (the test suite's smoke run) its start alone took longer than the
+        # smoke's whole warm-up, and a baseline without a completed run has no rate.
+        def first_run_done() -> bool:
+            return worker.poll() is not None or bool(sql(
+                "SELECT 1 FROM sagas_workflowrun WHERE workflow_name = %s AND status = 'COMPLETED' LIMIT 1",
+                [LIVE_WORKFLOW], fetch=True))
+
+        common.wait_for(first_run_done, timeout=180, interval=0.2)
         time.sleep(warmup)
         if worker.poll() is not None:
             raise SystemExit(f"the worker exited {worker.returncode}: {(work / 'worker.log').read_text()[-2000:]}")

@@ -2,16 +2,16 @@
 
 Every worker, sweeper, provider and console server a test starts is a real process: its own
 pid, session and PostgreSQL connections, killed with a real SIGKILL. What is shared is the
-work of importing Django, psycopg, redis and rq, about 1.5 of the 2.3 CPU-seconds a fresh
-``python manage.py ...`` spends before it does anything (bench/README.md, "test suite"). The
-suite starts a few hundred of them on a 2-core machine, so that import is much of its CPU.
+work of importing Django, psycopg, redis and rq: a worker started with Popen spent a median
+1.03 CPU-s until its ready file, one forked from here 0.41 (8 starts each, an idle machine,
+2026-12-06). The suite starts a few hundred such processes on a 2-core machine.
 
 The server (``python -m tests.forkserver``) imports the modules in ``PRELOAD`` and nothing
 that reads settings, opens a connection, starts a thread or an event loop. A request on its
-Unix socket is one JSON line (argv, env, cwd, log file); the server forks, and the child
+Unix socket is one JSON line (argv, env, cwd, log files); the server forks, and the child
 becomes what ``subprocess.Popen([sys.executable, *argv], env=env, cwd=cwd,
 start_new_session=True, stdout=log, stderr=STDOUT)`` would have started: a new session, the
-log as stdout and stderr, stdin from /dev/null, the environment replaced, ``sys.argv`` and
+log as stdout and stderr (or a second file as stderr), stdin from /dev/null, the environment replaced, ``sys.argv`` and
 ``sys.path`` as the interpreter sets them, then the script or module run as ``__main__``.
 The server answers with the pid, and later with the child's exit status on the same
 connection, which ``ForkedPopen`` turns into ``returncode`` (negative for a signal, as
@@ -20,6 +20,7 @@ Popen's). The server exits when the process that started it closes its stdin.
 
 from __future__ import annotations
 
+import gc
 import io
 import json
 import os
@@ -66,6 +67,10 @@ def _preload() -> None:
     # Started without DJANGO_SETTINGS_MODULE: a module that read settings at import would have
     # raised above, and none may have configured them for every child.
     assert not settings.configured, "a preloaded module configured Django settings"
+    # What was imported here moves out of the collector's reach: a child's collections would
+    # otherwise walk (and so copy, page by page) the whole inherited heap.
+    gc.collect()
+    gc.freeze()
 
 
 def _child(request: dict, listener: socket.socket, connections: list[socket.socket]) -> dict:
