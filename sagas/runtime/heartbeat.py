@@ -111,6 +111,8 @@ class Heartbeat:
                 try:
                     renewal = systemdb.renew_lease(self.run_id, fence=self.fence, ttl=self.ttl)
                     if not renewal:
+                        if self._stop.is_set():  # our own worker released the run meanwhile
+                            return
                         self.lost = True
                         log.warning("run %s: heartbeat found the lease taken over", self.run_id)
                         return

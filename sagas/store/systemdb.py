@@ -289,7 +289,7 @@ def check_fence(run_id: str, *, fence: int) -> None:
 _RENEW_SQL = f"""
 UPDATE sagas_workflowrun r
    SET lease_expires_at = now() + make_interval(secs => %s::float8), {COUNTED_TO_NEWEST}
- WHERE r.id = %s AND r.fence = %s
+ WHERE r.id = %s AND r.fence = %s AND r.status IN ('RUNNING', 'COMPENSATING') AND r.lease_owner <> ''
 RETURNING {PAUSED}
 """
 
@@ -307,9 +307,11 @@ class Renewal:
 
 
 def renew_lease(run_id: str, *, fence: int, ttl: float) -> Renewal:
-    """Extend the lease if ``fence`` is current, and count the steps journaled since the last
-    count (the console's ``steps_used`` and ``cost_used`` of a running run trail by at most
-    this interval). Falsy: the lease was taken over."""
+    """Extend the lease if ``fence`` is current and the run still leased, and count the steps
+    journaled since the last count (the console's ``steps_used`` and ``cost_used`` of a running
+    run trail by at most this interval). Falsy: the lease was taken over, or the run was
+    released (suspended, finished, yielded) under this fence; a renewal that commits just
+    after the release leases nothing again, so a woken run is claimable at once."""
     with cursor() as cur:
         cur.execute(_RENEW_SQL, [ttl, run_id, fence])
         row = cur.fetchone()

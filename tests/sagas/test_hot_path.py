@@ -400,3 +400,26 @@ def test_finish_sends_its_status_guard_time_and_flag_the_same_way_on_both_paths(
         stored = WorkflowRun.objects.get(id=claimed.id)
         assert (stored.status, stored.wake_at, stored.finished_at, stored.lease_owner) == (S.WAITING, wake, None, "")
         assert JournalEntry.objects.get(run_id=claimed.id, kind="suspended").payload == {"why": "é\"x"}
+
+
+def test_a_renewal_that_lands_after_the_run_was_released_holds_no_lease():
+    """The heartbeat renews on its own thread: a renewal that commits just after the run was
+    suspended or finished (same fence) must not lease the released run again. It did: the
+    WAITING run kept ``lease_expires_at`` a ttl ahead, and the approval or signal that woke it
+    found it unclaimable until then."""
+    from django.utils import timezone
+
+    waiting = _claimed("hot_waits_for_go")
+    assert systemdb.suspend(waiting.id, fence=waiting.fence, worker="t", expect_last_seq=2,
+                            wake_at=timezone.now() + timedelta(hours=1), payload={"reason": "go"})
+    assert not systemdb.renew_lease(waiting.id, fence=waiting.fence, ttl=30)
+    stored = WorkflowRun.objects.get(id=waiting.id)
+    assert (stored.status, stored.lease_owner, stored.lease_expires_at) == (RunStatus.WAITING, "", None)
+    signal(run_id=waiting.id, name="go", payload=1)
+    assert systemdb.claim(str(waiting.id), owner="t2", ttl=30) is not None  # the woken run is claimed at once
+
+    done = _claimed()
+    systemdb.finish(done.id, fence=done.fence, status=RunStatus.COMPLETED, kind="completed", worker="t",
+                    payload={"result": 1}, result=1, terminal=True)
+    assert not systemdb.renew_lease(done.id, fence=done.fence, ttl=30)
+    assert WorkflowRun.objects.values_list("lease_expires_at", flat=True).get(id=done.id) is None
