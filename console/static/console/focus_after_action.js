@@ -14,6 +14,9 @@
 //   (base.html; notices have tabindex="-1"), so a screen reader reads it where the person is.
 // Only the answer to the person's own request can move the focus (it is keyed by its XHR):
 // a live push (htmx-ext-ws) never does, and a focused element that survived the morph keeps it.
+// A push that took it away anyway (the morph replaced the focused control instead of keeping
+// it, or moved it out of the document and back, as hx-preserve does) gives it back: to the same
+// element if it is still in the page, else to the control of the same kind in the same row.
 (function () {
   var pending = new WeakMap(); // XMLHttpRequest -> the page as it was when the action was sent
 
@@ -88,6 +91,28 @@
       region: d.target && d.target.id ? d.target.id : "",
       firstNotice: messages ? messages.firstElementChild : null
     });
+  });
+
+  var beforePush = null; // where the focus was when a pushed message arrived
+
+  document.addEventListener("htmx:wsBeforeMessage", function () {
+    var el = document.activeElement;
+    var row = el && el.closest ? el.closest("[data-action-row]") : null;
+    beforePush = focusLost() ? null : {
+      el: el, rowId: row ? row.id : "", kind: el.getAttribute("data-row-action") || ""
+    };
+  });
+
+  document.addEventListener("htmx:wsAfterMessage", function () {
+    var was = beforePush;
+    beforePush = null;
+    if (!was || !focusLost()) return;
+    if (was.el.isConnected) {
+      was.el.focus();
+      return;
+    }
+    var row = byId(was.rowId);
+    if (was.kind && actionable(row)) controlIn(row, was.kind).focus();
   });
 
   // htmx fires afterSettle once per settled element (the region, then each out-of-band part),
