@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from django.db import connection
 from django.db.models import CharField, Exists, OuterRef, Q, QuerySet, Value
 from django.db.models.functions import Coalesce, Concat
 from django.utils import timezone
@@ -84,9 +85,31 @@ def effects_ambiguous(*, user: User, filters: EffectFilters = NO_FILTERS) -> Que
     return qs.order_by("intent_at", "id")
 
 
+# Each connector that has an open effect, in order, one probe of effect_open_connector each (a
+# loose index scan); then those of which ``user`` sees an open effect ({seen}: that queryset).
+_OPEN_CONNECTORS_SQL = """
+WITH RECURSIVE walk(connector) AS (
+    (SELECT connector FROM ledger_effectrecord
+      WHERE status IN ('UNKNOWN', 'IN_PROGRESS') ORDER BY connector LIMIT 1)
+    UNION ALL
+    SELECT (SELECT e.connector FROM ledger_effectrecord e
+             WHERE e.status IN ('UNKNOWN', 'IN_PROGRESS') AND e.connector > walk.connector
+             ORDER BY e.connector LIMIT 1)
+      FROM walk WHERE walk.connector IS NOT NULL
+)
+SELECT walk.connector FROM walk
+ WHERE walk.connector IS NOT NULL
+   AND EXISTS (SELECT 1 FROM ({seen}) seen WHERE seen.connector = walk.connector)
+"""
+
+
 def effect_connectors(*, user: User) -> list[str]:
-    """The connectors of the open effects ``user`` sees, for the queue's connector filter."""
-    return sorted(set(effects_ambiguous(user=user).order_by().values_list("connector", flat=True).distinct()))
+    """The connectors of the open effects ``user`` sees, for the queue's connector filter, in
+    one query that costs a probe per connector, not a pass over the backlog."""
+    seen, params = effects_ambiguous(user=user).order_by().values("connector").query.sql_with_params()
+    with connection.cursor() as cur:
+        cur.execute(_OPEN_CONNECTORS_SQL.replace("{seen}", seen), params)
+        return sorted(connector for (connector,) in cur.fetchall())
 
 
 @dataclass(frozen=True)

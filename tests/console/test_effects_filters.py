@@ -203,3 +203,31 @@ def test_it_subscribes_the_live_region_with_the_pages_filters(people, queue):
     page = text(client_for(people["viewer"]).get(reverse("console:effects"), {"tenant": "globex", "q": "77"}))
     query = parse_qs(re.search(r'ws-connect="/ws/live/\?([^"]*)"', page).group(1).replace("&amp;", "&"))
     assert query["fragments"] == ["effects_queue"] and query["tenant"] == ["globex"] and query["q"] == ["77"]
+
+
+CONNECTOR_OPTION = re.compile(r'<option value="(qp\.[a-z_.]+)"')
+
+
+def test_it_offers_the_connectors_of_the_open_effects_the_user_sees_and_no_other(people, queue):
+    from django.utils import timezone
+
+    from ledger.models import EffectStatus
+    from sagas.models import RunStatus
+
+    effects = reverse("console:effects")
+    # Not offered: a settled effect's connector, and one whose only effect is IN_PROGRESS under
+    # a worker's live lease (that worker settles it; the queue does not list it).
+    make_effect(connector="qp.settled", status=EffectStatus.SUCCEEDED)
+    leased = make_run(status=RunStatus.RUNNING, lease_owner="w1",
+                      lease_expires_at=timezone.now() + timedelta(minutes=5))
+    make_effect(run=leased, connector="qp.leased", status=EffectStatus.IN_PROGRESS)
+    # Offered: an IN_PROGRESS effect whose run no worker holds (stuck).
+    make_effect(connector="qp.stuck", status=EffectStatus.IN_PROGRESS)
+
+    def offered(user) -> list[str]:
+        return CONNECTOR_OPTION.findall(text(client_for(user).get(effects)))
+
+    assert offered(people["viewer"]) == ["qp.blind", "qp.lookup", "qp.stuck"]
+    # A user of tenant globex alone: qp.blind's open effects are all acme's.
+    TenantScope.objects.create(user=people["operator"], tenants=["globex"])
+    assert offered(people["operator"]) == ["qp.lookup"]
