@@ -85,28 +85,32 @@ def effects_ambiguous(*, user: User, filters: EffectFilters = NO_FILTERS) -> Que
     return qs.order_by("intent_at", "id")
 
 
-# Each connector that has an open effect, in order, one probe of effect_open_connector each (a
-# loose index scan); then those of which ``user`` sees an open effect ({seen}: that queryset).
-_OPEN_CONNECTORS_SQL = """
+# Each connector that has an open effect, one probe of effect_open_connector each (a loose index
+# scan; the index is in the "C" collation, key and predicate, which no other query says: ledger
+# migration 0005); then those of which ``user`` sees an open effect ({seen}: that queryset), a
+# probe each too.
+_OPEN = """status COLLATE "C" IN ('UNKNOWN', 'IN_PROGRESS')"""
+_OPEN_CONNECTORS_SQL = f"""
 WITH RECURSIVE walk(connector) AS (
-    (SELECT connector FROM ledger_effectrecord
-      WHERE status IN ('UNKNOWN', 'IN_PROGRESS') ORDER BY connector LIMIT 1)
+    (SELECT connector COLLATE "C" FROM ledger_effectrecord
+      WHERE {_OPEN} ORDER BY connector COLLATE "C" LIMIT 1)
     UNION ALL
-    SELECT (SELECT e.connector FROM ledger_effectrecord e
-             WHERE e.status IN ('UNKNOWN', 'IN_PROGRESS') AND e.connector > walk.connector
-             ORDER BY e.connector LIMIT 1)
+    SELECT (SELECT e.connector COLLATE "C" FROM ledger_effectrecord e
+             WHERE {_OPEN} AND e.connector COLLATE "C" > walk.connector
+             ORDER BY e.connector COLLATE "C" LIMIT 1)
       FROM walk WHERE walk.connector IS NOT NULL
 )
 SELECT walk.connector FROM walk
+ CROSS JOIN LATERAL (SELECT 1 FROM ({{seen}}) seen
+                      WHERE seen.connector COLLATE "C" = walk.connector AND seen.{_OPEN} LIMIT 1) hit
  WHERE walk.connector IS NOT NULL
-   AND EXISTS (SELECT 1 FROM ({seen}) seen WHERE seen.connector = walk.connector)
 """
 
 
 def effect_connectors(*, user: User) -> list[str]:
     """The connectors of the open effects ``user`` sees, for the queue's connector filter, in
     one query that costs a probe per connector, not a pass over the backlog."""
-    seen, params = effects_ambiguous(user=user).order_by().values("connector").query.sql_with_params()
+    seen, params = effects_ambiguous(user=user).order_by().values("connector", "status").query.sql_with_params()
     with connection.cursor() as cur:
         cur.execute(_OPEN_CONNECTORS_SQL.replace("{seen}", seen), params)
         return sorted(connector for (connector,) in cur.fetchall())
