@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from django.core.exceptions import EmptyResultSet
 from django.db import connection
 from django.db.models import CharField, Exists, OuterRef, Q, QuerySet, Value
 from django.db.models.functions import Coalesce, Concat
@@ -110,7 +111,10 @@ SELECT walk.connector FROM walk
 def effect_connectors(*, user: User) -> list[str]:
     """The connectors of the open effects ``user`` sees, for the queue's connector filter, in
     one query that costs a probe per connector, not a pass over the backlog."""
-    seen, params = effects_ambiguous(user=user).order_by().values("connector", "status").query.sql_with_params()
+    try:
+        seen, params = effects_ambiguous(user=user).order_by().values("connector", "status").query.sql_with_params()
+    except EmptyResultSet:  # a user of no tenant sees no effect
+        return []
     with connection.cursor() as cur:
         cur.execute(_OPEN_CONNECTORS_SQL.replace("{seen}", seen), params)
         return sorted(connector for (connector,) in cur.fetchall())
