@@ -231,3 +231,37 @@ def test_it_offers_the_connectors_of_the_open_effects_the_user_sees_and_no_other
     # A user of tenant globex alone: qp.blind's open effects are all acme's.
     TenantScope.objects.create(user=people["operator"], tenants=["globex"])
     assert offered(people["operator"]) == ["qp.lookup"]
+
+
+def test_only_the_connector_walk_reads_the_open_connectors_index(people, queue):
+    """effect_open_connector (ledger migration 0005) serves the walk for the filter's choices and
+    nothing else: as a plain partial index the planner read it for the queue's count and its
+    connector filter too, and then fetched every match to sort a page (12 ms against 0.05 ms at
+    10M runs). With sequential scans off, each query shows which index it would take."""
+    import json
+
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from operators.selectors.queues import EffectFilters, effect_connectors, effects_ambiguous
+
+    user = people["viewer"]
+
+    def indexes(sql: str) -> set[str]:
+        with connection.cursor() as cur:
+            cur.execute("SET LOCAL enable_seqscan = off")
+            cur.execute("EXPLAIN (FORMAT JSON) " + sql)
+            plan = json.dumps(cur.fetchone()[0])
+        return set(re.findall(r'"Index Name": "([a-z_]+)"', plan))
+
+    with CaptureQueriesContext(connection) as walk:
+        assert effect_connectors(user=user) == ["qp.blind", "qp.lookup"]
+    [walk_sql] = [q["sql"] for q in walk.captured_queries if "WITH RECURSIVE" in q["sql"]]
+    assert "effect_open_connector" in indexes(walk_sql)
+
+    filtered = effects_ambiguous(user=user, filters=EffectFilters(connector="qp.lookup", older_than=timedelta(hours=1)))
+    with CaptureQueriesContext(connection) as queue_queries:
+        assert filtered.count() == 2
+        assert len(list(filtered[:51])) == 2
+    for query in (q for q in queue_queries.captured_queries if "ledger_effectrecord" in q["sql"]):
+        assert "effect_open_connector" not in indexes(query["sql"]), query["sql"]
