@@ -17,7 +17,8 @@ Prints one table. Figures:
   time, template rendering (less the SQL a template runs), redaction, and the rest (view
   code, serialisation, middleware), in ms, from a second series of as many requests;
 * server time of console pages, in-process with ``django.test.Client`` logged in as an
-  operator (``force_login``), DEBUG off: 3 warm-ups, then p50 and p95 of N requests;
+  operator (``force_login``), DEBUG off: 3 warm-ups, then p50 and p95 of N requests, taken in
+  rounds of one request per page (a slow minute slows every page alike);
 * at 10M runs, each page's p95 against its p95 in the last 1M run (kept in
   ``.bench/console-p95-1m.json``), target at most 1.5;
 * live update: a run detail page of a WAITING run open in Chromium against daphne (on the
@@ -380,35 +381,43 @@ class Breakdown:
             setattr(owner, name, value)
 
 
-def time_get(client, url: str, requests: int,  # type: ignore[no-untyped-def]
-             warmups: int = WARMUPS) -> tuple[float, float, dict[str, float]]:
-    """p50 and p95 of ``requests`` timed GETs after ``warmups`` untimed ones, then the medians of
-    a breakdown of as many more (the wrappers cost a little: they are off while the first ones
-    are timed)."""
-    for _ in range(warmups):
-        response = client.get(url)
-        if response.status_code != 200:
-            raise SystemExit(f"GET {url}: {response.status_code}\n{response.content[:2000]!r}")
-    times = []
+def time_pages(client, urls: list[str], requests: int,  # type: ignore[no-untyped-def]
+               warmups: int = WARMUPS) -> list[tuple[float, float, dict[str, float]]]:
+    """Per URL, the p50 and p95 of ``requests`` timed GETs after ``warmups`` untimed ones, then
+    the medians of a breakdown of as many more (the wrappers cost a little: they are off while
+    the first ones are timed).
+
+    The samples are taken in rounds, one GET of every page per round, so that a slow minute of
+    a noisy machine falls on every page alike and the ratios between pages hold (timed page by
+    page, the run list's figure and another page's came from different minutes: a ratio moved
+    by half from run to run)."""
+    for url in urls:
+        for _ in range(warmups):
+            response = client.get(url)
+            if response.status_code != 200:
+                raise SystemExit(f"GET {url}: {response.status_code}\n{response.content[:2000]!r}")
+    times: list[list[float]] = [[] for _ in urls]
     for _ in range(requests):
-        t0 = time.perf_counter()
-        response = client.get(url)
-        times.append((time.perf_counter() - t0) * 1000)
-        assert response.status_code == 200, url
-    parts: dict[str, list[float]] = {"queries": [], "sql": [], "render": [], "redaction": [], "other": []}
-    for _ in range(requests):
-        with Breakdown() as b:
+        for i, url in enumerate(urls):
             t0 = time.perf_counter()
-            client.get(url)
-            total = time.perf_counter() - t0
-        render = b.render - b.sql_in_render
-        parts["queries"].append(b.queries)
-        parts["sql"].append(b.sql * 1000)
-        parts["render"].append(render * 1000)
-        parts["redaction"].append(b.redaction * 1000)
-        parts["other"].append((total - b.sql - render) * 1000)
-    return (common.percentile(times, 50), common.percentile(times, 95),
-            {k: common.percentile(v, 50) for k, v in parts.items()})
+            response = client.get(url)
+            times[i].append((time.perf_counter() - t0) * 1000)
+            assert response.status_code == 200, url
+    parts = [{"queries": [], "sql": [], "render": [], "redaction": [], "other": []} for _ in urls]
+    for _ in range(requests):
+        for i, url in enumerate(urls):
+            with Breakdown() as b:
+                t0 = time.perf_counter()
+                client.get(url)
+                total = time.perf_counter() - t0
+            render = b.render - b.sql_in_render
+            parts[i]["queries"].append(b.queries)
+            parts[i]["sql"].append(b.sql * 1000)
+            parts[i]["render"].append(render * 1000)
+            parts[i]["redaction"].append(b.redaction * 1000)
+            parts[i]["other"].append((total - b.sql - render) * 1000)
+    return [(common.percentile(t, 50), common.percentile(t, 95),
+             {k: common.percentile(v, 50) for k, v in part.items()}) for t, part in zip(times, parts)]
 
 
 def page_figures(size: dict) -> list[tuple[str, str, float, float, str, dict[str, float]]]:
@@ -474,11 +483,9 @@ def page_figures(size: dict) -> list[tuple[str, str, float, float, str, dict[str
         ("notification deliveries", "/notifications/", "< 100 ms"),
         ("bulk batches", "/bulk/", "< 100 ms"),
     ]
-    rows = []
-    for label, url, target in pages:
-        p50, p95, parts = time_get(client, url, n, size.get("warmups", WARMUPS))
-        rows.append((label, url, p50, p95, target, parts))
-    return rows
+    figures = time_pages(client, [url for _label, url, _target in pages], n, size.get("warmups", WARMUPS))
+    return [(label, url, p50, p95, target, parts)
+            for (label, url, target), (p50, p95, parts) in zip(pages, figures)]
 
 
 # --- live update latency ------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from django.db.models import Exists, OuterRef, Q
 
 from ledger.journal import COMPENSATION_KINDS, EFFECT_KINDS
 from sagas.errors import IllegalTransition
+from sagas.store.key_grams import KeyGrams
 
 
 class RunStatus(models.TextChoices):
@@ -155,8 +156,9 @@ class WorkflowRun(models.Model):
                          condition=Q(status__in=["NEEDS_ATTENTION", "FAILED"]), name="run_attention"),
             # A run's re-runs from a step, for its page and the next re-run's checks (migration 0019).
             models.Index(fields=["forked_from"], condition=Q(forked_from__isnull=False), name="run_forked_from"),
-            # The console's search by any part of a business key (ILIKE '%term%'); migration 0010.
-            GinIndex(fields=["business_key"], opclasses=["gin_trgm_ops"], name="run_business_key_trgm"),
+            # The console's search by any part of a business key: every 3- and 4-character piece
+            # of it (sagas.store.key_grams; migration 0029, which replaced 0010's trigram index).
+            GinIndex(KeyGrams("business_key"), name="run_business_key_grams"),
         ]
 
     def __str__(self) -> str:

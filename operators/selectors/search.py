@@ -6,17 +6,17 @@ A term matches:
 * hex digits (dashes ignored), as the lists show ids: runs whose id starts with them (a range
   scan of the primary key: PostgreSQL orders uuids byte by byte);
 * anything of three characters or more: business keys that contain it, ignoring case
-  (``ILIKE '%term%'``, served by the ``pg_trgm`` GIN index ``run_business_key_trgm``, sagas
-  migration 0010);
+  (``ILIKE '%term%'``). For runs, the GIN index ``run_business_key_grams`` of every 3- and
+  4-character piece of each key answers it (``sagas.store.key_grams``, sagas migration 0029):
+  exactly for a term of 3 or 4 characters, and for a longer one by narrowing the keys to those
+  holding all its 4-character pieces, which ``ILIKE`` then tests. The open effects the queue
+  searches are few and are tested one by one;
 * a term ending in ``*`` (``KYC-0001*``): business keys that start with what comes before the
   star, ignoring case (``upper(business_key) LIKE 'KYC-0001%'``, the b-tree
   ``run_business_key_upper_prefix``, sagas migration 0024): a range of one index whatever the
-  table's size. A substring search for a term whose every trigram is common (``KYC-0001``:
-  ``kyc`` is in one key in eight, `` 00`` and ``000`` in nearly all) reads those trigrams' whole
-  posting lists, which grow with the table (13 ms at a million runs); the star says "the start of
-  the key" and costs what the matches cost;
+  table's size;
 * a term of one or two characters: business keys that start with it, ignoring case (the same
-  index). Such a term has no trigram to look up, and a substring search for it walks the whole
+  index). Such a term has no piece to look up, and a substring search for it walks the whole
   table when it is rare: 1.4 s for ``zq`` at a million runs.
 """
 
@@ -32,8 +32,10 @@ from django.db.models.functions import Concat
 from django.db.models.lookups import Lookup
 from django.db.models.sql.compiler import SQLCompiler
 
+from sagas.store.key_grams import EXACT_UP_TO, SHORTEST, key_holds_grams
+
 _HEX_PREFIX = re.compile(r"^[0-9a-f]{1,32}$")
-MIN_SUBSTRING_CHARS = 3  # a trigram: shorter terms match the start of keys
+MIN_SUBSTRING_CHARS = SHORTEST  # a key's shortest piece: shorter terms match the start of keys
 PREFIX_MARK = "*"  # a term ending in it matches the start of keys
 
 
@@ -56,7 +58,7 @@ def search_problem(term: str) -> str | None:
 
 class _ILike(Lookup):
     """``lhs ILIKE rhs``, usable as a filter expression (Django's ``icontains`` compiles to
-    ``UPPER(col) LIKE UPPER(...)``, which the trigram index on the bare column cannot serve)."""
+    ``UPPER(col) LIKE UPPER(...)``, which an index of the bare column cannot serve)."""
 
     lookup_name = "ilike"
 
@@ -80,23 +82,31 @@ def run_id_range(prefix: str) -> tuple[uuid.UUID, uuid.UUID] | None:
     return uuid.UUID(digits.ljust(32, "0")), uuid.UUID(digits.ljust(32, "f"))
 
 
-def key_contains(term: str, *, field: str = "business_key", walk: bool = False) -> Q:
+def key_contains(term: str, *, field: str = "business_key", walk: bool = False, indexed: bool = False) -> Q:
     """A filter: ``field`` (a business key column or a path to one) contains ``term``, ignoring
     case; for a term ending in ``*`` or under ``MIN_SUBSTRING_CHARS``, starts with it. Django's
     ``istartswith`` is ``UPPER(field::text) LIKE UPPER('term%')``, the expression the
     ``run_business_key_upper_prefix`` index holds.
 
+    ``indexed``: ``field`` is the runs' business key, whose pieces ``run_business_key_grams``
+    holds (``sagas.store.key_grams``): the filter is that index's condition, and for a term
+    longer than one piece also the ``ILIKE`` test of the candidates it finds.
+
     ``walk``: the substring test is written so that no index serves it (``key || ''``), for a
     list that walks its rows in order and tests each one: a term that matches many keys finds
     a page of them among the first few thousand rows whatever the table's size, where the
-    trigram index would read every match first (131 ms of SQL for ``0012`` at 10,000,000 runs)."""
+    index would read every match first (131 ms of SQL for ``0012`` at 10,000,000 runs)."""
     start = prefix_term(term)
     if start is not None:
         return Q(**{f"{field}__istartswith": start})
     if len(term) < MIN_SUBSTRING_CHARS:
         return Q(**{f"{field}__istartswith": term})
-    key = Concat(F(field), Value(""), output_field=CharField()) if walk else F(field)
-    return Q(_ILike(key, Value(contains_pattern(term))))
+    contains = Q(_ILike(Concat(F(field), Value(""), output_field=CharField()) if walk else F(field),
+                        Value(contains_pattern(term))))
+    if not indexed or walk:
+        return contains
+    held = key_holds_grams(field, term)
+    return held if len(term) <= EXACT_UP_TO else held & contains
 
 
 def runs_matching(term: str, *, walk: bool = False) -> Q:
@@ -105,7 +115,7 @@ def runs_matching(term: str, *, walk: bool = False) -> Q:
     try:
         whole = uuid.UUID(term)
     except ValueError:
-        match = key_contains(term, walk=walk)
+        match = key_contains(term, walk=walk, indexed=True)
         id_range = run_id_range(prefix_term(term) or term)
         if id_range is not None:
             match |= Q(id__range=id_range)

@@ -98,7 +98,7 @@ def test_it_finds_runs_by_a_business_key_substring_on_the_runs_list(people):
     assert runs("ord-0001") == [str(first.id)]
     assert runs(str(first.id)[:8]) == [str(first.id)]
     assert runs("x%") == []
-    # One or two characters have no trigram: they match the start of keys (an index range), as
+    # One or two characters have no piece to look up: they match the start of keys (an index range), as
     # a substring search for a rare one would read the whole table; ignoring case, like a substring.
     assert runs("OR") == [str(third.id), str(second.id), str(first.id)]
     assert runs("rd") == []  # inside "ORD-…", not at its start

@@ -113,6 +113,30 @@ def test_it_finds_a_run_by_its_id_its_first_digits_or_its_business_key(people):
     assert listed(client.get(runs, {"q": "nothing-like-it"})) == []
 
 
+def test_a_business_key_search_lists_every_key_holding_the_term_and_no_other_through_the_key_pieces_index(people):
+    """The key-pieces index (every 3- and 4-character piece of each key, lower-cased) answers a
+    term of 3 or 4 characters by itself and narrows a longer one, which ILIKE then tests: a key
+    holding every 4-character piece of ``abcde`` in another order is not a match, case is
+    ignored beyond ASCII, and LIKE's wildcards stay literal."""
+    keys = ["abcd-xbcde", "xxABCDEyy", "Straße-ÄBC-9", "ORD-0012", "ord-00123", "ORD-1200", "50%_off", "ab"]
+    made = {key: start("rp_plain", {}, business_key=key) for key in keys}
+    viewer = people["viewer"]
+    with connection.cursor() as cur:
+        cur.execute("SET LOCAL enable_seqscan = off")
+        for term in ("abcde", "ABC", "äbc", "ÄBC-9", "straße", "0012", "00123", "0%_o", "bcd-x", "xbcdea"):
+            expected = {str(made[key].id) for key in keys if term.lower() in key.lower()}
+            with CaptureQueriesContext(connection) as queries:
+                found = {str(r.id) for r in runs_page(RunFilters(search=term), user=viewer).items}
+            assert found == expected, term
+            searched = [q["sql"] for q in queries if q["sql"].startswith("SELECT") and "saga_key_grams" in q["sql"]]
+            assert searched, (term, [q["sql"] for q in queries])
+            cur.execute("EXPLAIN " + searched[-1])
+            plan = "\n".join(row[0] for row in cur.fetchall())
+            assert "run_business_key_grams" in plan, (term, plan)
+    assert {str(made["abcd-xbcde"].id)} != {str(r.id) for r in runs_page(RunFilters(search="abcde"), user=viewer).items}
+    assert listed(client_for(viewer).get(reverse("console:runs"), {"q": "ÄbC"})) == [str(made["Straße-ÄBC-9"].id)]
+
+
 def test_it_pages_through_runs_newest_first_with_a_cursor_and_no_repeats(people):
     runs = [start("rp_plain", {"n": i}) for i in range(120)]
     # Half of them share one creation time: the id breaks the tie, so no row is lost or repeated.
@@ -211,17 +235,18 @@ def test_it_pages_every_runs_filter_through_an_index(people):
 
 
 def test_a_starred_search_reads_the_key_start_index(people):
-    """``KYC-0001*`` is one range of the ``upper(business_key)`` b-tree, not the trigram index
-    (whose posting lists for a key's common start grow with the table)."""
+    """``KYC-0001*`` is one range of the ``upper(business_key)`` b-tree, not the key-pieces index
+    (whose lists for a key's common start grow with the table)."""
     start("rp_plain", {}, business_key="order-1")
     with connection.cursor() as cur:
         cur.execute("SET LOCAL enable_seqscan = off")
         for term in ("ORDER-*", "or"):
             with CaptureQueriesContext(connection) as queries:
                 runs_page(RunFilters(search=term), user=people["viewer"])
-            cur.execute("EXPLAIN " + queries[-1]["sql"])
+            searched = [q["sql"] for q in queries if q["sql"].startswith("SELECT") and "UPPER(" in q["sql"]]
+            cur.execute("EXPLAIN " + searched[-1])
             plan = "\n".join(row[0] for row in cur.fetchall())
-            assert "run_business_key_upper_prefix" in plan and "trgm" not in plan, (term, plan)
+            assert "run_business_key_upper_prefix" in plan and "run_business_key_grams" not in plan, (term, plan)
 
 
 def test_it_escapes_hostile_business_keys_in_the_list(people):
@@ -234,7 +259,7 @@ def test_it_escapes_hostile_business_keys_in_the_list(people):
 def test_a_search_matching_many_runs_walks_them_newest_first_and_lists_what_the_sorted_search_lists(people,
                                                                                                    monkeypatch):
     """A term PostgreSQL expects to match more than ``SORTED_MATCHES`` runs is tested on each run
-    walked newest first (the created index, never the trigram index, which would read every
+    walked newest first (the created index, never the key-pieces index, which would read every
     match first), up to ``WALK_ROWS`` runs: same pages, same order, as the sorted search of a
     few matches, whether the walk fills a page or falls back."""
     from operators.selectors import runs as run_selectors
@@ -252,7 +277,7 @@ def test_a_search_matching_many_runs_walks_them_newest_first_and_lists_what_the_
                 return seen
             cursor = page.next
 
-    assert pages() == hits  # few: found through the trigram index and sorted
+    assert pages() == hits  # few: found through the key-pieces index and sorted
     monkeypatch.setattr(run_selectors, "SORTED_MATCHES", -1)  # as if the table held millions of matches
     with connection.cursor() as cur:
         cur.execute("SET LOCAL enable_seqscan = off")
@@ -260,7 +285,7 @@ def test_a_search_matching_many_runs_walks_them_newest_first_and_lists_what_the_
             runs_page(RunFilters(search="-HIT"), user=viewer)
         cur.execute("EXPLAIN " + queries[-1]["sql"])
         plan = "\n".join(row[0] for row in cur.fetchall())
-    assert "run_created_keyset" in plan and "trgm" not in plan, plan
+    assert "run_created_keyset" in plan and "run_business_key_grams" not in plan, plan
     assert pages() == hits
     # The estimate was wrong: a page is not filled within the runs the walk may read, so it is
     # found through the index and sorted after all; the pages are the same again.
