@@ -6,11 +6,11 @@ A term matches:
 * hex digits (dashes ignored), as the lists show ids: runs whose id starts with them (a range
   scan of the primary key: PostgreSQL orders uuids byte by byte);
 * anything of three characters or more: business keys that contain it, ignoring case
-  (``ILIKE '%term%'``). For runs, the GIN index ``run_business_key_grams`` of every 3- and
-  4-character piece of each key answers it (``sagas.store.key_grams``, sagas migration 0029):
-  exactly for a term of 3 or 4 characters, and for a longer one by narrowing the keys to those
-  holding all its 4-character pieces, which ``ILIKE`` then tests. The open effects the queue
-  searches are few and are tested one by one;
+  (``lower(key) LIKE lower('%term%')``, which is ``ILIKE``). For runs, the GIN index
+  ``run_business_key_grams`` of every 3- and 4-character piece of each key answers it
+  (``sagas.store.key_grams``, sagas migration 0029): exactly for a term of 3 or 4 characters,
+  and for a longer one by narrowing the keys to those holding all its 4-character pieces, which
+  are then tested. The open effects the queue searches are few and are tested one by one;
 * a term ending in ``*`` (``KYC-0001*``): business keys that start with what comes before the
   star, ignoring case (``upper(business_key) LIKE 'KYC-0001%'``, the b-tree
   ``run_business_key_upper_prefix``, sagas migration 0024): a range of one index whatever the
@@ -27,8 +27,8 @@ import uuid
 from typing import Any
 
 from django.db.backends.base.base import BaseDatabaseWrapper
-from django.db.models import CharField, F, Q, Value
-from django.db.models.functions import Concat
+from django.db.models import F, Q, Value
+from django.db.models.functions import Lower
 from django.db.models.lookups import Lookup
 from django.db.models.sql.compiler import SQLCompiler
 
@@ -56,20 +56,19 @@ def search_problem(term: str) -> str | None:
     return None
 
 
-class _ILike(Lookup):
-    """``lhs ILIKE rhs``, usable as a filter expression (Django's ``icontains`` compiles to
-    ``UPPER(col) LIKE UPPER(...)``, which an index of the bare column cannot serve)."""
+class _Like(Lookup):
+    """``lhs LIKE rhs``, usable as a filter expression."""
 
-    lookup_name = "ilike"
+    lookup_name = "like"
 
     def as_sql(self, compiler: SQLCompiler, connection: BaseDatabaseWrapper) -> tuple[str, list[Any]]:
         lhs, lhs_params = self.process_lhs(compiler, connection)
         rhs, rhs_params = self.process_rhs(compiler, connection)
-        return f"{lhs} ILIKE {rhs}", [*lhs_params, *rhs_params]
+        return f"{lhs} LIKE {rhs}", [*lhs_params, *rhs_params]
 
 
 def contains_pattern(term: str) -> str:
-    """An ILIKE pattern matching ``term`` anywhere, its wildcards taken literally."""
+    """A LIKE pattern matching ``term`` anywhere, its wildcards taken literally."""
     escaped = term.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
     return f"%{escaped}%"
 
@@ -88,21 +87,23 @@ def key_contains(term: str, *, field: str = "business_key", walk: bool = False, 
     ``istartswith`` is ``UPPER(field::text) LIKE UPPER('term%')``, the expression the
     ``run_business_key_upper_prefix`` index holds.
 
-    ``indexed``: ``field`` is the runs' business key, whose pieces ``run_business_key_grams``
-    holds (``sagas.store.key_grams``): the filter is that index's condition, and for a term
-    longer than one piece also the ``ILIKE`` test of the candidates it finds.
+    "Contains, ignoring case" is ``lower(key) LIKE lower('%term%')``: what ``ILIKE`` does in a
+    UTF-8 database (it lowers both sides, then compares as LIKE), without lowering the pattern
+    again for every row (0.27 against 0.43 µs a key, a million keys), and the same ``lower()``
+    the key-pieces index is made with. No index holds ``lower(key)``: a list that walks its rows
+    in order (``walk``) tests each one with it, and finds a page of a term that matches many
+    keys among the first few thousand rows whatever the table's size, where the index would read
+    every match first.
 
-    ``walk``: the substring test is written so that no index serves it (``key || ''``), for a
-    list that walks its rows in order and tests each one: a term that matches many keys finds
-    a page of them among the first few thousand rows whatever the table's size, where the
-    index would read every match first (131 ms of SQL for ``0012`` at 10,000,000 runs)."""
+    ``indexed`` (and not ``walk``): ``field`` is the runs' business key, whose pieces
+    ``run_business_key_grams`` holds (``sagas.store.key_grams``): the filter is that index's
+    condition, and for a term longer than one piece also the test of the candidates it finds."""
     start = prefix_term(term)
     if start is not None:
         return Q(**{f"{field}__istartswith": start})
     if len(term) < MIN_SUBSTRING_CHARS:
         return Q(**{f"{field}__istartswith": term})
-    contains = Q(_ILike(Concat(F(field), Value(""), output_field=CharField()) if walk else F(field),
-                        Value(contains_pattern(term))))
+    contains = Q(_Like(Lower(F(field)), Lower(Value(contains_pattern(term)))))
     if not indexed or walk:
         return contains
     held = key_holds_grams(field, term)

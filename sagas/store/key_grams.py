@@ -14,11 +14,12 @@ What the pieces promise:
 * a key contains a term of 3 or 4 characters, ignoring case, exactly when the key's pieces
   hold the term, lower-cased: the index answers it alone, with nothing to test again;
 * a key that contains a longer term holds each of the term's 4-character pieces, so the index
-  narrows the candidates and ``ILIKE`` tests them (a key can hold every piece in another order).
+  narrows the candidates, which are then tested (a key can hold every piece in another order).
 
-Both sides go through PostgreSQL's own ``lower()``, which is what ``ILIKE`` does to both of its
-sides in a UTF-8 database, so "contains, ignoring case" means the same thing to the index and
-to the test, whatever the characters. Terms under 3 characters are not searched here: they
+Both sides go through PostgreSQL's own ``lower()``, as does the test of the candidates
+(``lower(key) LIKE lower('%term%')``, which is what ``ILIKE`` does in a UTF-8 database), so
+"contains, ignoring case" means the same thing to the index and to the test, whatever the
+characters. Terms under 3 characters are not searched here: they
 match the start of keys (``operators.selectors.search``).
 
 The functions are ``IMMUTABLE`` (an index expression must be) and are not inlined (their body

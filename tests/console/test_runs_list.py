@@ -115,7 +115,7 @@ def test_it_finds_a_run_by_its_id_its_first_digits_or_its_business_key(people):
 
 def test_a_business_key_search_lists_every_key_holding_the_term_and_no_other_through_the_key_pieces_index(people):
     """The key-pieces index (every 3- and 4-character piece of each key, lower-cased) answers a
-    term of 3 or 4 characters by itself and narrows a longer one, which ILIKE then tests: a key
+    term of 3 or 4 characters by itself and narrows a longer one, which lower(key) LIKE then tests: a key
     holding every 4-character piece of ``abcde`` in another order is not a match, case is
     ignored beyond ASCII, and LIKE's wildcards stay literal."""
     keys = ["abcd-xbcde", "xxABCDEyy", "Straße-ÄBC-9", "ORD-0012", "ord-00123", "ORD-1200", "50%_off", "ab"]
