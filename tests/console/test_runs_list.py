@@ -292,3 +292,39 @@ def test_a_search_matching_many_runs_walks_them_newest_first_and_lists_what_the_
     monkeypatch.setattr(run_selectors, "WALK_ROWS", 2)
     assert pages() == hits
     assert pages(size=1) == hits
+
+
+@pytest.mark.parametrize("term", ["ORD-00*", "or"])
+def test_a_key_start_expected_to_match_many_runs_walks_no_further_than_the_walk_allows(people, monkeypatch, term):
+    """A key's start (``KYC-0001*``, or a term of one or two characters) is a range of the
+    ``upper(business_key)`` b-tree, whose size PostgreSQL estimates from a histogram of 1 %
+    buckets: at ten million runs, 1,250 matches among the oldest runs were estimated at 101,011,
+    and left to itself PostgreSQL walked every run newest first to find them (1.8 s). Expected
+    to match many, such a term is walked no further than ``WALK_ROWS`` runs, then found through
+    its index and sorted: on a page with more than ``WALK_ROWS`` runs after it, every query that
+    reads the runs in the list's order is bounded below by a creation time (or sorts what an index
+    found), and the pages are the sorted search's."""
+    from operators.selectors import runs as run_selectors
+
+    base = datetime(2026, 3, 1, tzinfo=UTC)
+    made = [start("rp_plain", {}, business_key=f"{'ORD-00' if i < 4 else 'PAY-10'}{i:02d}") for i in range(12)]
+    for i, run in enumerate(made):
+        set_created(run, base + timedelta(minutes=i))  # the matches are the oldest runs
+    hits = [str(r.id) for r in reversed(made[:4])]
+    monkeypatch.setattr(run_selectors, "SORTED_MATCHES", -1)  # estimated to match many
+    monkeypatch.setattr(run_selectors, "WALK_ROWS", 3)  # fewer than the runs made after the matches
+    seen, cursor = [], None
+    while True:
+        page = runs_page(RunFilters(search=term), user=people["viewer"], cursor=cursor, size=2)
+        seen += [str(r.id) for r in page.items]
+        if page.next is None:
+            break
+        cursor = page.next
+    assert seen == hits
+    with CaptureQueriesContext(connection) as queries:  # the first page: more than WALK_ROWS runs to walk
+        assert [str(r.id) for r in runs_page(RunFilters(search=term), user=people["viewer"], size=2).items] == hits[:2]
+    in_order = [q["sql"] for q in queries if 'ORDER BY "sagas_workflowrun"."created_at" DESC' in q["sql"]
+                and "UPPER(" in q["sql"] and "LIMIT" in q["sql"]]
+    assert in_order, [q["sql"] for q in queries]
+    for sql in in_order:
+        assert '"sagas_workflowrun"."created_at" >=' in sql, sql
