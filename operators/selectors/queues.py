@@ -149,13 +149,25 @@ def effects_ambiguous_page(*, user: User, filters: EffectFilters = NO_FILTERS, c
     if filters.search:
         page = _one_pass_page(qs, cursor=cursor, size=size)
     else:
-        page = keyset_page(qs, field="intent_at", descending=False, cursor=cursor, size=size, total=qs.count())
+        page = _positions_page(qs, cursor=cursor, size=size)
     runs = WorkflowRun.objects.defer("input", "result", "error").in_bulk({e.run_id for e in page.items})
     rows = []
     for effect in page.items:
         can_lookup, known = _can_lookup(effect)
         rows.append(EffectRow(effect=effect, can_lookup=can_lookup, connector_known=known, run=runs.get(effect.run_id)))
     return Page(items=rows, next=page.next, total=page.total)
+
+
+def _positions_page(qs: QuerySet[EffectRecord], *, cursor: Cursor | None, size: int) -> Page[EffectRecord]:
+    """A page and the count of every match, both read from the open effects' partial index
+    alone (``effect_open_context``, whose included columns every filter but the search tests):
+    the page's positions, ``(intent_at, id)``, in the index's order, then its rows by primary
+    key. Asking for whole rows let PostgreSQL, which guesses a workflow + tenant filter matches
+    13 of 20,000 open effects (315 do), fetch every open effect's row and sort them: 12.6 ms at
+    10,000,000 runs, against 0.9 ms for the positions."""
+    page = keyset_page(qs.only("id", "intent_at"), field="intent_at", descending=False, cursor=cursor, size=size,
+                       total=qs.count())
+    return Page(items=_open_rows([effect.pk for effect in page.items]), next=page.next, total=page.total)
 
 
 def _one_pass_page(qs: QuerySet[EffectRecord], *, cursor: Cursor | None, size: int) -> Page[EffectRecord]:
@@ -166,10 +178,17 @@ def _one_pass_page(qs: QuerySet[EffectRecord], *, cursor: Cursor | None, size: i
     keys = list(qs.order_by("intent_at", "id").values_list("intent_at", "id"))
     after = keys if cursor is None else [k for k in keys if k > (cursor.at, cursor.pk)]
     shown = after[:size]
-    found = EffectRecord.objects.in_bulk([pk for _at, pk in shown])
-    items = [found[pk] for _at, pk in shown if pk in found]  # one settled meanwhile is left out
     more = len(after) > size
-    return Page(items=items, next=Cursor(at=shown[-1][0], pk=shown[-1][1]) if more else None, total=len(keys))
+    return Page(items=_open_rows([pk for _at, pk in shown]), next=Cursor(at=shown[-1][0], pk=shown[-1][1]) if more
+                else None, total=len(keys))
+
+
+def _open_rows(ids: list[int]) -> list[EffectRecord]:
+    """The effects ``ids`` in that order, those still open: one settled between reading the
+    page's positions and its rows is left out of the page (the next page starts after it all
+    the same)."""
+    found = EffectRecord.objects.filter(status__in=[EffectStatus.UNKNOWN, EffectStatus.IN_PROGRESS]).in_bulk(ids)
+    return [found[pk] for pk in ids if pk in found]
 
 
 def effect_get(effect_id: int) -> EffectRecord | None:

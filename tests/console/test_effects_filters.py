@@ -265,3 +265,39 @@ def test_only_the_connector_walk_reads_the_open_connectors_index(people, queue):
         assert len(list(filtered[:51])) == 2
     for query in (q for q in queue_queries.captured_queries if "ledger_effectrecord" in q["sql"]):
         assert "effect_open_connector" not in indexes(query["sql"]), query["sql"]
+
+
+@pytest.mark.parametrize("filters", [
+    {}, {"workflow": "bc_orders", "tenant": "acme"}, {"connector": "qp.lookup", "older_than": timedelta(hours=1)},
+])
+def test_a_queue_page_reads_its_positions_from_the_open_effects_index_alone(people, queue, filters):
+    """The queue's page reads the positions of its effects, ``(intent_at, id)``, with an index-only
+    scan of effect_open_context, whose included columns every filter but the search tests, then
+    its rows by primary key. Asking for whole rows at once let PostgreSQL, guessing that a
+    workflow + tenant filter matches 13 of 20,000 open effects (315 did, at 10M runs), fetch
+    every open effect's row and sort them (12.6 ms against 0.9). With sequential and bitmap scans
+    off, the plan shows whether the page could be read from the index alone."""
+    import json
+
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from operators.selectors.queues import EffectFilters, effects_ambiguous_page
+
+    expected = {e.id for e in queue.values()
+                if (not filters.get("tenant") or e.tenant == filters["tenant"])
+                and (not filters.get("connector") or e.connector == filters["connector"])
+                and (not filters.get("older_than") or e.id != queue["ord"].id)
+                and (not filters.get("workflow") or e.id != queue["pay"].id)}
+    with CaptureQueriesContext(connection) as queries:
+        page = effects_ambiguous_page(user=people["viewer"], filters=EffectFilters(**filters))
+    assert {row.effect.id for row in page.items} == expected and page.total == len(expected)
+    [positions] = [q["sql"] for q in queries.captured_queries  # a page of 50, and one more to know of a next page
+                   if "ledger_effectrecord" in q["sql"] and q["sql"].endswith("LIMIT 51")]
+    with connection.cursor() as cur:
+        cur.execute("SET LOCAL enable_seqscan = off")
+        cur.execute("SET LOCAL enable_bitmapscan = off")
+        cur.execute("EXPLAIN (FORMAT JSON) " + positions)
+        plan = cur.fetchone()[0]
+    scans = re.findall(r'"Node Type": "([A-Za-z ]+)", [^{}]*?"Relation Name": "ledger_effectrecord"', json.dumps(plan))
+    assert scans == ["Index Only Scan"], (scans, positions)
