@@ -151,12 +151,20 @@ _db["TEST"] = {"NAME": env_str("TEST_DATABASE_NAME", f"test_{_db['NAME']}")}
 # connections from a pool instead: under ASGI each request's sync code runs in a thread of its
 # own, where a kept connection would never be reused nor closed (DB_POOL_SIZE=0: no pool, a new
 # connection per request).
-# PostgreSQL's JIT compiles any query whose estimated cost passes jit_above_cost: the console's
-# counts over a partial index were estimated costly and spent 7 of their 11 ms compiling at
-# 10M runs. Every query here is short, so it is off for our sessions (DB_JIT=on to keep it).
-if not env_bool("DB_JIT", False):
+# Every query the product runs is short, and two planner features meant for long queries only
+# slow them down, so both are off for our sessions:
+# - PostgreSQL's JIT compiles any query whose estimated cost passes jit_above_cost: the console's
+#   counts over a partial index were estimated costly and spent 7 of their 11 ms compiling at
+#   10M runs (DB_JIT=on to keep it);
+# - a parallel plan starts worker processes for one query: the run list's sorted search of 14,000
+#   matches took 22 to 26 ms with two workers, 12.7 ms without, at 10M runs, and the workers
+#   take the cores the engine's workers need (DB_PARALLEL=on to keep it).
+_session_settings = [] if env_bool("DB_JIT", False) else ["-c jit=off"]
+if not env_bool("DB_PARALLEL", False):
+    _session_settings.append("-c max_parallel_workers_per_gather=0")
+if _session_settings:
     _options = _db.setdefault("OPTIONS", {})
-    _options["options"] = f"{_options.get('options', '')} -c jit=off".strip()
+    _options["options"] = " ".join([_options.get("options", ""), *_session_settings]).strip()
 _db["CONN_MAX_AGE"] = env_float("DB_CONN_MAX_AGE", 300.0)
 _db["CONN_HEALTH_CHECKS"] = True
 DB_POOL_SIZE = env_int("DB_POOL_SIZE", 0)
