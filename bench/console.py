@@ -46,10 +46,10 @@ from bench import common
 
 SIZES = {
     # runs, total journal entries (approximate), entries of the long run, requests, live updates
-    "full": dict(runs=1_000_000, entries=10_000_000, long=20_000, requests=30, live=20, effects_unknown=2_000,
+    "full": dict(runs=1_000_000, entries=10_000_000, long=20_000, requests=60, live=20, effects_unknown=2_000,
                  audit=200_000, db="saga_bench_console"),
     # Ten times the full size (the long run stays 20,000 entries): --size 10m.
-    "10m": dict(runs=10_000_000, entries=100_000_000, long=20_000, requests=30, live=20, effects_unknown=20_000,
+    "10m": dict(runs=10_000_000, entries=100_000_000, long=20_000, requests=60, live=20, effects_unknown=20_000,
                 audit=2_000_000, db="saga_bench_console_10m"),
     # The suite's run only has to show that every page answers and every row prints: one warm-up.
     "smoke": dict(runs=2_000, entries=20_000, long=2_000, requests=3, warmups=1, live=3, effects_unknown=50,
