@@ -22,7 +22,11 @@ move. The other extension modules are ``sagas.models`` (the tables, to read), ``
   ``ArchivedBatch``, ``runs_archived``), ``shutdown_requested`` (a worker is stopping),
   ``run_is_paused``, ``run_pause_info`` and ``workflow_pause_of`` (what holds a run), and
   ``run_counts`` (runs per status and reason, kept as runs change: nothing is counted) and
-  ``in_flight_counts`` (runs in flight per version and status, kept the same way).
+  ``in_flight_counts`` (runs in flight per version and status, kept the same way), and
+  ``key_holds_grams`` (a filter on runs served by the index of every 3- and 4-character piece
+  of their business key: the search by key, ``sagas.store.key_grams``; a term of up to
+  ``KEY_GRAMS_EXACT_UP_TO`` characters and at least ``KEY_GRAMS_SHORTEST`` is answered
+  exactly).
 * Checks of what callers pass: ``checked_text``, ``SIGNAL_NAME_CHARS``.
 """
 
@@ -47,6 +51,9 @@ from sagas.retention.store import run_lines, store_for_location
 from sagas.runtime.queue import compensation_queue_name, get_queue, redis_connection
 from sagas.services import run_cancel, run_retry
 from sagas.store.counts import in_flight_counts, run_counts
+from sagas.store.key_grams import EXACT_UP_TO as KEY_GRAMS_EXACT_UP_TO
+from sagas.store.key_grams import SHORTEST as KEY_GRAMS_SHORTEST
+from sagas.store.key_grams import key_holds_grams
 from sagas.store.locks import approval_lock, effect_lock, run_lock
 from sagas.summaries import ERROR_KEY
 from sagas.validation import SIGNAL_NAME_CHARS, checked_text
@@ -55,6 +62,8 @@ from sagas.waits import approval_decide, signal_send
 __all__ = [
     "CONTINUED_AS_NEW",
     "ERROR_KEY",
+    "KEY_GRAMS_EXACT_UP_TO",
+    "KEY_GRAMS_SHORTEST",
     "REDRIVABLE_REASONS",
     "SIGNAL_NAME_CHARS",
     "ArchivedBatch",
@@ -71,6 +80,7 @@ __all__ = [
     "fork_plan",
     "get_queue",
     "in_flight_counts",
+    "key_holds_grams",
     "movable_versions",
     "redis_connection",
     "replay_check",

@@ -32,7 +32,9 @@ from django.db.models.functions import Lower
 from django.db.models.lookups import Lookup
 from django.db.models.sql.compiler import SQLCompiler
 
-from sagas.store.key_grams import EXACT_UP_TO, SHORTEST, key_holds_grams
+from sagas.integration import KEY_GRAMS_EXACT_UP_TO as EXACT_UP_TO
+from sagas.integration import KEY_GRAMS_SHORTEST as SHORTEST
+from sagas.integration import key_holds_grams
 
 _HEX_PREFIX = re.compile(r"^[0-9a-f]{1,32}$")
 MIN_SUBSTRING_CHARS = SHORTEST  # a key's shortest piece: shorter terms match the start of keys
