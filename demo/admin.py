@@ -6,7 +6,7 @@ from __future__ import annotations
 from django.contrib import admin
 
 from core.redacted_admin import RedactedFieldsAdmin
-from demo.models import ProviderExecution, ProviderFault, ProviderReplay, WebhookArrival
+from demo.models import ProviderExecution, ProviderFault, ProviderLimit, ProviderReplay, WebhookArrival
 
 
 @admin.register(ProviderExecution)
@@ -35,3 +35,8 @@ class WebhookArrivalAdmin(RedactedFieldsAdmin):
     redacted_fields = ("body", "summary")
     list_filter = ("signature_ok", "kind")
     search_fields = ("idempotency_key", "delivery")
+
+
+@admin.register(ProviderLimit)
+class ProviderLimitAdmin(admin.ModelAdmin):
+    list_display = ("provider", "operation", "per_second", "refused")

@@ -6,7 +6,8 @@ The mapping is the contract the ledger relies on to tell "not executed" from "no
 what happened                               raised or returned
 ==========================================  ======================================
 2xx                                         the JSON body (a dict)
-connection refused; 503 or 429              ``Retryable``: the provider did not act
+connection refused; 503                     ``Retryable``: the provider did not act
+429 (the provider's rate limit)             ``Throttled`` (a ``Retryable``), with ``Retry-After``
 400, 401, 403, 404, 409, 422                ``Final``, with the provider's message
 no answer within ``DEMO_PROVIDER_TIMEOUT``  ``Timeout``: the provider may have acted
 anything else once the request may be sent  an exception (``UnexpectedResponse``,
@@ -29,10 +30,11 @@ from urllib.parse import quote
 
 from django.conf import settings
 
-from ledger import Final, NotExecuted, Outcome, Pending, Retryable, Succeeded, Timeout, Unknown
+from ledger import Final, NotExecuted, Outcome, Pending, Retryable, Succeeded, Throttled, Timeout, Unknown
 
 FINAL_STATUSES = frozenset({400, 401, 403, 404, 409, 422})
-RETRYABLE_STATUSES = frozenset({429, 503})
+RETRYABLE_STATUSES = frozenset({503})
+THROTTLED = 429
 
 
 class UnexpectedResponse(Exception):
@@ -44,6 +46,7 @@ class UnexpectedResponse(Exception):
 class Response:
     status: int
     body: dict[str, Any] | None  # None when the body is not a JSON object
+    retry_after: float | None = None  # the Retry-After header, in seconds
 
     @property
     def error(self) -> str:
@@ -80,7 +83,14 @@ def send(method: str, path: str, body: dict[str, Any] | None = None, *, key: str
             raw = answer.read()
     except TimeoutError as exc:
         raise Timeout(f"{method} {url}: answer cut off after {timeout:g}s; the provider may have acted") from exc
-    return Response(answer.code, _json_object(raw))
+    return Response(answer.code, _json_object(raw), _seconds(answer.headers.get("Retry-After")))
+
+
+def _seconds(header: str | None) -> float | None:
+    try:
+        return max(0.0, float(header)) if header else None
+    except ValueError:
+        return None
 
 
 def call(method: str, path: str, body: dict[str, Any] | None = None, *, key: str = "",
@@ -91,6 +101,8 @@ def call(method: str, path: str, body: dict[str, Any] | None = None, *, key: str
         if response.body is None:
             raise UnexpectedResponse(f"{method} {path}: HTTP {response.status} with a body that is not a JSON object")
         return response.body
+    if response.status == THROTTLED:
+        raise Throttled(f"{method} {path}: HTTP 429: {response.error}", retry_after=response.retry_after)
     if response.status in RETRYABLE_STATUSES:
         raise Retryable(f"{method} {path}: HTTP {response.status}: {response.error}")
     if response.status in FINAL_STATUSES:

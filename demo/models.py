@@ -77,3 +77,20 @@ class WebhookArrival(models.Model):
 
     def __str__(self) -> str:
         return f"arrival {self.id} key={self.idempotency_key!r} ok={self.signature_ok}"
+
+
+class ProviderLimit(models.Model):
+    """The provider's own rate limit on (provider, operation): at most ``per_second`` requests in
+    any one-second window, counted as they arrive; a request over it is answered 429 with
+    ``Retry-After`` and nothing is executed. ``refused`` counts those answers (``demo.providers.limits``)."""
+
+    provider = models.CharField(max_length=20)
+    operation = models.CharField(max_length=20)
+    per_second = models.PositiveIntegerField()
+    refused = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["provider", "operation"], name="provider_limit_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.provider}.{self.operation}: {self.per_second}/s ({self.refused} refused)"

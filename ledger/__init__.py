@@ -3,7 +3,7 @@
 Connectors (``myapp/connectors.py``)::
 
     from ledger import connector, Connector, Outcome, Unknown, NotExecuted, Succeeded, Pending
-    from ledger import Retryable, Final, Timeout
+    from ledger import Retryable, Throttled, Final, Timeout
 
 Errors a workflow or a caller handles: ``EffectFailed`` (an effect failed for good),
 ``KeyConflict`` (a key reused with another payload), ``AlreadyResolved`` and
@@ -32,6 +32,7 @@ from ledger.errors import (
     KeyConflict,
     LedgerError,
     Retryable,
+    Throttled,
     Timeout,
 )
 from ledger.outcomes import NotExecuted, Outcome, Pending, Succeeded, Unknown
@@ -55,6 +56,7 @@ __all__ = [
     "Pending",
     "Retryable",
     "Succeeded",
+    "Throttled",
     "Timeout",
     "Unknown",
     "connector",

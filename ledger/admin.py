@@ -11,7 +11,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from core.redacted_admin import RedactedFieldsAdmin
-from ledger.models import EffectKeyIndex, EffectRecord
+from ledger.models import ConnectorFlow, EffectKeyIndex, EffectRecord, FlowBucket, FlowTicket
 
 
 @admin.register(EffectRecord)
@@ -44,4 +44,26 @@ class EffectKeyIndexAdmin(RedactedFieldsAdmin):
     list_filter = ("status",)
     search_fields = ("idempotency_key",)
     redacted_fields = ("result", "error_message")
+    show_full_result_count = False
+
+
+@admin.register(ConnectorFlow)
+class ConnectorFlowAdmin(admin.ModelAdmin):
+    """Flow-control settings; staff change them on the console's connectors page (audited)."""
+
+    list_display = ("connector", "rate", "burst", "max_in_flight", "key_field", "circuit_failures", "paused_at",
+                    "changed_by_label")
+
+
+@admin.register(FlowBucket)
+class FlowBucketAdmin(admin.ModelAdmin):
+    list_display = ("connector", "key", "circuit", "failures", "opened_at", "tat")
+    list_filter = ("circuit",)
+
+
+@admin.register(FlowTicket)
+class FlowTicketAdmin(admin.ModelAdmin):
+    list_display = ("id", "connector", "key", "lane", "tag", "state", "reason", "run_id", "created_at")
+    list_filter = ("state", "reason")
+    raw_id_fields = ("effect",)
     show_full_result_count = False

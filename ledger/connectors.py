@@ -41,6 +41,15 @@ class Connector:
     backoff_factor: ClassVar[float] = 2.0
     backoff_max_seconds: ClassVar[float] = 5.0
     deadline_seconds: ClassVar[float] = 30.0
+    # Flow control (``ledger.flow``): the defaults of the limits every worker on every host shares
+    # for this connector; staff change them live (the console's connectors page, the HTTP API).
+    rate_limit: ClassVar[float | None] = None  # calls per second; None: no rate limit
+    burst: ClassVar[int] = 1  # calls that may go at once after a quiet spell
+    max_in_flight: ClassVar[int | None] = None  # calls out at once; None: no limit
+    limit_key: ClassVar[str] = ""  # "": one set of limits; "tenant" or a payload field: one per value
+    circuit_failures: ClassVar[int] = 5  # consecutive retryable failures or timeouts that open it; 0: none
+    circuit_window_seconds: ClassVar[float] = 60.0  # ... within this many seconds of the first
+    circuit_cooldown_seconds: ClassVar[float] = 30.0  # open this long, then one trial call
 
     def execute(self, payload: dict[str, Any], *, key: str) -> dict[str, Any]:
         raise NotImplementedError
@@ -162,6 +171,11 @@ def get_connector(name: str) -> Connector:
         return _connectors[name]
     except KeyError:
         raise ConnectorNotRegistered(f"no connector named {name!r} is registered") from None
+
+
+def registered_connectors() -> dict[str, Connector]:
+    """Every connector registered in this process, by name."""
+    return dict(_connectors)
 
 
 def autodiscover(extra_modules: list[str]) -> None:

@@ -2,8 +2,9 @@
 
 Connectors raise the first three to say what happened downstream:
 
-* ``Retryable``: known NOT executed (connection refused, 503 before work, rate
-  limit). Safe to retry with the same key, within the connector's policy.
+* ``Retryable``: known NOT executed (connection refused, 503 before work). Safe to
+  retry with the same key, within the connector's policy. ``Throttled``, its kind for
+  the provider's own rate limit (429), is retried without using up attempts.
 * ``Final``: a definite, permanent refusal (validation, authorization). Never retried.
 * ``Timeout``: no answer in time. The downstream system may have acted. So does
   any other exception raised after dispatch: the outcome is UNKNOWN.
@@ -27,6 +28,19 @@ class Retryable(LedgerError):
     """Raised by a connector: known NOT executed downstream; retried with the same key within its policy."""
 
     code = "retryable"
+
+
+class Throttled(Retryable):
+    """Raised by a connector: the provider refused the call for its own rate limit (HTTP 429),
+    so it was NOT executed. Retried like ``Retryable``, after ``retry_after`` seconds when the
+    provider says so, without using up the connector's attempts (the provider did not fail, it
+    asked us to slow down); it counts towards the circuit breaker (``ledger.flow``)."""
+
+    code = "throttled"
+
+    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 class Final(LedgerError):

@@ -19,7 +19,10 @@ What a ``Journal`` promises the protocol (``ledger.protocol``):
   writing the entry twice;
 * before anything happens for real, ``before_live`` may stop the caller (budgets, a
   shutdown), and ``before_retry`` may between two dispatches of the same record;
-* ``crash_point`` may end the process at a named point (tests of failure windows).
+* ``crash_point`` may end the process at a named point (tests of failure windows);
+* ``hold`` stops the caller while flow control (``ledger.flow``) holds a call back: the
+  effect's record is PENDING with a ticket, and the caller comes back to it (a replay) once
+  the ticket is let go. It never returns.
 
 Errors the journal raises for its own reasons (a stop, a lost database) are
 ``BaseException``s of the caller's; the protocol lets them pass and never catches
@@ -30,7 +33,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypeVar
+
+if TYPE_CHECKING:
+    from ledger.flow.gate import Hold
 
 T = TypeVar("T")
 
@@ -133,4 +139,9 @@ class Journal(Protocol):
     def crash_point(self, point: str, name: str) -> None:
         """May end the process here (``before_intent``, ``after_intent``, ``after_dispatch``,
         ``after_outcome``), for tests of the windows between the protocol's steps."""
+        ...
+
+    def hold(self, hold: Hold) -> NoReturn:
+        """Stop the caller: flow control holds this call back (``hold`` says why and where it
+        stands). The caller's own ``BaseException``; the engine suspends the run."""
         ...

@@ -61,6 +61,9 @@ class EffectRecord(models.Model):
     connector = models.CharField(max_length=200)
     request_payload = models.JSONField()
     payload_hash = models.CharField(max_length=64)
+    # The flow-control key the effect's limits are kept per (``ConnectorFlow.key_field``), "" for one
+    # set per connector; fixed at the intent, so a call is counted in the bucket it waited in.
+    flow_key = models.CharField(max_length=200, blank=True, default="", db_default="")
 
     status = models.CharField(max_length=20, choices=EffectStatus.choices, default=EffectStatus.PENDING)
     result = models.JSONField(null=True, blank=True)
@@ -101,6 +104,12 @@ class EffectRecord(models.Model):
                                   "business_key"],
                          condition=Q(status__in=["UNKNOWN", "IN_PROGRESS"]), name="effect_open_context"),
             models.Index(fields=["next_check_at"], condition=Q(status="UNKNOWN"), name="effect_check_due"),
+            # The calls out right now, per connector and flow key: what a concurrency limit counts
+            # (ledger.flow.gate), built CONCURRENTLY by migration 0007.
+            models.Index(fields=["connector", "flow_key", "dispatched_at"], condition=Q(status="IN_PROGRESS"),
+                         name="effect_in_flight"),
+            # Each connector's calls by when they ended: the connectors page's latency and errors.
+            models.Index(fields=["connector", "completed_at"], name="effect_completed"),
             # And effect_open_connector, for the queue's connector filter, in migration 0005 only:
             # its predicate is one Django's Index cannot state.
         ]
@@ -145,3 +154,131 @@ class EffectKeyIndex(models.Model):
 
     def __str__(self) -> str:
         return f"{self.connector} {self.idempotency_key} [{self.status}, archived]"
+
+
+# --- flow control (ledger.flow) -------------------------------------------------------------
+
+
+class CircuitState(models.TextChoices):
+    CLOSED = "closed", "closed: calls go through"
+    OPEN = "open", "open: calls wait until the cool-down has passed"
+    HALF_OPEN = "half_open", "half-open: one trial call is out"
+
+
+class HoldReason(models.TextChoices):
+    RATE = "rate_limit", "rate limit"
+    CONCURRENCY = "concurrency", "concurrency limit"
+    PAUSED = "paused", "connector paused"
+    CIRCUIT = "circuit_open", "circuit open"
+    QUEUED = "queued", "queued behind earlier calls"
+
+
+class ConnectorFlow(models.Model):
+    """The flow-control settings of one connector, shared by every worker on every host.
+
+    A row is written for each registered connector when a worker starts
+    (``ledger.flow.settings.sync_declared``) with the limits its class declares; a person who
+    changes them (``changed_by_label`` set) keeps their values until they reset them. A
+    connector without a row is unlimited, unpaused and has the default circuit breaker.
+    """
+
+    connector = models.CharField(max_length=200, primary_key=True)
+    rate = models.FloatField(null=True, blank=True, help_text="calls per second; empty: no rate limit")
+    burst = models.PositiveIntegerField(default=1, help_text="calls that may go at once after a quiet spell")
+    max_in_flight = models.PositiveIntegerField(null=True, blank=True, help_text="calls out at once; empty: no limit")
+    key_field = models.CharField(
+        max_length=100, blank=True, default="",
+        help_text='what the limits are kept per: "" one set for the connector, "tenant", or a payload field',
+    )
+    circuit_failures = models.PositiveIntegerField(
+        default=5, help_text="consecutive retryable failures or timeouts that open the circuit; 0: no breaker")
+    circuit_window_seconds = models.FloatField(default=60.0)
+    circuit_cooldown_seconds = models.FloatField(default=30.0)
+    declared = models.JSONField(default=dict, help_text="the limits the connector's class declares")
+    changed_by_label = models.CharField(max_length=200, blank=True, default="")
+    changed_at = models.DateTimeField(null=True, blank=True)
+
+    paused_at = models.DateTimeField(null=True, blank=True)
+    paused_by_label = models.CharField(max_length=200, blank=True, default="")
+    paused_reason = models.TextField(blank=True, default="")
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(condition=Q(rate__isnull=True) | Q(rate__gt=0), name="flow_rate_positive"),
+            models.CheckConstraint(condition=Q(burst__gte=1), name="flow_burst_positive"),
+            models.CheckConstraint(condition=Q(max_in_flight__isnull=True) | Q(max_in_flight__gte=1),
+                                   name="flow_in_flight_positive"),
+        ]
+
+    def __str__(self) -> str:
+        return f"flow of {self.connector}"
+
+    @property
+    def limited(self) -> bool:
+        return self.rate is not None or self.max_in_flight is not None
+
+
+class FlowBucket(models.Model):
+    """The shared state of one limit: a connector's, or one key's where its limits have a key.
+
+    ``tat`` is the rate limiter's theoretical arrival time (GCRA): the next call may go once
+    ``tat - now <= (burst - 1) / rate``; sending one moves it on by ``1 / rate``. ``vtime`` is
+    the fair queue's virtual time, the tag of the last ticket let go. The circuit's state and
+    its count of consecutive failures live here too."""
+
+    connector = models.CharField(max_length=200)
+    key = models.CharField(max_length=200, blank=True, default="")
+    tat = models.DateTimeField(null=True, blank=True)
+    vtime = models.BigIntegerField(default=0)
+    circuit = models.CharField(max_length=20, choices=CircuitState.choices, default=CircuitState.CLOSED)
+    failures = models.PositiveIntegerField(default=0, help_text="consecutive failures in the window")
+    first_failure_at = models.DateTimeField(null=True, blank=True)
+    opened_at = models.DateTimeField(null=True, blank=True)
+    trial_effect_id = models.BigIntegerField(null=True, blank=True)
+    changed_at = models.DateTimeField(null=True, blank=True, help_text="of the circuit's state")
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["connector", "key"], name="flow_bucket_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.connector}[{self.key}] {self.circuit}"
+
+
+class TicketState(models.TextChoices):
+    WAITING = "waiting"
+    GRANTED = "granted"
+
+
+class FlowTicket(models.Model):
+    """An effect that flow control holds back: its record is PENDING and it was never sent.
+
+    Tickets of one bucket are let go in ``(tag, id)`` order: ``tag`` is a start-time fair
+    queueing tag, so the oldest ticket of each ``lane`` (a tenant) takes turns with the other
+    lanes' instead of queueing behind a whole backlog. A GRANTED ticket's run has been woken
+    and may take the next token; it is deleted in the transaction that dispatches its effect.
+    """
+
+    effect = models.OneToOneField(EffectRecord, on_delete=models.CASCADE, related_name="flow_ticket")
+    run_id = models.UUIDField()
+    connector = models.CharField(max_length=200)
+    key = models.CharField(max_length=200, blank=True, default="")
+    lane = models.CharField(max_length=100, blank=True, default="")
+    tag = models.BigIntegerField()
+    reason = models.CharField(max_length=20, choices=HoldReason.choices)
+    state = models.CharField(max_length=10, choices=TicketState.choices, default=TicketState.WAITING)
+    created_at = models.DateTimeField()
+    granted_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["connector", "key", "tag", "id"], condition=Q(state="waiting"),
+                         name="flow_ticket_queue"),
+            models.Index(fields=["connector", "key", "lane", "tag"], condition=Q(state="waiting"),
+                         name="flow_ticket_lane"),
+            models.Index(fields=["connector", "key", "granted_at"], condition=Q(state="granted"),
+                         name="flow_ticket_granted"),
+            models.Index(fields=["run_id"], name="flow_ticket_run"),
+        ]
+
+    def __str__(self) -> str:
+        return f"ticket {self.id} {self.connector}[{self.key}] {self.state} ({self.reason})"

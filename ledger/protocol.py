@@ -53,7 +53,10 @@ from ledger.errors import (
     PayloadNotJSON,
     ReplayDiverged,
     Retryable,
+    Throttled,
 )
+from ledger.flow import gate
+from ledger.flow.gate import Hold
 from ledger.journal import EFFECT_KINDS, KINDS, FenceLost, Journal
 from ledger.keyindex import archived_effect
 from ledger.models import EffectRecord, EffectStatus
@@ -115,6 +118,11 @@ def run_effect(journal: Journal, *, name: str, connector_name: str, payload: dic
     if created:
         return _dispatch(journal, op, name, effect, payload, premarked=effect.status == EffectStatus.IN_PROGRESS)
     return _recover(journal, op, name, effect, payload)
+
+
+def _flow_payload(op: Operation, payload: Any) -> Any:
+    """The payload a flow-control key is read from: a compensation's is its effect's."""
+    return payload.get("payload") if op.kind == "compensation" and isinstance(payload, dict) else payload
 
 
 def run_operation(
@@ -195,14 +203,21 @@ def _record_intent(
         )
         if effect is not None:
             return effect, False, None
-        mark_now = not op.needs_dispatch_mark
         now = timezone.now()
-        effect = EffectRecord.objects.create(
+        effect = EffectRecord(
             tenant=journal.tenant, idempotency_key=key, run_id=journal.run_id, step_name=name, kind=op.kind,
-            connector=connector_name, request_payload=payload, payload_hash=digest,
-            status=EffectStatus.IN_PROGRESS if mark_now else EffectStatus.PENDING,
-            attempts=1 if mark_now else 0, dispatched_at=now if mark_now else None, intent_at=now,
+            connector=connector_name, request_payload=payload, payload_hash=digest, intent_at=now,
+            flow_key=gate.flow_key_of(gate.key_field_of(connector_name), tenant=journal.tenant,
+                                      payload=_flow_payload(op, payload)),
         )
+        # Connectors that need no separate dispatch mark are marked sent in this commit, when
+        # flow control lets the call go now (``ledger.flow.gate``); otherwise PENDING, as ever.
+        decision = gate.admit(effect, deadline_seconds=op.deadline_seconds, new=True) \
+            if not op.needs_dispatch_mark else None
+        mark_now = decision is not None and decision.go
+        effect.status = EffectStatus.IN_PROGRESS if mark_now else EffectStatus.PENDING
+        effect.attempts, effect.dispatched_at = (1, now) if mark_now else (0, None)
+        effect.save(force_insert=True)  # held: PENDING, and the dispatch mark asks the gate again
     return effect, True, None
 
 
@@ -216,36 +231,58 @@ def _dispatch(
     key = effect.idempotency_key
     started = time.monotonic()
     delay = op.backoff_seconds
+    throttles = 0  # the provider's 429s: they do not use up attempts (``Throttled``)
     while True:
         journal.crash_point("after_intent", name)
         if not premarked:
-            _mark_dispatched(journal, effect)
+            _mark_dispatched(journal, op, effect)
         premarked = False
         try:
             result = op.execute(payload, key)
         except Retryable as exc:
-            exhausted = effect.attempts >= op.max_attempts or time.monotonic() - started + delay > op.deadline_seconds
+            throttled = isinstance(exc, Throttled)
+            throttles += throttled
+            wait = max(delay, exc.retry_after or 0.0) if isinstance(exc, Throttled) else delay
+            exhausted = effect.attempts - throttles >= op.max_attempts or \
+                time.monotonic() - started + wait > op.deadline_seconds
             if exhausted:
+                with transaction.atomic():
+                    gate.record_failure(effect)
                 return _settle_failed(journal, name, effect, exc, note=f"gave up after {effect.attempts} attempt(s)")
             with transaction.atomic():
                 effect_transition(effect, EffectStatus.PENDING, error=exc)
-            time.sleep(delay)
+                gate.record_failure(effect)  # may open the circuit: the next attempt then waits, unsent
+            time.sleep(wait)
             delay = min(delay * op.backoff_factor, op.backoff_max_seconds)
             journal.before_retry()  # may stop here: PENDING again, the next owner retries it safely
             continue
         except Final as exc:
             return _settle_failed(journal, name, effect, exc)
         except Exception as exc:  # Timeout, a dropped connection, a bug after sending: nobody knows
-            _settle_unknown(journal, op, name, effect, exc)
+            _settle_unknown(journal, op, name, effect, exc, failure=True)
         journal.crash_point("after_dispatch", name)
         return _settle_succeeded(journal, op, name, effect, result, op.downstream_ref(result))
 
 
-def _mark_dispatched(journal: Journal, effect: EffectRecord) -> None:
-    """PENDING/UNKNOWN/IN_PROGRESS -> IN_PROGRESS (attempt +1) under the run's fence."""
-    with transaction.atomic():
-        journal.check_fence()
-        effect_transition(effect, EffectStatus.IN_PROGRESS, dispatched=True)
+def _mark_dispatched(journal: Journal, op: Operation, effect: EffectRecord) -> None:
+    """PENDING/UNKNOWN/IN_PROGRESS -> IN_PROGRESS (attempt +1) under the run's fence, once flow
+    control lets the call go (``ledger.flow.gate``). A call it holds back stays as it is (never
+    sent) with a ticket in the queue, and the caller stops: ``journal.hold`` does not return.
+    A short wait for a token is spent here, in the thread."""
+    while True:
+        hold: Hold | None = None
+        with transaction.atomic():
+            journal.check_fence()
+            decision = gate.admit(effect, deadline_seconds=op.deadline_seconds)
+            if decision.go:
+                effect_transition(effect, EffectStatus.IN_PROGRESS, dispatched=True)
+                return
+            if decision.retry_in is None:
+                hold = gate.hold(effect, decision.reason)
+        if hold is not None:
+            journal.hold(hold)
+            raise AssertionError("Journal.hold returned")  # its contract: it stops the caller
+        time.sleep(min(decision.retry_in or 0.0, gate.IN_THREAD_SECONDS))
 
 
 def _recover(journal: Journal, op: Operation, name: str, effect: EffectRecord, payload: Any) -> Any:
@@ -327,6 +364,7 @@ def _settle_succeeded(
     def write(record: EffectRecord) -> None:
         if not already and record.status != EffectStatus.SUCCEEDED:
             effect_transition(record, EffectStatus.SUCCEEDED, result=result, downstream_ref=ref)
+            gate.record_success(record)
             if resolution:
                 record.resolution, record.resolved_by_label, record.resolved_at = resolution, "engine", timezone.now()
                 record.save(update_fields=["resolution", "resolved_by_label", "resolved_at"])
@@ -381,16 +419,21 @@ def _settle_failed(journal: Journal, name: str, effect: EffectRecord, exc: BaseE
     return _recorded_outcome(result_payload(record), record.idempotency_key)
 
 
-def _settle_unknown(journal: Journal, op: Operation, name: str, effect: EffectRecord, exc: BaseException) -> None:
+def _settle_unknown(
+    journal: Journal, op: Operation, name: str, effect: EffectRecord, exc: BaseException, *, failure: bool = False
+) -> None:
     """Record UNKNOWN (never "failed") and raise ``OutcomeUnknown``: reconciliation or a
     person decides (the engine halts the run for them).
 
     If the database is unreachable the record stays IN_PROGRESS, which recovery
-    treats the same way (lookup, same-key retry, else UNKNOWN)."""
+    treats the same way (lookup, same-key retry, else UNKNOWN). ``failure``: the call just went
+    unanswered (not a recovery's verdict), which the circuit breaker counts."""
     with transaction.atomic():
         effect_transition(
             effect, EffectStatus.UNKNOWN, error=exc, next_check_in=BASE_SECONDS if op.can_lookup else None
         )
+        if failure:  # a call that got no answer counts towards the circuit breaker
+            gate.record_failure(effect)
     raise OutcomeUnknown(
         f"effect {name!r} ({effect.connector}, key {effect.idempotency_key}) has an unknown outcome: "
         f"{type(exc).__name__}: {exc}",

@@ -232,6 +232,8 @@ class JournalKind(models.TextChoices):
     SIGNAL_RECEIVED = "signal_received"
     SIGNAL_TIMEOUT = "signal_timeout"
     SUSPENDED = "suspended"
+    # Flow control let a held effect of the run go (ledger.flow.pump): an event, never replayed.
+    FLOW_RELEASED = "flow_released"
     CANCELLED = "cancelled"
     COMPENSATION_STARTED = "compensation_started"
     COMPENSATION_ITEM = "compensation_item"

@@ -262,3 +262,25 @@ def run_wake_if_due(run: WorkflowRun, *, actor: str) -> bool:
           payload={"due": run.wake_at.isoformat(), "late_by_ms": int(
               (timezone.now() - run.wake_at).total_seconds() * 1000)})
     return True
+
+
+def runs_wake_released(*, run_ids: list[str]) -> int:
+    """Flow control let a held effect of each run go (``ledger.flow.pump``): journal
+    ``flow_released`` and, if the run waits, make it PENDING and wake a worker for it.
+
+    Journaled whatever the run's status: a run still on its way to WAITING (its worker saw the
+    hold a moment ago) then finds something journaled since it looked, and replays at once
+    instead of sleeping (``systemdb.suspend``'s ``expect_last_seq``). A finished run is left
+    alone. One transaction per run, holding only its row. Returns the runs woken."""
+    woken = 0
+    for run_id in run_ids:
+        with transaction.atomic():
+            run = WorkflowRun.objects.select_for_update().filter(id=run_id).first()
+            if run is None or run.status in TERMINAL_STATUSES:
+                continue
+            _wake(run, kind=K.FLOW_RELEASED, name="", payload={}, actor="flow control")
+            woken += run.status == RunStatus.WAITING
+            if run.status == RunStatus.COMPENSATING and run.lease_expires_at is None:  # handed back, held
+                queue.enqueue_after_commit(run.id, run.definition_hash, compensating=True)
+                woken += 1
+    return woken

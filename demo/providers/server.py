@@ -22,7 +22,7 @@ from urllib.parse import unquote, urlsplit
 
 from django.db import connections
 
-from demo.providers import faults, services, webhook
+from demo.providers import faults, limits, services, webhook
 from demo.providers.errors import ProviderError
 from demo.providers.services import Reply
 
@@ -114,6 +114,7 @@ class ProviderHandler(BaseHTTPRequestHandler):
             return
         key = self.headers.get("Idempotency-Key", "").strip()
         spec = self.headers.get("X-Fault", "").strip()
+        retry_after: int | None = None
         try:
             raw = self._read_body()
             provider, operation, call = resolve(method, path, raw, self.headers)
@@ -123,9 +124,12 @@ class ProviderHandler(BaseHTTPRequestHandler):
             body = _parse_json(raw) if method == "POST" else {}
             if fault is not None and fault.before_work:
                 _before_work(fault)
+            if operation != "status":
+                limits.admit(provider, operation)  # the provider's own rate limit: 429 over it
             reply = call(key, body, pid)
         except ProviderError as exc:
             reply = Reply(exc.status, {"error": exc.message})
+            retry_after = exc.retry_after
             fault = None
         except Exception as exc:  # a bug or a database outage: the outcome is not known to the caller
             traceback.print_exc()
@@ -151,7 +155,7 @@ class ProviderHandler(BaseHTTPRequestHandler):
         else:
             self._log(method, path, key, spec, outcome)
         try:
-            self._send(reply)
+            self._send(reply, retry_after=retry_after)
         except (BrokenPipeError, ConnectionResetError):
             pass  # the caller gave up (its timeout) or died; the work stands either way
 
@@ -171,9 +175,11 @@ class ProviderHandler(BaseHTTPRequestHandler):
             raise ProviderError(400, f"kill_caller_after_work needs a valid X-Caller-Pid header, not {raw!r}")
         return pid
 
-    def _send(self, reply: Reply) -> None:
+    def _send(self, reply: Reply, *, retry_after: int | None = None) -> None:
         data = json.dumps(reply.body).encode()
         self.send_response(reply.status)
+        if retry_after is not None:
+            self.send_header("Retry-After", str(retry_after))
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         if reply.replayed:

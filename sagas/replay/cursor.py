@@ -25,17 +25,20 @@ import math
 import threading
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import TYPE_CHECKING, NoReturn, TypeVar
 
 from django.db import connection
 from django.utils import timezone
 
 from core.storage import Backoff, is_database_error, note_failure, note_success
-from sagas.errors import BudgetExceeded, NonDeterminismError, StorageUnavailable, Yield
+from sagas.errors import BudgetExceeded, NonDeterminismError, StorageUnavailable, Suspend, Yield
 from sagas.models import CALL_KINDS, JournalKind
 from sagas.runtime.crashpoints import crash_point
 from sagas.store import systemdb
 from sagas.store.systemdb import ClaimedRun, Entry
+
+if TYPE_CHECKING:
+    from ledger.flow.gate import Hold
 
 T = TypeVar("T")
 
@@ -203,6 +206,12 @@ class JournalCursor:
             raise Yield(YIELD_SHUTDOWN)
         if self.pause_requested:
             raise Yield(YIELD_PAUSED)
+
+    def hold(self, hold: Hold) -> NoReturn:
+        """Flow control holds an effect back (``ledger.flow``): the run waits, holding no worker,
+        until the pump lets its ticket go and wakes it (``sagas.waits.runs_wake_released``), or
+        until ``hold.wake_at`` at the latest."""
+        raise Suspend(hold.describe(), wake_at=hold.wake_at)
 
     def crash_point(self, point: str, name: str) -> None:
         """Ends the process here if ``SAGAS_CRASH_AT`` names this point (``sagas.runtime.crashpoints``)."""

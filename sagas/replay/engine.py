@@ -121,7 +121,11 @@ def _execute(run: ClaimedRun, owner: str, beat: Heartbeat | None = None) -> Outc
     try:
         if run.status == RunStatus.COMPENSATING:
             ctx = Context(run=run, journal=[], worker_id=owner)
-            return _compensate(run, owner, beat.watch(ctx) if beat else ctx)
+            try:
+                return _compensate(run, owner, beat.watch(ctx) if beat else ctx)
+            except Suspend as wait:  # flow control holds a compensating call: hand the run back
+                log.info("run %s: compensation held (%s)", run.id, wait.reason)
+                return _yield(run, owner, wait.reason, wake=False)
         definition = _definition_for(run)
         known = systemdb.initial_journal(run)  # a first claim knows its journal: no query
         while True:
@@ -334,12 +338,14 @@ def _hand_back(run: ClaimedRun, owner: str, payload: dict, *, wake: bool = True)
     return status
 
 
-def _yield(run: ClaimedRun, owner: str, reason: str = YIELD_SHUTDOWN) -> Outcome:
+def _yield(run: ClaimedRun, owner: str, reason: str = YIELD_SHUTDOWN, *, wake: bool | None = None) -> Outcome:
     """Hand the run back at a step boundary: the worker is shutting down (another worker goes
-    on with it), or an operator paused it (nobody does until it is resumed, which wakes it)."""
+    on with it), or an operator paused it (nobody does until it is resumed, which wakes it), or
+    flow control holds a compensating call (``wake=False``: the pump wakes it when the call may
+    go, and the sweeper finds it meanwhile as a COMPENSATING run nobody holds)."""
     paused = reason == YIELD_PAUSED
     try:
-        _hand_back(run, owner, {"reason": reason}, wake=not paused)
+        _hand_back(run, owner, {"reason": reason}, wake=not paused if wake is None else wake)
     except LeaseLost:
         return Outcome.LEASE_LOST
     log.info("run %s: handed back (%s)", run.id, reason)

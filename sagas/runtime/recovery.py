@@ -15,6 +15,8 @@ PostgreSQL is the truth; Redis only carries wake-ups. One pass:
   after it lost the run), for an escalated approval no longer open, or for a budget that
   has room again: ``resumed``. No run stays parked for a reason that no longer holds;
 * wakes WAITING runs whose timer or deadline is due: ``woken``;
+* lets calls held by flow control go where there is capacity (``ledger.flow.pump``, which the
+  workers also run more often): ``released``;
 * leaves paused runs alone (``sagas.pausing``): resuming them wakes them;
 * re-queries UNKNOWN effects that have a lookup (the ledger's reconciler) and
   wakes their runs when the answer is conclusive: ``reconciled``;
@@ -36,6 +38,7 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.db import connection
 
+from ledger.flow import pump
 from ledger.reconcile import reconcile_due
 from sagas import events, resolutions, selectors, services, waits
 from sagas.models import LEASED_STATUSES, RunStatus
@@ -57,16 +60,18 @@ class SweepReport:
     resumed: int = 0
     reconciled: int = 0
     woken: int = 0
+    released: int = 0
 
     def __str__(self) -> str:
         return (
             f"expired={self.expired} orphaned={self.orphaned} parked={self.parked} resumed={self.resumed} "
-            f"reconciled={self.reconciled} woken={self.woken}"
+            f"reconciled={self.reconciled} woken={self.woken} released={self.released}"
         )
 
     @property
     def total(self) -> int:
-        return self.expired + self.orphaned + self.parked + self.resumed + self.reconciled + self.woken
+        return (self.expired + self.orphaned + self.parked + self.resumed + self.reconciled + self.woken
+                + self.released)
 
 
 def _rows(sql: str, params: list) -> list[tuple[str, str, str]]:
@@ -116,6 +121,7 @@ def sweep() -> SweepReport:
     report.resumed += len(resolutions.runs_resume_settled(limit=BATCH))
     report.resumed += len(resolutions.runs_resume_cleared(limit=BATCH))
     report.woken = waits.runs_wake_due()
+    report.released = pump.pump()  # the worker processes' pump threads do this more often
     reconciled = reconcile_due()
     report.reconciled = reconciled.succeeded + reconciled.not_executed
     counts.fold()

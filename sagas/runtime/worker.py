@@ -27,6 +27,7 @@ from django.db import connection
 from redis import Redis
 
 from core.storage import is_storage_error, note_failure, note_success
+from ledger.flow import pump
 from sagas import services
 from sagas.replay.context import shutdown_requested
 from sagas.retention import archiving
@@ -58,6 +59,7 @@ class BackgroundThread(threading.Thread):
     def run(self) -> None:
         if self.sweep:  # the scheduled retention pass, in a thread of its own (a pass may be long)
             archiving.ArchiveThread(stop=self.stop_event).start()
+        FlowPumpThread(stop=self.stop_event).start()
         try:
             while not self.stop_event.wait(self.interval):
                 try:
@@ -73,6 +75,37 @@ class BackgroundThread(threading.Thread):
                     else:
                         log.exception("background pass failed; retrying next interval")
                     connection.close()
+        finally:
+            connection.close()
+
+
+class FlowPumpThread(threading.Thread):
+    """Lets calls held by flow control go (``ledger.flow.pump``): every ``PUMP_INTERVAL`` while
+    calls wait, every ``IDLE_INTERVAL`` otherwise. Every worker process runs one; they share the
+    work bucket by bucket (``SKIP LOCKED``) and never let the same capacity go twice."""
+
+    IDLE_INTERVAL = 0.5
+
+    def __init__(self, *, stop: threading.Event) -> None:
+        super().__init__(name="sagas-flow-pump", daemon=True)
+        self.stop_event = stop
+
+    def run(self) -> None:
+        interval = self.IDLE_INTERVAL
+        try:
+            while not self.stop_event.wait(interval):
+                try:
+                    busy = bool(pump.buckets_with_work())
+                    if busy:
+                        pump.pump()
+                    interval = pump.PUMP_INTERVAL if busy else self.IDLE_INTERVAL
+                except Exception as exc:
+                    if is_storage_error(exc):
+                        note_failure(exc, doing="letting held calls go")
+                    else:
+                        log.exception("flow pump pass failed; retrying")
+                    connection.close()
+                    interval = self.IDLE_INTERVAL
         finally:
             connection.close()
 

@@ -43,6 +43,14 @@ class Died(BaseException):
     """A worker killed at a crash point: nothing after the point runs or commits."""
 
 
+class Held(BaseException):
+    """Flow control held a call back (``Journal.hold``): the caller stops, nothing was sent."""
+
+    def __init__(self, hold: Any) -> None:
+        super().__init__(hold.describe())
+        self.hold = hold
+
+
 class Replaced(FenceLost):
     """This journal's owner was replaced by another (its fence moved on)."""
 
@@ -114,6 +122,9 @@ class ListJournal:
 
     def durably(self, write, *, kind, name, recorded):  # type: ignore[no-untyped-def]
         return write()
+
+    def hold(self, hold: Any) -> typing.NoReturn:
+        raise Held(hold)
 
     def crash_point(self, point: str, name: str) -> None:
         self.points.append(point)

@@ -10,6 +10,7 @@ from django.utils import timezone
 
 from core.commands import NoPageCommand
 from core.storage import retry_storage
+from ledger.flow import services as flow_services
 from sagas import services
 from sagas.runtime import queue, readiness, recovery
 from sagas.runtime.identity import set_worker_id, worker_id
@@ -60,6 +61,7 @@ class Command(NoPageCommand):
 
         def register() -> list[str]:
             services.versions_sync_all()
+            flow_services.sync_declared()  # the connectors' declared limits, unless staff changed them
             background.beat()
             return services.runs_resume_stranded(hashes={h for d in definitions for h in d.accepted_hashes})
 

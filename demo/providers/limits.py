@@ -1,0 +1,71 @@
+"""The simulated providers' own rate limits, as a real payments or email API has them.
+
+``limit(provider, operation, per_second)`` sets one (a ``ProviderLimit`` row). The server keeps
+the arrival times of the requests it let through in the last second, per operation, in memory
+(one server process, a lock around each check), and answers 429 with ``Retry-After: 1`` to a
+request that would make more than ``per_second`` in any one-second window. Nothing is executed
+then, and ``ProviderLimit.refused`` counts it. The limits are read from the table at most every
+``REFRESH_SECONDS``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+
+from django.db.models import F
+
+from demo.models import ProviderLimit
+from demo.providers.errors import ProviderError
+
+REFRESH_SECONDS = 0.2
+WINDOW_SECONDS = 1.0
+
+_lock = threading.Lock()
+_arrivals: dict[tuple[str, str], deque[float]] = {}
+_limits: dict[tuple[str, str], int] = {}
+_read_at = 0.0
+
+
+def limit(provider: str, operation: str, per_second: int | None) -> None:
+    """Set (or with None, lift) the provider's rate limit on ``provider``/``operation``."""
+    if per_second is None:
+        ProviderLimit.objects.filter(provider=provider, operation=operation).delete()
+        return
+    if per_second < 1:
+        raise ValueError(f"per_second must be at least 1, not {per_second}")
+    ProviderLimit.objects.update_or_create(provider=provider, operation=operation,
+                                           defaults={"per_second": per_second, "refused": 0})
+
+
+def refused(provider: str, operation: str) -> int:
+    row = ProviderLimit.objects.filter(provider=provider, operation=operation).first()
+    return row.refused if row is not None else 0
+
+
+def _current_limits() -> dict[tuple[str, str], int]:
+    global _read_at, _limits
+    now = time.monotonic()
+    if now - _read_at >= REFRESH_SECONDS:
+        _limits = {(p, o): n for p, o, n in ProviderLimit.objects.values_list("provider", "operation", "per_second")}
+        _read_at = now
+    return _limits
+
+
+def admit(provider: str, operation: str) -> None:
+    """Let the request through, or raise ``ProviderError(429)`` (nothing executed)."""
+    per_second = _current_limits().get((provider, operation))
+    if per_second is None:
+        return
+    now = time.monotonic()
+    with _lock:
+        window = _arrivals.setdefault((provider, operation), deque())
+        while window and window[0] <= now - WINDOW_SECONDS:
+            window.popleft()
+        if len(window) < per_second:
+            window.append(now)
+            return
+    ProviderLimit.objects.filter(provider=provider, operation=operation).update(refused=F("refused") + 1)
+    raise ProviderError(429, f"rate limit of {per_second} requests per second exceeded; nothing was executed",
+                        retry_after=1)
