@@ -11,7 +11,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from core.redacted_admin import RedactedFieldsAdmin
-from ledger.models import ConnectorFlow, EffectKeyIndex, EffectRecord, FlowBucket, FlowTicket
+from ledger.models import CircuitChange, ConnectorFlow, EffectKeyIndex, EffectRecord, FlowBucket, FlowTicket
 
 
 @admin.register(EffectRecord)
@@ -67,3 +67,9 @@ class FlowTicketAdmin(admin.ModelAdmin):
     list_filter = ("state", "reason")
     raw_id_fields = ("effect",)
     show_full_result_count = False
+
+
+@admin.register(CircuitChange)
+class CircuitChangeAdmin(admin.ModelAdmin):
+    list_display = ("at", "connector", "key", "state", "failures")
+    list_filter = ("state",)

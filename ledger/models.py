@@ -282,3 +282,22 @@ class FlowTicket(models.Model):
 
     def __str__(self) -> str:
         return f"ticket {self.id} {self.connector}[{self.key}] {self.state} ({self.reason})"
+
+
+class CircuitChange(models.Model):
+    """One change of a circuit's state (closed -> open -> half-open -> closed or open again): the
+    connectors page's timeline and what notifications are sent for. Written in the transaction
+    that changes the state; append-only."""
+
+    connector = models.CharField(max_length=200)
+    key = models.CharField(max_length=200, blank=True, default="")
+    state = models.CharField(max_length=20, choices=CircuitState.choices)
+    failures = models.PositiveIntegerField(default=0)
+    error = models.TextField(blank=True, default="", help_text="the failure that opened it")
+    at = models.DateTimeField()
+
+    class Meta:
+        indexes = [models.Index(fields=["connector", "-at"], name="circuit_change_recent")]
+
+    def __str__(self) -> str:
+        return f"{self.connector}[{self.key}] -> {self.state} at {self.at:%H:%M:%S}"

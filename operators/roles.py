@@ -23,6 +23,9 @@ ACTION_ROLES: dict[str, str] = {
     "run.fork": OPERATOR,
     "workflow.pause": OPERATOR,
     "workflow.resume": OPERATOR,
+    "connector.pause": OPERATOR,
+    "connector.resume": OPERATOR,
+    "connector.limits": OPERATOR,
     "approval.approve": APPROVER,
     "approval.reject": APPROVER,
 }

@@ -4,8 +4,8 @@
 the arrival times of the requests it let through in the last second, per operation, in memory
 (one server process, a lock around each check), and answers 429 with ``Retry-After: 1`` to a
 request that would make more than ``per_second`` in any one-second window. Nothing is executed
-then, and ``ProviderLimit.refused`` counts it. The limits are read from the table at most every
-``REFRESH_SECONDS``.
+then, and ``ProviderLimit.refused`` counts it. The limit is read from the table on each request,
+so a test that sets one sees it on the next request.
 """
 
 from __future__ import annotations
@@ -19,13 +19,10 @@ from django.db.models import F
 from demo.models import ProviderLimit
 from demo.providers.errors import ProviderError
 
-REFRESH_SECONDS = 0.2
 WINDOW_SECONDS = 1.0
 
 _lock = threading.Lock()
 _arrivals: dict[tuple[str, str], deque[float]] = {}
-_limits: dict[tuple[str, str], int] = {}
-_read_at = 0.0
 
 
 def limit(provider: str, operation: str, per_second: int | None) -> None:
@@ -44,18 +41,10 @@ def refused(provider: str, operation: str) -> int:
     return row.refused if row is not None else 0
 
 
-def _current_limits() -> dict[tuple[str, str], int]:
-    global _read_at, _limits
-    now = time.monotonic()
-    if now - _read_at >= REFRESH_SECONDS:
-        _limits = {(p, o): n for p, o, n in ProviderLimit.objects.values_list("provider", "operation", "per_second")}
-        _read_at = now
-    return _limits
-
-
 def admit(provider: str, operation: str) -> None:
     """Let the request through, or raise ``ProviderError(429)`` (nothing executed)."""
-    per_second = _current_limits().get((provider, operation))
+    per_second = ProviderLimit.objects.filter(provider=provider, operation=operation).values_list(
+        "per_second", flat=True).first()
     if per_second is None:
         return
     now = time.monotonic()

@@ -27,7 +27,7 @@ from typing import Any
 from django.db import connection
 from django.utils import timezone
 
-from ledger.models import CircuitState, EffectRecord, FlowTicket, HoldReason, TicketState
+from ledger.models import CircuitChange, CircuitState, EffectRecord, FlowTicket, HoldReason, TicketState
 from ledger.signals import send_circuit_changed
 
 # A call let go by the pump whose token comes within this many seconds waits in its thread.
@@ -198,7 +198,10 @@ def _start_trial(effect: EffectRecord, now: datetime) -> bool:
                WHERE connector = %s AND key = %s AND circuit = 'open'""",
             [effect.pk, now, effect.connector, effect.flow_key],
         )
-        return cur.rowcount == 1
+        started = cur.rowcount == 1
+    if started:
+        circuit_changed(effect.connector, effect.flow_key, CircuitState.HALF_OPEN, failures=0, error="", at=now)
+    return started
 
 
 def hold(effect: EffectRecord, reason: str, *, rate: float | None = None) -> Hold:
@@ -283,8 +286,8 @@ def record_failure(effect: EffectRecord) -> None:
                           trial_effect_id = NULL WHERE connector = %s AND key = %s""",
                 [now, now, effect.connector, effect.flow_key],
             )
-            send_circuit_changed(connector=effect.connector, key=effect.flow_key, state=CircuitState.OPEN,
-                                 failures=failures, error=effect.error_message)
+            circuit_changed(effect.connector, effect.flow_key, CircuitState.OPEN, failures=failures,
+                            error=effect.error_message, at=now)
 
 
 def record_success(effect: EffectRecord) -> None:
@@ -306,6 +309,14 @@ def record_success(effect: EffectRecord) -> None:
         )
         row = cur.fetchone()
     if row is not None and row[0] == CircuitState.CLOSED and row[1] != CircuitState.CLOSED:
-        send_circuit_changed(connector=effect.connector, key=effect.flow_key, state=CircuitState.CLOSED,
-                             failures=0, error="")
+        circuit_changed(effect.connector, effect.flow_key, CircuitState.CLOSED, failures=0, error="",
+                        at=timezone.now())
+
+
+def circuit_changed(connector: str, key: str, state: str, *, failures: int, error: str, at: datetime) -> None:
+    """Record a circuit's new state (``CircuitChange``) and, after the commit, tell the listeners
+    (the console's notifications). Inside the transaction that changed it."""
+    CircuitChange.objects.create(connector=connector, key=key, state=state, failures=failures,
+                                 error=error[:4000], at=at)
+    send_circuit_changed(connector=connector, key=key, state=state, failures=failures, error=error)
 

@@ -30,6 +30,7 @@ from django.utils import timezone
 
 from ledger.connectors import get_connector
 from ledger.errors import ConnectorNotRegistered
+from ledger.flow import gate
 from ledger.models import CircuitState
 from ledger.signals import send_tickets_granted
 
@@ -146,6 +147,8 @@ def pump_bucket(connector: str, key: str) -> int:
                    WHERE connector = %s AND key = %s""",
                 [max(tag for _, _, tag in granted), trial, trial, granted[0][1], trial, now, connector, key],
             )
+        if granted and trial:
+            gate.circuit_changed(connector, key, CircuitState.HALF_OPEN, failures=0, error="", at=now)
         runs = sorted({run_id for run_id, _, _ in granted} | set(woken))
         if runs:
             send_tickets_granted(runs=runs)

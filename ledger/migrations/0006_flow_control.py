@@ -1,6 +1,6 @@
-"""Flow control per connector (ledger.flow): settings, shared limiter and circuit state, and the
-tickets of effects held back; and each effect's flow key (a column with a constant default:
-no table rewrite). The in-flight index is built CONCURRENTLY by 0007."""
+"""Flow control per connector (ledger.flow): settings, shared limiter and circuit state, the
+tickets of effects held back and the circuits' history; and each effect's flow key (a column
+with a constant default: no table rewrite). The effects' new indexes are built CONCURRENTLY by 0007."""
 
 
 import django.db.models.deletion
@@ -16,6 +16,18 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
+        migrations.CreateModel(
+            name='CircuitChange',
+            fields=[
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('connector', models.CharField(max_length=200)),
+                ('key', models.CharField(blank=True, default='', max_length=200)),
+                ('state', models.CharField(choices=[('closed', 'closed: calls go through'), ('open', 'open: calls wait until the cool-down has passed'), ('half_open', 'half-open: one trial call is out')], max_length=20)),
+                ('failures', models.PositiveIntegerField(default=0)),
+                ('error', models.TextField(blank=True, default='', help_text='the failure that opened it')),
+                ('at', models.DateTimeField()),
+            ],
+        ),
         migrations.CreateModel(
             name='ConnectorFlow',
             fields=[
@@ -70,6 +82,10 @@ class Migration(migrations.Migration):
             model_name='effectrecord',
             name='flow_key',
             field=models.CharField(blank=True, db_default='', default='', max_length=200),
+        ),
+        migrations.AddIndex(
+            model_name='circuitchange',
+            index=models.Index(fields=['connector', '-at'], name='circuit_change_recent'),
         ),
         migrations.AddConstraint(
             model_name='connectorflow',

@@ -1,0 +1,184 @@
+"""Reads of flow control: each connector's limits and live state, as the connectors page, the
+HTTP API and the public API show them; and what a held run is waiting for."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+from uuid import UUID
+
+from django.db import connection
+from django.utils import timezone
+
+from ledger.connectors import get_connector
+from ledger.errors import ConnectorNotRegistered
+from ledger.flow.gate import position_of
+from ledger.models import CircuitChange, CircuitState, ConnectorFlow, FlowTicket, HoldReason, TicketState
+
+# The window the latency and error rate are taken over.
+STATS_MINUTES = 5
+# A circuit's state for the connector as a whole: the worst of its keys'.
+_SEVERITY = {CircuitState.CLOSED: 0, CircuitState.HALF_OPEN: 1, CircuitState.OPEN: 2}
+
+
+@dataclass
+class ConnectorState:
+    """One connector's flow control as it is now."""
+
+    connector: str
+    rate: float | None
+    burst: int
+    max_in_flight: int | None
+    key_field: str
+    circuit_failures: int
+    circuit_window_seconds: float
+    circuit_cooldown_seconds: float
+    declared: dict[str, Any]
+    changed_by: str
+    changed_at: datetime | None
+    paused_at: datetime | None
+    paused_by: str
+    paused_reason: str
+    in_flight: int = 0
+    waiting: int = 0
+    granted: int = 0
+    circuit: str = CircuitState.CLOSED
+    failures: int = 0
+    opened_at: datetime | None = None
+    keys_open: int = 0
+    ended: int = 0
+    failed: int = 0
+    p50_ms: float | None = None
+    p95_ms: float | None = None
+    changes: list[CircuitChange] = field(default_factory=list)
+
+    @property
+    def paused(self) -> bool:
+        return self.paused_at is not None
+
+    @property
+    def error_rate(self) -> float | None:
+        """Share of the calls that ended in the last ``STATS_MINUTES`` that failed for good."""
+        return self.failed / self.ended if self.ended else None
+
+    @property
+    def limits_changed(self) -> bool:
+        return bool(self.changed_by)
+
+    @property
+    def state(self) -> str:
+        """What a person compares before acting: paused or running."""
+        return "paused" if self.paused else "running"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "connector": self.connector, "state": self.state,
+            "limits": {"rate": self.rate, "burst": self.burst, "max_in_flight": self.max_in_flight,
+                       "key_field": self.key_field, "circuit_failures": self.circuit_failures,
+                       "circuit_window_seconds": self.circuit_window_seconds,
+                       "circuit_cooldown_seconds": self.circuit_cooldown_seconds},
+            "declared": self.declared, "limits_changed_by": self.changed_by or None,
+            "limits_changed_at": self.changed_at.isoformat() if self.changed_at else None,
+            "paused": {"at": self.paused_at.isoformat(), "by": self.paused_by, "reason": self.paused_reason}
+            if self.paused_at else None,
+            "in_flight": self.in_flight, "waiting": self.waiting, "let_go": self.granted,
+            "circuit": {"state": self.circuit, "failures": self.failures,
+                        "opened_at": self.opened_at.isoformat() if self.opened_at else None,
+                        "keys_open": self.keys_open},
+            "last_minutes": {"minutes": STATS_MINUTES, "ended": self.ended, "failed": self.failed,
+                             "error_rate": self.error_rate, "latency_p50_ms": self.p50_ms,
+                             "latency_p95_ms": self.p95_ms},
+        }
+
+
+def _deadline(name: str) -> float:
+    try:
+        return float(get_connector(name).deadline_seconds)
+    except ConnectorNotRegistered:
+        return 30.0
+
+
+def connector_states(*, names: list[str] | None = None, changes: int = 0) -> list[ConnectorState]:
+    """Every connector with flow control (a row written at a worker's start-up), by name;
+    ``changes``: how many of each one's latest circuit changes to attach."""
+    flows = ConnectorFlow.objects.order_by("connector")
+    if names is not None:
+        flows = flows.filter(connector__in=names)
+    states = {
+        f.connector: ConnectorState(
+            connector=f.connector, rate=f.rate, burst=f.burst, max_in_flight=f.max_in_flight, key_field=f.key_field,
+            circuit_failures=f.circuit_failures, circuit_window_seconds=f.circuit_window_seconds,
+            circuit_cooldown_seconds=f.circuit_cooldown_seconds, declared=f.declared, changed_by=f.changed_by_label,
+            changed_at=f.changed_at, paused_at=f.paused_at, paused_by=f.paused_by_label,
+            paused_reason=f.paused_reason)
+        for f in flows
+    }
+    if not states:
+        return []
+    now = timezone.now()
+    with connection.cursor() as cur:
+        cur.execute(
+            """SELECT connector, circuit, failures, opened_at FROM ledger_flowbucket WHERE connector = ANY(%s)""",
+            [list(states)])
+        for name, circuit, failures, opened_at in cur.fetchall():
+            state = states[name]
+            if circuit != CircuitState.CLOSED:
+                state.keys_open += 1
+            worse = _SEVERITY[circuit] > _SEVERITY[state.circuit]
+            if worse or (circuit == state.circuit and failures > state.failures):
+                state.circuit, state.failures, state.opened_at = circuit, failures, opened_at
+        cur.execute(
+            """SELECT connector, count(*) FILTER (WHERE state = 'waiting'), count(*) FILTER (WHERE state = 'granted')
+               FROM ledger_flowticket WHERE connector = ANY(%s) GROUP BY connector""", [list(states)])
+        for name, waiting, granted in cur.fetchall():
+            states[name].waiting, states[name].granted = waiting, granted
+        for name, state in states.items():
+            cur.execute(
+                """SELECT count(*) FROM ledger_effectrecord
+                   WHERE status = 'IN_PROGRESS' AND connector = %s AND dispatched_at > %s""",
+                [name, now - timedelta(seconds=_deadline(name))])
+            state.in_flight = int(cur.fetchone()[0])
+            cur.execute(
+                """SELECT count(*), count(*) FILTER (WHERE status = 'FAILED_FINAL'),
+                          percentile_cont(0.5) WITHIN GROUP (ORDER BY completed_at - dispatched_at),
+                          percentile_cont(0.95) WITHIN GROUP (ORDER BY completed_at - dispatched_at)
+                   FROM ledger_effectrecord
+                   WHERE connector = %s AND completed_at > %s AND dispatched_at IS NOT NULL""",
+                [name, now - timedelta(minutes=STATS_MINUTES)])
+            ended, failed, p50, p95 = cur.fetchone()
+            state.ended, state.failed = int(ended), int(failed)
+            state.p50_ms = round(p50.total_seconds() * 1000, 1) if p50 is not None else None
+            state.p95_ms = round(p95.total_seconds() * 1000, 1) if p95 is not None else None
+            if changes:
+                state.changes = list(CircuitChange.objects.filter(connector=name).order_by("-at", "-id")[:changes])
+    return list(states.values())
+
+
+def connector_state(name: str, *, changes: int = 20) -> ConnectorState | None:
+    found = connector_states(names=[name], changes=changes)
+    return found[0] if found else None
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """What a held run waits for: ``waiting for payments.capture (rate limit, position 312)``."""
+
+    connector: str
+    reason: str
+    position: int | None  # None: let go, about to be sent
+    step: str
+
+    def describe(self) -> str:
+        if self.position is None:
+            return f"waiting for {self.connector} (let go, about to be sent)"
+        return f"waiting for {self.connector} ({HoldReason(self.reason).label}, position {self.position})"
+
+
+def run_waiting_for(run_id: UUID | str) -> Waiting | None:
+    """The call of ``run_id`` that flow control holds, if any, and its place in the queue now."""
+    ticket = FlowTicket.objects.filter(run_id=run_id).select_related("effect").order_by("id").first()
+    if ticket is None:
+        return None
+    position = position_of(ticket) if ticket.state == TicketState.WAITING else None
+    return Waiting(connector=ticket.connector, reason=ticket.reason, position=position, step=ticket.effect.step_name)
