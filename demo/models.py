@@ -82,12 +82,14 @@ class WebhookArrival(models.Model):
 class ProviderLimit(models.Model):
     """The provider's own rate limit on (provider, operation): at most ``per_second`` requests in
     any one-second window, counted as they arrive; a request over it is answered 429 with
-    ``Retry-After`` and nothing is executed. ``refused`` counts those answers (``demo.providers.limits``)."""
+    ``Retry-After`` and nothing is executed. ``refused`` counts those answers, and
+    ``peak_in_flight`` the most requests it was serving at once (``demo.providers.limits``)."""
 
     provider = models.CharField(max_length=20)
     operation = models.CharField(max_length=20)
     per_second = models.PositiveIntegerField()
     refused = models.PositiveIntegerField(default=0)
+    peak_in_flight = models.PositiveIntegerField(default=0, help_text="most requests being served at once")
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["provider", "operation"], name="provider_limit_unique")]

@@ -69,6 +69,8 @@ class EffectRecord(models.Model):
     result = models.JSONField(null=True, blank=True)
     downstream_ref = models.CharField(max_length=300, blank=True, default="")
     attempts = models.PositiveIntegerField(default=0, help_text="dispatches made")
+    throttled = models.PositiveIntegerField(
+        default=0, db_default=0, help_text="dispatches refused by the provider's rate limit (429s; not attempts)")
     error_class = models.CharField(max_length=200, blank=True, default="")
     error_message = models.TextField(blank=True, default="")
 

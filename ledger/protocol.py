@@ -231,7 +231,6 @@ def _dispatch(
     key = effect.idempotency_key
     started = time.monotonic()
     delay = op.backoff_seconds
-    throttles = 0  # the provider's 429s: they do not use up attempts (``Throttled``)
     while True:
         journal.crash_point("after_intent", name)
         if not premarked:
@@ -241,16 +240,14 @@ def _dispatch(
             result = op.execute(payload, key)
         except Retryable as exc:
             throttled = isinstance(exc, Throttled)
-            throttles += throttled
             wait = max(delay, exc.retry_after or 0.0) if isinstance(exc, Throttled) else delay
-            exhausted = effect.attempts - throttles >= op.max_attempts or \
-                time.monotonic() - started + wait > op.deadline_seconds
-            if exhausted:
+            used = effect.attempts - effect.throttled - throttled  # a 429 uses up no attempt
+            if used >= op.max_attempts or time.monotonic() - started + wait > op.deadline_seconds:
                 with transaction.atomic():
                     gate.record_failure(effect)
                 return _settle_failed(journal, name, effect, exc, note=f"gave up after {effect.attempts} attempt(s)")
             with transaction.atomic():
-                effect_transition(effect, EffectStatus.PENDING, error=exc)
+                effect_transition(effect, EffectStatus.PENDING, error=exc, throttled=throttled)
                 gate.record_failure(effect)  # may open the circuit: the next attempt then waits, unsent
             time.sleep(wait)
             delay = min(delay * op.backoff_factor, op.backoff_max_seconds)

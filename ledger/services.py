@@ -55,6 +55,7 @@ def effect_transition(
     error: BaseException | None = None,
     dispatched: bool = False,
     next_check_in: float | None = None,
+    throttled: bool = False,
 ) -> EffectRecord:
     """Move ``effect`` to ``status`` (checked against the transition table) and save it."""
     check_effect_transition(effect.status, status)
@@ -66,6 +67,9 @@ def effect_transition(
         effect.attempts += 1
         effect.dispatched_at = now
         fields += ["attempts", "dispatched_at"]
+    if throttled:  # the provider refused the last dispatch for its rate limit (``ledger.errors.Throttled``)
+        effect.throttled += 1
+        fields += ["throttled"]
     if status == EffectStatus.SUCCEEDED:
         effect.result, effect.downstream_ref, effect.completed_at = result, downstream_ref, now
         effect.next_check_at = None

@@ -15,6 +15,7 @@ import time
 from collections import deque
 
 from django.db.models import F
+from django.db.models.functions import Greatest
 
 from demo.models import ProviderLimit
 from demo.providers.errors import ProviderError
@@ -23,6 +24,7 @@ WINDOW_SECONDS = 1.0
 
 _lock = threading.Lock()
 _arrivals: dict[tuple[str, str], deque[float]] = {}
+_serving: dict[tuple[str, str], int] = {}
 
 
 def limit(provider: str, operation: str, per_second: int | None) -> None:
@@ -33,7 +35,7 @@ def limit(provider: str, operation: str, per_second: int | None) -> None:
     if per_second < 1:
         raise ValueError(f"per_second must be at least 1, not {per_second}")
     ProviderLimit.objects.update_or_create(provider=provider, operation=operation,
-                                           defaults={"per_second": per_second, "refused": 0})
+                                           defaults={"per_second": per_second, "refused": 0, "peak_in_flight": 0})
 
 
 def refused(provider: str, operation: str) -> int:
@@ -58,3 +60,21 @@ def admit(provider: str, operation: str) -> None:
     ProviderLimit.objects.filter(provider=provider, operation=operation).update(refused=F("refused") + 1)
     raise ProviderError(429, f"rate limit of {per_second} requests per second exceeded; nothing was executed",
                         retry_after=1)
+
+
+def enter(provider: str, operation: str) -> None:
+    """A request to ``provider``/``operation`` starts being served: count it, keep the peak."""
+    with _lock:
+        serving = _serving[(provider, operation)] = _serving.get((provider, operation), 0) + 1
+    ProviderLimit.objects.filter(provider=provider, operation=operation, peak_in_flight__lt=serving).update(
+        peak_in_flight=Greatest(F("peak_in_flight"), serving))
+
+
+def leave(provider: str, operation: str) -> None:
+    with _lock:
+        _serving[(provider, operation)] -= 1
+
+
+def peak_in_flight(provider: str, operation: str) -> int:
+    row = ProviderLimit.objects.filter(provider=provider, operation=operation).first()
+    return row.peak_in_flight if row is not None else 0

@@ -115,6 +115,7 @@ class ProviderHandler(BaseHTTPRequestHandler):
         key = self.headers.get("Idempotency-Key", "").strip()
         spec = self.headers.get("X-Fault", "").strip()
         retry_after: int | None = None
+        entered: tuple[str, str] | None = None
         try:
             raw = self._read_body()
             provider, operation, call = resolve(method, path, raw, self.headers)
@@ -122,6 +123,9 @@ class ProviderHandler(BaseHTTPRequestHandler):
             fault = faults.parse(spec) if spec else None
             pid = self._caller_pid(required=fault is not None and fault.name == faults.KILL_CALLER_AFTER_WORK)
             body = _parse_json(raw) if method == "POST" else {}
+            if operation != "status":
+                limits.enter(provider, operation)
+                entered = (provider, operation)
             if fault is not None and fault.before_work:
                 _before_work(fault)
             if operation != "status":
@@ -136,6 +140,8 @@ class ProviderHandler(BaseHTTPRequestHandler):
             reply = Reply(500, {"error": f"internal error: {type(exc).__name__}: {exc}"})
             fault = None
         finally:
+            if entered is not None:
+                limits.leave(*entered)
             connections.close_all()
 
         outcome = f"{reply.status}" + (" (replayed)" if reply.replayed else "")

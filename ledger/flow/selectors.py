@@ -3,6 +3,8 @@ HTTP API and the public API show them; and what a held run is waiting for."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -71,6 +73,19 @@ class ConnectorState:
         """What a person compares before acting: paused or running."""
         return "paused" if self.paused else "running"
 
+    @property
+    def limits(self) -> dict[str, Any]:
+        """The limits in force, keyed as ``ledger.flow.services.Limits``."""
+        return {"rate": self.rate, "burst": self.burst, "max_in_flight": self.max_in_flight,
+                "key_field": self.key_field, "circuit_failures": self.circuit_failures,
+                "circuit_window_seconds": self.circuit_window_seconds,
+                "circuit_cooldown_seconds": self.circuit_cooldown_seconds}
+
+    @property
+    def limits_version(self) -> str:
+        """What a person compares before changing the limits (``limits_version``)."""
+        return limits_version(self.limits, changed_by=self.changed_by, changed_at=self.changed_at)
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "connector": self.connector, "state": self.state,
@@ -90,6 +105,15 @@ class ConnectorState:
                              "error_rate": self.error_rate, "latency_p50_ms": self.p50_ms,
                              "latency_p95_ms": self.p95_ms},
         }
+
+
+def limits_version(limits: dict[str, Any], *, changed_by: str, changed_at: datetime | None) -> str:
+    """A short fingerprint of a connector's limits and who set them last: it differs after any
+    change of the limits (a reset to the declared defaults included), so a form that carries the
+    one its page showed can be refused when someone changed them since. Not a secret, not stable
+    across versions of this function: compare it only with one made from the same row."""
+    seen = json.dumps([limits, changed_by, changed_at.isoformat() if changed_at else None], sort_keys=True)
+    return hashlib.sha256(seen.encode()).hexdigest()[:12]
 
 
 def _deadline(name: str) -> float:

@@ -1,6 +1,7 @@
 """Flow control per connector (ledger.flow): settings, shared limiter and circuit state, the
-tickets of effects held back and the circuits' history; and each effect's flow key (a column
-with a constant default: no table rewrite). The effects' new indexes are built CONCURRENTLY by 0007."""
+tickets of effects held back and the circuits' history; and each effect's flow key and count of
+429s (columns with constant defaults: no table rewrite). The effects' new indexes are built
+CONCURRENTLY by 0007."""
 
 
 import django.db.models.deletion
@@ -82,6 +83,11 @@ class Migration(migrations.Migration):
             model_name='effectrecord',
             name='flow_key',
             field=models.CharField(blank=True, db_default='', default='', max_length=200),
+        ),
+        migrations.AddField(
+            model_name='effectrecord',
+            name='throttled',
+            field=models.PositiveIntegerField(db_default=0, default=0, help_text="dispatches refused by the provider's rate limit (429s; not attempts)"),
         ),
         migrations.AddIndex(
             model_name='circuitchange',
