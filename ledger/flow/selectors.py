@@ -21,7 +21,7 @@ from ledger.models import CircuitChange, CircuitState, ConnectorFlow, FlowTicket
 # The window the latency and error rate are taken over.
 STATS_MINUTES = 5
 # A circuit's state for the connector as a whole: the worst of its keys'.
-_SEVERITY = {CircuitState.CLOSED: 0, CircuitState.HALF_OPEN: 1, CircuitState.OPEN: 2}
+_SEVERITY: dict[str, int] = {CircuitState.CLOSED: 0, CircuitState.HALF_OPEN: 1, CircuitState.OPEN: 2}
 
 
 @dataclass
