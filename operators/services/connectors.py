@@ -8,15 +8,16 @@ audited otherwise), as with a workflow's pause.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from django.db import transaction
 
 from ledger.flow import services as flow
-from ledger.flow.selectors import connector_state
+from ledger.flow.selectors import connector_state, limits_version
 from ledger.models import ConnectorFlow
 from operators.selectors.tenancy import tenants_of
-from operators.services.actions import Actor, Denied, Refused, Target, audit_denied, perform
+from operators.services.actions import Actor, Denied, Refused, Target, at_time, audit_denied, perform
 
 
 def _snapshot(name: str) -> dict[str, Any]:
@@ -43,6 +44,37 @@ def _target(name: str) -> Target:
     return Target("connector", name, lock=lock, snapshot=lambda: _snapshot(name), stale=stale)
 
 
+def _limits_version_now(name: str) -> str:
+    row = ConnectorFlow.objects.filter(connector=name).first()
+    if row is None:
+        return ""
+    return limits_version(flow.Limits.of(row).as_dict(), changed_by=row.changed_by_label, changed_at=row.changed_at)
+
+
+def _limits_target(name: str) -> Target:
+    """The connector, for a change of its limits: ``expected`` is its state, optionally followed
+    by the ``limits_version`` the page showed (``"running 3fa2c1d9e0b7"``). With the version, a
+    change someone made since (or this very form sent twice) is refused; with the state alone,
+    only a pause or resume since is."""
+    base = _target(name)
+
+    def same(seen: str, now: str) -> bool:
+        state, _, version = seen.partition(" ")
+        return state == now and (not version or version == _limits_version_now(name))
+
+    def stale(now: dict[str, Any], seen: str) -> str:
+        state = seen.partition(" ")[0]
+        if state != now["state"]:
+            return base.stale(now, state)
+        row = ConnectorFlow.objects.filter(connector=name).first()
+        by = f" by {row.changed_by_label}{at_time(row.changed_at)}" if row and row.changed_by_label else \
+            " back to the declared defaults"
+        return (f"{name}'s limits were changed{by} since you loaded the page, so nothing was changed; "
+                f"look at them again and resubmit if yours still apply.")
+
+    return replace(base, same=same, stale=stale)
+
+
 def _every_tenant(actor: Actor, action: str, name: str, reason: str) -> None:
     if tenants_of(actor.user) is not None:
         with transaction.atomic():
@@ -65,9 +97,10 @@ def connector_resume_act(actor: Actor, *, name: str, reason: str, expected: str 
 
 def connector_limits_act(actor: Actor, *, name: str, limits: flow.Limits | None, reason: str,
                          expected: str | None) -> Any:
-    """Set the limits (``None``: back to what the connector's class declares)."""
+    """Set the limits (``None``: back to what the connector's class declares). ``expected``: the
+    state seen, optionally with the limits' version seen (``_limits_target``)."""
     _every_tenant(actor, "connector.limits", name, reason)
-    return perform(actor, "connector.limits", _target(name), reason=reason, expected=expected,
+    return perform(actor, "connector.limits", _limits_target(name), reason=reason, expected=expected,
                    change=lambda: flow.connector_limits_set(connector=name, by=actor.label, limits=limits))
 
 
