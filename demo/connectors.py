@@ -101,3 +101,7 @@ class CompleteModel(Connector):
 
     def execute(self, payload: dict[str, Any], *, key: str) -> dict[str, Any]:
         return client.call("POST", "/model/complete", payload, key=key)
+
+    def cost(self, payload: dict[str, Any], result: dict[str, Any]) -> float:
+        """The completion's price, as the request names it (the gateway bills that)."""
+        return float(payload.get("price") or 0.0)

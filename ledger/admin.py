@@ -11,7 +11,16 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from core.redacted_admin import RedactedFieldsAdmin
-from ledger.models import CircuitChange, ConnectorFlow, EffectKeyIndex, EffectRecord, FlowBucket, FlowTicket
+from ledger.models import (
+    CircuitChange,
+    ConnectorFlow,
+    EffectKeyIndex,
+    EffectRecord,
+    FlowBucket,
+    FlowTicket,
+    SpendDay,
+    SpendLimit,
+)
 
 
 @admin.register(EffectRecord)
@@ -73,3 +82,14 @@ class FlowTicketAdmin(admin.ModelAdmin):
 class CircuitChangeAdmin(admin.ModelAdmin):
     list_display = ("at", "connector", "key", "state", "failures")
     list_filter = ("state",)
+
+
+@admin.register(SpendLimit)
+class SpendLimitAdmin(admin.ModelAdmin):
+    list_display = ("tenant", "connector", "per_day", "changed_by_label", "changed_at")
+
+
+@admin.register(SpendDay)
+class SpendDayAdmin(admin.ModelAdmin):
+    list_display = ("day", "tenant", "connector", "spent")
+    list_filter = ("day",)

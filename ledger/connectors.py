@@ -80,6 +80,11 @@ class Connector:
     def can_compensate(cls) -> bool:
         return cls.compensate is not Connector.compensate
 
+    def cost(self, payload: dict[str, Any], result: dict[str, Any]) -> float:
+        """What a succeeded call cost, in the runs' cost unit (usd): charged to the run's budget
+        and to its tenant's daily spend on this connector (``ledger.flow.spend``), once. 0: free."""
+        return 0.0
+
     def manual_result(self, downstream_ref: str) -> dict[str, Any]:
         """The result recorded when a person resolves the effect as succeeded with this
         reference. Override so workflows find the fields they read from a real result."""
@@ -124,6 +129,12 @@ class Operation:
 
     def downstream_ref(self, result: dict[str, Any]) -> str:
         return self.connector.downstream_ref(result)
+
+    def cost(self, payload: Any, result: Any) -> float:
+        """A forward call's cost (``Connector.cost``); compensations cost nothing here."""
+        if self.kind != "effect" or not isinstance(payload, dict) or not isinstance(result, dict):
+            return 0.0
+        return max(0.0, float(self.connector.cost(payload, result) or 0.0))
 
 
 _connectors: dict[str, Connector] = {}

@@ -303,3 +303,42 @@ class CircuitChange(models.Model):
 
     def __str__(self) -> str:
         return f"{self.connector}[{self.key}] -> {self.state} at {self.at:%H:%M:%S}"
+
+
+class SpendLimit(models.Model):
+    """At most ``per_day`` (in the runs' cost unit, usd) spent by ``tenant`` on ``connector`` per
+    UTC day; ``tenant = "*"``: every tenant that has no row of its own (each counted on its own).
+    A call or model turn that finds the day's spend at or over it parks its run (``spend_limit``)."""
+
+    EVERY_TENANT = "*"
+
+    tenant = models.CharField(max_length=100)
+    connector = models.CharField(max_length=200)
+    per_day = models.DecimalField(max_digits=14, decimal_places=6)
+    changed_by_label = models.CharField(max_length=200, blank=True, default="")
+    changed_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "connector"], name="spend_limit_unique"),
+            models.CheckConstraint(condition=Q(per_day__gte=0), name="spend_limit_not_negative"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tenant} on {self.connector}: {self.per_day}/day"
+
+
+class SpendDay(models.Model):
+    """What ``tenant`` spent on ``connector`` on one UTC day: added to in the transaction that
+    journals the cost (a model turn's step, or an effect's result)."""
+
+    tenant = models.CharField(max_length=100)
+    connector = models.CharField(max_length=200)
+    day = models.DateField()
+    spent = models.DecimalField(max_digits=14, decimal_places=6, default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["tenant", "connector", "day"], name="spend_day_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.tenant} on {self.connector} {self.day}: {self.spent}"

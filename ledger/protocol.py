@@ -55,7 +55,7 @@ from ledger.errors import (
     Retryable,
     Throttled,
 )
-from ledger.flow import gate
+from ledger.flow import gate, spend
 from ledger.flow.gate import Hold
 from ledger.journal import EFFECT_KINDS, KINDS, FenceLost, Journal
 from ledger.keyindex import archived_effect
@@ -318,8 +318,13 @@ def result_payload(effect: EffectRecord) -> dict[str, Any]:
     return {"status": "FAILED_FINAL", "error_class": effect.error_class, "message": effect.error_message}
 
 
-def _journal_result(journal: Journal, name: str, effect: EffectRecord) -> None:
-    journal.append(KINDS[effect.kind].result, name, journal_json(result_payload(effect)))
+def _journal_result(journal: Journal, name: str, effect: EffectRecord, *, cost: float = 0.0) -> None:
+    """The outcome's journal entry; a call's ``cost`` goes in its payload, where the run's
+    budget counts it (as a step's)."""
+    payload = result_payload(effect)
+    if cost:
+        payload["cost"] = cost
+    journal.append(KINDS[effect.kind].result, name, journal_json(payload), cost=cost)
 
 
 def _settle(journal: Journal, name: str, effect: EffectRecord, write: Callable[[EffectRecord], None]) -> EffectRecord:
@@ -359,14 +364,17 @@ def _settle_succeeded(
     """
 
     def write(record: EffectRecord) -> None:
+        cost = 0.0
         if not already and record.status != EffectStatus.SUCCEEDED:
             effect_transition(record, EffectStatus.SUCCEEDED, result=result, downstream_ref=ref)
             gate.record_success(record)
             if resolution:
                 record.resolution, record.resolved_by_label, record.resolved_at = resolution, "engine", timezone.now()
                 record.save(update_fields=["resolution", "resolved_by_label", "resolved_at"])
+            cost = op.cost(record.request_payload, result)  # charged here once: with the outcome's commit
+            spend.charge(tenant=record.tenant, connector=record.connector, amount=cost)
         journal.crash_point("after_outcome", name)
-        _journal_result(journal, name, record)
+        _journal_result(journal, name, record, cost=cost)
 
     try:
         _settle(journal, name, effect, write)

@@ -211,6 +211,14 @@ class BudgetExceeded(RunHalted):
     code = reason = "budget_exceeded"
 
 
+class SpendLimitReached(RunHalted):
+    """The run's tenant has spent its day's limit on a connector (``ledger.flow.spend``): the call
+    or model turn did not go out. Resumed by the sweeper once the limit is raised or the UTC day
+    turns; ``details`` has the figures."""
+
+    code = reason = "spend_limit"
+
+
 class EffectUnknown(RunHalted):
     """An effect's outcome is not known: the run waits for reconciliation or a person."""
 

@@ -12,12 +12,15 @@ The sweeper's re-checks of parked runs live here too (``runs_resume_settled``,
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.db import transaction
 from django.db.models import Exists, F, OuterRef, Q
 from django.db.models.functions import Now
 from django.utils import timezone
 
 from ledger.errors import InvalidResolution
+from ledger.flow import spend
 from ledger.journal import KINDS
 from ledger.models import EffectRecord, EffectStatus
 from ledger.protocol import result_payload
@@ -150,13 +153,32 @@ def _still_parked(run: WorkflowRun) -> str:
             return "its escalated approval was decided or closed (found by the sweeper)"
     elif run.status_reason == "budget_exceeded" and _budget_left(run):
         return "its budget has room again (found by the sweeper)"
+    elif run.status_reason == "spend_limit" and spend.over(
+            tenant=run.tenant, connector=str((run.error or {}).get("connector") or "")) is None:
+        return "its tenant is under the day's spend limit again (found by the sweeper)"
     return ""
 
 
+def _spend_cleared(*, limit: int) -> list[Any]:
+    """Runs parked at a spend limit (``ledger.flow.spend``) whose tenant is under it again: the
+    limit was raised, or the UTC day turned. One spend read per (tenant, connector) parked."""
+    parked = WorkflowRun.objects.filter(status=RunStatus.NEEDS_ATTENTION, status_reason="spend_limit").order_by(
+        "updated_at").values_list("id", "tenant", "error__connector")[:limit]
+    still: dict[tuple[str, str], bool] = {}
+    cleared = []
+    for run_id, tenant, connector in parked:
+        if (tenant, connector) not in still:
+            still[(tenant, connector)] = spend.over(tenant=tenant, connector=str(connector or "")) is not None
+        if not still[(tenant, connector)]:
+            cleared.append(run_id)
+    return cleared
+
+
 def runs_resume_cleared(*, limit: int = 1000) -> list[str]:
-    """The sweeper's re-check of runs parked for an approval or a budget: one whose escalated
-    approval is no longer open (decided, or closed, while the wake-up was lost) or whose
-    exhausted budget has room again (its limit raised) resumes. The ids of the runs resumed.
+    """The sweeper's re-check of runs parked for an approval, a budget or a spend limit: one whose
+    escalated approval is no longer open (decided, or closed, while the wake-up was lost), whose
+    exhausted budget has room again (its limit raised) or whose tenant is under its day's spend
+    limit again resumes. The ids of the runs resumed.
     (UNKNOWN effects: ``runs_resume_settled``; version mismatches:
     ``sagas.services.runs_resume_stranded``.)"""
     # Only runs whose reason looks gone are locked and looked at again: the many that are rightly
@@ -171,6 +193,7 @@ def runs_resume_cleared(*, limit: int = 1000) -> list[str]:
     parked = list(WorkflowRun.objects.filter(status=RunStatus.NEEDS_ATTENTION).filter(
         (Q(status_reason="approval_escalated") & ~Exists(open_approval)) | (Q(status_reason="budget_exceeded") & room)
     ).order_by("updated_at").values_list("id", flat=True)[:limit])
+    parked += _spend_cleared(limit=limit)
     resumed = []
     for run_id in parked:
         with transaction.atomic():

@@ -1,6 +1,6 @@
 """Writes on a connector's flow control: its declared defaults at start-up, and what staff
-change live (pause, resume, limits). Each takes the connector's row lock first, so two people
-acting at once queue and the second sees the first's change. The operator actions around them
+change live (pause, resume, limits, tenants' daily spend limits). Each takes the connector's
+row lock first, so two people acting at once queue and the second sees the first's change. The operator actions around them
 (role, stale-state check, audit entry in the same transaction) are ``operators.services.connectors``.
 """
 
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from django.db import transaction
@@ -15,7 +16,8 @@ from django.utils import timezone
 
 from ledger.connectors import Connector, registered_connectors
 from ledger.errors import LedgerError
-from ledger.models import ConnectorFlow, FlowBucket
+from ledger.flow import spend
+from ledger.models import ConnectorFlow, FlowBucket, SpendLimit
 
 KEY_FIELD_CHARS = 100
 MAX_RATE = 1_000_000.0
@@ -158,3 +160,30 @@ def connector_limits_set(*, connector: str, by: str, limits: Limits | None) -> C
             FlowBucket.objects.filter(connector=connector).exclude(circuit="closed").update(
                 circuit="closed", trial_effect_id=None, failures=0, changed_at=timezone.now())
     return flow
+
+
+MAX_SPEND = Decimal("99999999.999999")
+
+
+def spend_limit_set(*, tenant: str, connector: str, per_day: Any, by: str) -> SpendLimit | None:
+    """Set ``tenant``'s daily spend limit on ``connector`` (``"*"``: every tenant without its own);
+    ``per_day`` None removes it. Runs parked at the old limit resume once under the new one (the
+    sweeper's next pass)."""
+    if not isinstance(tenant, str) or not tenant or len(tenant) > 100:
+        raise InvalidFlowSetting(f"the tenant must be a tenant's name or \"*\", not {tenant!r}")
+    with transaction.atomic():
+        if per_day is None:
+            SpendLimit.objects.filter(tenant=tenant, connector=connector).delete()
+            spend.forget_cache()
+            return None
+        try:
+            amount = Decimal(str(per_day))
+        except (InvalidOperation, ValueError):
+            raise InvalidFlowSetting(f"the daily spend limit must be a number, not {per_day!r}") from None
+        if not amount.is_finite() or not Decimal(0) <= amount <= MAX_SPEND:
+            raise InvalidFlowSetting(f"the daily spend limit must be between 0 and {MAX_SPEND}, not {per_day!r}")
+        row, _ = SpendLimit.objects.update_or_create(
+            tenant=tenant, connector=connector,
+            defaults={"per_day": amount, "changed_by_label": by, "changed_at": timezone.now()})
+    spend.forget_cache()
+    return row

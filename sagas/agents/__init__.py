@@ -56,6 +56,7 @@ from django.conf import settings
 from pydantic_core import to_jsonable_python
 
 from ledger.errors import EffectFailed
+from ledger.flow import spend
 from sagas.agents.bridge import Bridge, journaled
 from sagas.errors import ApprovalRejected, ModelUnavailable
 
@@ -220,6 +221,7 @@ def _durability(ctx: Any, bridge: Bridge, label: str, turns: dict[str, int]) -> 
                 }
 
             def charged(runner: Callable[[], dict]) -> dict:
+                ctx.check_spend(spend.MODEL)  # the turn is about to be sent for real: within the day's limit?
                 try:
                     value = runner()
                 except _ModelDown as exc:  # not the request's fault: park the run, journal nothing
@@ -227,7 +229,9 @@ def _durability(ctx: Any, bridge: Bridge, label: str, turns: dict[str, int]) -> 
                         f"model request {turn} of {label!r} failed {exc.attempts} times: {exc.cause}",
                         agent=label, turn=turn, key=key, error=type(exc.cause).__name__, attempts=exc.attempts,
                     ) from None
-                ctx.add_cost(value["cost"])  # on the workflow's thread, recorded with this step: charged once
+                # On the workflow's thread, recorded with this step: charged once, to the run's budget
+                # and to its tenant's daily spend on "model".
+                ctx.add_cost(value["cost"], connector=spend.MODEL)
                 return value
 
             value = await journaled(bridge, lambda runner: ctx.step(f"{label}.model", charged, runner), work)

@@ -31,6 +31,7 @@ from django.utils import timezone
 from core.storage import is_storage_error, note_failure
 from ledger.connectors import get_connector
 from ledger.errors import OutcomeUnknown, PayloadNotJSON, ReplayDiverged
+from ledger.flow import spend
 from ledger.protocol import run_effect
 from sagas import waits
 from sagas.errors import (
@@ -38,6 +39,7 @@ from sagas.errors import (
     EffectUnknown,
     NonDeterminismError,
     NotSerializable,
+    SpendLimitReached,
     StepFailed,
     StorageUnavailable,
 )
@@ -96,6 +98,7 @@ class Context(JournalCursor):
         self.attempt = run.attempts
         self.input = run.input
         self._pending_cost = 0.0
+        self._pending_spend: dict[str, float] = {}
 
     @_engine_call
     def step(self, name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -110,7 +113,7 @@ class Context(JournalCursor):
             return self._step_outcome(entry)
         self.before_live()
         crash_point("before_step", name)
-        self._pending_cost = 0.0
+        self._pending_cost, self._pending_spend = 0.0, {}
         error: Exception | None = None
         try:
             value = fn(*args, **kwargs)
@@ -128,10 +131,11 @@ class Context(JournalCursor):
         if error is not None:
             encoded = dumps({"error": {"type": type(error).__name__, "message": str(error)[:4000]}})
         cost, self._pending_cost = self._pending_cost, 0.0
+        spent, self._pending_spend = self._pending_spend, {}
         if cost:
             encoded = encoded[:-1] + f',"cost":{cost!r}}}'
         crash_point("after_step", name)
-        self.append(K.STEP, name, encoded, steps=1, cost=cost)
+        self.append(K.STEP, name, encoded, steps=1, cost=cost, spend=spent)
         crash_point("after_step_record", name)
         entry = Entry(0, K.STEP, name, json.loads(encoded))
         if error is not None:
@@ -188,6 +192,8 @@ class Context(JournalCursor):
                 reason=f"Irreversible: {connector_name} ({name}) cannot be undone once it runs",
                 timeout=IRREVERSIBLE_APPROVAL_TIMEOUT,
             )
+        if not self.replaying:  # a call not yet journaled: within its tenant's spend limit?
+            self.check_spend(connector_name)
         try:
             return run_effect(self, name=name, connector_name=connector_name, payload=payload, key=key)
         except OutcomeUnknown as exc:
@@ -234,15 +240,26 @@ class Context(JournalCursor):
         self.before_live()
         raise ContinueAsNew(checked)
 
-    def add_cost(self, amount: float, unit: str = "usd") -> None:
+    def add_cost(self, amount: float, unit: str = "usd", *, connector: str = "") -> None:
         """Charge ``amount`` to the run's budget. Call it inside a step: the cost is
-        recorded with that step's journal entry (and not charged again on replay)."""
+        recorded with that step's journal entry (and not charged again on replay).
+        ``connector``: also count it in the tenant's daily spend on that connector, which a
+        spend limit bounds (``ledger.flow.spend``; ``run_agent`` charges its turns to "model")."""
         if unit != "usd":
             raise ValueError("only unit='usd' is supported")
         if amount < 0:
             raise ValueError("cost cannot be negative")
         if not self.replaying:
             self._pending_cost += float(amount)
+            if connector:
+                self._pending_spend[connector] = self._pending_spend.get(connector, 0.0) + float(amount)
+
+    def check_spend(self, connector: str) -> None:
+        """Before a call or model turn goes out for real: ``SpendLimitReached`` (the run parks)
+        if the tenant has reached its day's spend limit on ``connector``."""
+        reached = spend.over(tenant=self.tenant, connector=connector)
+        if reached is not None:
+            raise SpendLimitReached(reached.describe(), **reached.as_dict())
 
     # --- recorded values ------------------------------------------------------
 

@@ -27,10 +27,11 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, NoReturn, TypeVar
 
-from django.db import connection
+from django.db import connection, transaction
 from django.utils import timezone
 
 from core.storage import Backoff, is_database_error, note_failure, note_success
+from ledger.flow import spend as spending
 from sagas.errors import BudgetExceeded, NonDeterminismError, StorageUnavailable, Suspend, Yield
 from sagas.models import CALL_KINDS, JournalKind
 from sagas.runtime.crashpoints import crash_point
@@ -219,15 +220,18 @@ class JournalCursor:
 
     # --- writes ------------------------------------------------------------------
 
-    def append(self, kind: str, name: str, payload: str, *, steps: int = 0, cost: float = 0.0) -> int:
+    def append(self, kind: str, name: str, payload: str, *, steps: int = 0, cost: float = 0.0,
+               spend: dict[str, float] | None = None) -> int:
         """Append an entry (``payload``: its JSON text) under the fence; returns its seq.
+        ``spend`` (connector -> amount): added to the tenant's daily spend in the same commit
+        (``ledger.flow.spend``).
         ``steps`` and ``cost`` count against the run's budget here at once; the run's row
         counts them from the journal itself (``sagas.store.numbering``), so a step's ``cost`` must
         be in its payload.
         Outside a transaction a write the database failed is retried (see ``durably``): a
         step's result survives a PostgreSQL restart. ``LeaseLost`` if the fence moved on."""
 
-        def write() -> systemdb.Appended:
+        def append() -> systemdb.Appended:
             return systemdb.append(
                 self.run_id,
                 fence=self._run.fence,
@@ -236,6 +240,15 @@ class JournalCursor:
                 payload=payload,
                 worker=self.worker_id,
             )
+
+        def write() -> systemdb.Appended:
+            if not spend:
+                return append()
+            with transaction.atomic():  # the tenant's daily spend counts it with its entry, once
+                appended = append()
+                for connector, amount in spend.items():
+                    spending.charge(tenant=self.tenant, connector=connector, amount=amount)
+                return appended
 
         if connection.in_atomic_block:
             appended = write()

@@ -15,7 +15,8 @@ statement (bench/README.md, "A step writes one row"). So:
 * **Counting.** The run's ``last_seq`` means "``steps_used`` and ``cost_used`` count the
   journal up to here". Steps past it are a lease holder's, not yet counted.
   ``COUNTED_TO_NEWEST`` and ``COUNTED_AND_NEXT`` are the SET clauses that count them (step
-  and effect-intent entries, and the ``cost`` in step payloads) and move ``last_seq`` on;
+  and effect-intent entries, and the ``cost`` in step and effect-result payloads) and move
+  ``last_seq`` on;
   the claim, every lease renewal, the finish, the suspend and every event writer use one. The
   subquery is correlated with the row, so when one of those statements waited for another
   writer's lock, PostgreSQL's re-check counts from the row's new ``last_seq``: nothing is
@@ -48,6 +49,9 @@ NEXT_SEQ = "(SELECT coalesce(max(j.seq), 0) + 1 FROM sagas_journalentry j WHERE 
 
 # Kinds that count as one step against the run's budget (the ones that pass ``steps=1``).
 _STEP_KINDS = "('step', 'effect_intent')"
+# Entries whose payload may carry a ``cost``: a step's (``ctx.add_cost``) and a call's outcome
+# (``Connector.cost``).
+_COST_KINDS = "('step', 'effect_result')"
 
 
 def _counted(new_last_seq: str) -> str:
@@ -56,7 +60,7 @@ def _counted(new_last_seq: str) -> str:
     entries past ``last_seq``, ``j``). The table being updated must be aliased ``r``."""
     return f"""(steps_used, cost_used, last_seq) = (
         SELECT r.steps_used + count(*) FILTER (WHERE j.kind IN {_STEP_KINDS}),
-               r.cost_used + coalesce(sum((j.payload ->> 'cost')::numeric) FILTER (WHERE j.kind = 'step'), 0),
+               r.cost_used + coalesce(sum((j.payload ->> 'cost')::numeric) FILTER (WHERE j.kind IN {_COST_KINDS}), 0),
                {new_last_seq}
           FROM sagas_journalentry j
          WHERE j.run_id = r.id AND j.seq > r.last_seq)"""

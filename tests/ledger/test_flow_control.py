@@ -21,7 +21,7 @@ from demo.providers.selectors import executions
 from ledger.flow import services
 from ledger.flow.selectors import run_waiting_for
 from ledger.flow.services import Limits
-from ledger.models import CircuitChange, ConnectorFlow, EffectRecord, EffectStatus
+from ledger.models import CircuitChange, ConnectorFlow, EffectRecord, EffectStatus, SpendDay
 from sagas import start
 from sagas.models import JournalEntry, RunStatus, WorkflowRun
 from sagas.runtime.queue import redis_connection
@@ -143,3 +143,33 @@ def test_one_tenants_backlog_does_not_starve_another_tenants_runs(flows):
     # turns with it, they are done within a few calls of arriving.
     assert last_globex <= arrived_at + 10, order
     assert last_globex < 25, order
+
+
+def test_a_tenant_over_its_daily_spend_limit_parks_its_run_until_the_limit_is_raised(flows):
+    services.spend_limit_set(tenant="acme", connector="model.complete", per_day=1.0, by="ops")
+    run = start("priced_calls", {"id": "spend", "calls": 5, "price": 0.4}, tenant="acme")
+    other = start("priced_calls", {"id": "other", "calls": 5, "price": 0.4}, tenant="globex")
+    flows.worker("a", "--concurrency", "2")
+
+    # 0.4, 0.8, then 1.2 (checked before it went out, at 0.8): the fourth call finds the day
+    # spent and does not go out.
+    wait_until(lambda: WorkflowRun.objects.get(id=run.id).status == RunStatus.NEEDS_ATTENTION, timeout=60,
+               what="the run parked at its tenant's spend limit")
+    parked = WorkflowRun.objects.get(id=run.id)
+    assert parked.status_reason == "spend_limit"
+    assert parked.error["connector"] == "model.complete" and parked.error["tenant"] == "acme"
+    assert (parked.error["spent"], parked.error["limit"]) == (pytest.approx(1.2), 1.0)
+    assert "spent 1.2000 of its 1.0000 usd limit on model.complete" in parked.error["message"]
+    assert executions("model", "complete").filter(request__prompt__startswith="spend").count() == 3
+    # Another tenant has no limit: its run went on.
+    assert all_settled([other.id], timeout=60) == {RunStatus.COMPLETED: 1}
+
+    services.spend_limit_set(tenant="acme", connector="model.complete", per_day=2.0, by="ops")
+    wait_until(lambda: WorkflowRun.objects.get(id=run.id).status == RunStatus.COMPLETED, timeout=60,
+               what="the sweeper resuming the run under the raised limit")
+    prompts = Counter(executions("model", "complete").filter(request__prompt__startswith="spend")
+                      .values_list("request__prompt", flat=True))
+    assert len(prompts) == 5 and set(prompts.values()) == {1}
+    done = WorkflowRun.objects.get(id=run.id)
+    assert float(done.cost_used) == pytest.approx(2.0)
+    assert float(SpendDay.objects.get(tenant="acme", connector="model.complete").spent) == pytest.approx(2.0)

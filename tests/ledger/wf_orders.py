@@ -38,3 +38,13 @@ def capture_only(ctx: Context, order: dict) -> dict:
         key=order.get("capture_key"),
     )
     return {"transaction_id": charge["transaction_id"]}
+
+
+@workflow("priced_calls", version=1)
+def priced_calls(ctx: Context, order: dict) -> dict:
+    """``calls`` billed completions of ``price`` each (the gateway caches answers by key)."""
+    answers = [
+        ctx.effect("complete", "model.complete", {"prompt": f"{order['id']} part {i}", "price": order["price"]})
+        for i in range(order["calls"])
+    ]
+    return {"answers": len(answers)}
