@@ -1,7 +1,8 @@
 """Writes on a connector's flow control: its declared defaults at start-up, and what staff
 change live (pause, resume, limits, tenants' daily spend limits). Each takes the connector's
-row lock first, so two people acting at once queue and the second sees the first's change. The operator actions around them
-(role, stale-state check, audit entry in the same transaction) are ``operators.services.connectors``.
+row lock first, so two people acting at once queue and the second sees the first's change. The
+operator actions around them (role, stale-state check, audit entry in the same transaction) are
+``operators.services.connectors``.
 """
 
 from __future__ import annotations
