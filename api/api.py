@@ -60,7 +60,8 @@ class LocalSwagger(Swagger):
 api = NinjaAPI(
     title="Saga Console API", version="1", urls_namespace="api", auth=ApiKeyAuth(),
     docs=LocalSwagger(), docs_decorator=_staff_or_api_key,
-    description="Start, follow, signal and decide runs. Authenticate with `Authorization: Bearer sk_...` "
+    description="Start, follow, signal and decide runs; pause connectors and set their limits. "
+                "Authenticate with `Authorization: Bearer sk_...` "
                 "(manage.py createapikey). Errors are RFC 9457 problem JSON.",
 )
 
@@ -120,7 +121,7 @@ def _unexpected(request: HttpRequest, exc: Exception) -> HttpResponse:
 
 
 def _routers() -> None:
-    from api.routes import approvals, effects, hooks, run_read, runs, workflows
+    from api.routes import approvals, connectors, effects, hooks, run_read, runs, workflows
 
     api.add_router("/runs", runs.router)
     api.add_router("/runs", run_read.router)  # GET /runs/{id} (?wait=): its own module
@@ -128,6 +129,7 @@ def _routers() -> None:
     api.add_router("/effects", effects.router)
     api.add_router("/hooks", hooks.router)
     api.add_router("/workflows", workflows.router)
+    api.add_router("/connectors", connectors.router)
 
 
 _routers()

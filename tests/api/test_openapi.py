@@ -26,6 +26,8 @@ ENDPOINTS = {
     "POST /api/v1/runs/{run_id}/redrive", "GET /api/v1/runs/{run_id}/fork", "POST /api/v1/runs/{run_id}/fork",
     "POST /api/v1/workflows/pause", "POST /api/v1/workflows/resume", "GET /api/v1/workflows/pauses",
     "POST /api/v1/workflows/replay-check",
+    "GET /api/v1/connectors", "GET /api/v1/connectors/{name}", "POST /api/v1/connectors/{name}/pause",
+    "POST /api/v1/connectors/{name}/resume", "PUT /api/v1/connectors/{name}/limits",
 }
 
 # The run's own JSON, whatever the workflow makes of it: the only values without a type.

@@ -11,6 +11,7 @@ import pytest
 
 from api.keys import apikey_create, apikey_revoke
 from api.models import ApiKey
+from ledger.flow import services as flow
 from operators.models import AuditEntry
 from sagas.models import RunStatus
 from tests.api.actions_data import approval_of, call, problem, waiting_run
@@ -64,11 +65,24 @@ ENDPOINTS = {
                         lambda w: {"outcome": "succeeded", "downstream_ref": "ch_1", "note": "dashboard shows ch_1",
                                    "expected": "UNKNOWN"},
                         "effect.resolve", ("operator",), 200),
+    "list connectors": Endpoint("get", lambda w: "/connectors", lambda w: None, "", READ, 200),
+    "connector": Endpoint("get", lambda w: "/connectors/payments.capture", lambda w: None, "", READ, 200),
+    "pause connector": Endpoint("post", lambda w: "/connectors/payments.capture/pause",
+                                lambda w: {"reason": "PSP incident", "expected": "running"},
+                                "connector.pause", ("operator",), 200),
+    "resume connector": Endpoint("post", lambda w: "/connectors/email.send/resume",
+                                 lambda w: {"reason": "relay back", "expected": "paused"},
+                                 "connector.resume", ("operator",), 200),
+    "connector limits": Endpoint("put", lambda w: "/connectors/payments.capture/limits",
+                                 lambda w: {"declared": True, "reason": "incident over", "expected": "running"},
+                                 "connector.limits", ("operator",), 200),
 }
 
 
 @pytest.fixture
 def world(keys) -> World:
+    flow.sync_declared()  # the connectors' flow rows, as a worker writes them at start-up
+    flow.connector_pause(connector="email.send", by="ops", reason="the mail relay is down")
     waiting = waiting_run()
     return World(waiting=waiting, approval=approval_of(waiting),
                  attention=make_run(status=RunStatus.NEEDS_ATTENTION, reason="model_unavailable"),
