@@ -144,6 +144,7 @@ def start(
     max_steps: int | None = None,
     max_cost: float | None = None,
     max_duration: timedelta | None = None,
+    priority: int | None = None,
 ) -> WorkflowRun:
     """Start a run of workflow ``name`` (the newest registered version unless ``version``)
     and return it, PENDING; a worker with that exact code picks it up after the commit.
@@ -160,7 +161,11 @@ def start(
       ``business_key`` (0-200) or ``started_via`` (1-20) not a string, too long, or holding
       a control character (NUL included); ``version`` or ``max_steps`` not a whole number
       from 1 to 2,147,483,647; ``max_cost`` not a finite number in 0-99,999,999.999999;
-      ``max_duration`` not a positive ``timedelta``; ``started_by`` not a saved user.
+      ``max_duration`` not a positive ``timedelta``; ``started_by`` not a saved user;
+      ``priority`` not a whole number from 1 to 5.
+
+    ``priority``: 1 (taken first by a saturated worker) to 5; default: the workflow's
+    (``@workflow(priority=)``, else 3).
     * ``NotSerializable``: ``input`` not JSON, or JSON PostgreSQL cannot store: a NUL
       (``U+0000``) or lone surrogate in a string or key, nesting deeper than 64 levels,
       more than 10 MiB encoded (``ledger.storable``).
@@ -170,7 +175,7 @@ def start(
     return run_start(
         name=name, input=input, business_key=business_key, tenant=tenant, version=version,
         started_by=started_by, started_via=started_via, max_steps=max_steps, max_cost=max_cost,
-        max_duration=max_duration,
+        max_duration=max_duration, priority=priority,
     )
 
 

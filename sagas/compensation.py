@@ -157,7 +157,7 @@ def run_move_to_compensating(*, run: WorkflowRun) -> None:
         status=RunStatus.COMPENSATING, status_reason="", error=None, fence=run.fence + 1, lease_owner="",
         lease_expires_at=None, wake_at=None, finished_at=None, updated_at=timezone.now(),
     )
-    queue.enqueue_after_commit(run.id, run.definition_hash, compensating=True)
+    queue.enqueue_after_commit(run.id, run.definition_hash, compensating=True, priority=run.priority)
     send_run_changed(run.id, RunStatus.COMPENSATING, cause=K.COMPENSATION_STARTED)
 
 

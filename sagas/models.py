@@ -103,6 +103,9 @@ class WorkflowRun(models.Model):
     # Held by an operator (sagas.pausing): not claimed, not woken, stopped at its next step
     # boundary if a worker has it, until resumed. Who and why are in the journal and the audit log.
     paused_at = models.DateTimeField(null=True, blank=True, help_text="paused by an operator since")
+    # Which runs a saturated worker takes first: 1 (first) to 5 (last), 3 by default
+    # (sagas.runtime.queue: one queue per priority, read in that order).
+    priority = models.PositiveSmallIntegerField(default=3, db_default=3)
 
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -131,6 +134,7 @@ class WorkflowRun(models.Model):
                 name="run_unique_business_key",
             ),
             models.CheckConstraint(condition=Q(status__in=RunStatus.values), name="run_status_valid"),
+            models.CheckConstraint(condition=Q(priority__gte=1, priority__lte=5), name="run_priority_valid"),
         ]
         indexes = [
             models.Index(fields=["status", "updated_at"], name="run_status_updated"),

@@ -141,7 +141,8 @@ def _release(run: WorkflowRun, *, actor: str) -> None:
     runnable = run.status == RunStatus.PENDING or (
         run.status in LEASED_STATUSES and (run.lease_expires_at is None or run.lease_expires_at < timezone.now()))
     if runnable:
-        queue.enqueue_after_commit(run.id, run.definition_hash, compensating=run.status == RunStatus.COMPENSATING)
+        queue.enqueue_after_commit(run.id, run.definition_hash, compensating=run.status == RunStatus.COMPENSATING,
+                                   priority=run.priority)
     send_run_changed(run.id, run.status, cause=JournalKind.OPERATOR_ACTION)
 
 
@@ -191,7 +192,9 @@ def workflow_resume(*, workflow_name: str, version: int | None = None, user: Use
     if version is not None:
         runs = runs.filter(version=version)
     released = 0
-    for run_id, definition_hash, status in runs.values_list("id", "definition_hash", "status")[:RELEASE_BATCH]:
-        if queue.enqueue_advance(str(run_id), definition_hash, compensating=status == RunStatus.COMPENSATING):
+    rows = runs.values_list("id", "definition_hash", "status", "priority")[:RELEASE_BATCH]
+    for run_id, definition_hash, status, priority in rows:
+        if queue.enqueue_advance(str(run_id), definition_hash, compensating=status == RunStatus.COMPENSATING,
+                                 priority=priority):
             released += 1
     return released

@@ -133,7 +133,7 @@ def run_move(*, run_id: Any, version: int, user: User | None, reason: str) -> Wo
             WorkflowRun.objects.filter(id=run.id).update(status=RunStatus.PENDING, status_reason="", error=None)
             run.status = RunStatus.PENDING
         if run.status == RunStatus.PENDING and run.paused_at is None:
-            queue.enqueue_after_commit(run.id, run.definition_hash)
+            queue.enqueue_after_commit(run.id, run.definition_hash, priority=run.priority)
         send_run_changed(run.id, run.status, cause=JournalKind.MOVED)
     run.refresh_from_db()
     return run
@@ -175,7 +175,7 @@ def run_redrive(*, run_id: Any, user: User | None, reason: str, version: int | N
             status=RunStatus.PENDING, status_reason="", error=None, result=None, finished_at=None,
             updated_at=timezone.now())
         if run.paused_at is None:
-            queue.enqueue_after_commit(run.id, run.definition_hash)
+            queue.enqueue_after_commit(run.id, run.definition_hash, priority=run.priority)
         send_run_changed(run.id, RunStatus.PENDING, cause=JournalKind.REDRIVEN)
     run.refresh_from_db()
     return run
@@ -389,7 +389,7 @@ def run_fork(*, run_id: Any, at_seq: int, user: User | None, reason: str, versio
             definition_hash=definition.definition_hash, input=source.input, summary=source.summary,
             tenant=source.tenant, status=RunStatus.PENDING, last_seq=1, max_steps=source.max_steps,
             max_cost=source.max_cost, max_duration=source.max_duration, started_by=user, started_via="fork",
-            forked_from=source.id, forked_at_seq=at_seq,
+            forked_from=source.id, forked_at_seq=at_seq, priority=source.priority,
         )
         head = {"input": source.input, "tenant": source.tenant, "version": definition.version,
                 "definition_hash": definition.definition_hash, "started_via": "fork", "forked_from": str(source.id),
@@ -412,7 +412,7 @@ def run_fork(*, run_id: Any, at_seq: int, user: User | None, reason: str, versio
             payload=dumps({"action": "fork", "by": actor, "reason": reason, "to": str(fork_id), "at_seq": at_seq,
                            "at": plan.at_name, "version": definition.version, "compensate_first": compensate_first,
                            "undo": [u["name"] for u in plan.undo()]}))
-        queue.enqueue_after_commit(fork.id, fork.definition_hash)
+        queue.enqueue_after_commit(fork.id, fork.definition_hash, priority=fork.priority)
         send_run_changed(fork.id, RunStatus.PENDING, cause=JournalKind.FORKED)
         send_run_changed(source.id, source.status, cause=JournalKind.OPERATOR_ACTION)
     fork.refresh_from_db()

@@ -110,7 +110,8 @@ def _resume(run: WorkflowRun, target: str, reason: str) -> None:
     )
     systemdb.append_event(str(run.id), kind=JournalKind.RESUMED, name="", worker="system",
                           payload=dumps({"reason": reason}))
-    queue.enqueue_after_commit(run.id, run.definition_hash, compensating=target == RunStatus.COMPENSATING)
+    queue.enqueue_after_commit(run.id, run.definition_hash, compensating=target == RunStatus.COMPENSATING,
+                               priority=run.priority)
     send_run_changed(run.id, target, cause=JournalKind.RESUMED)
 
 

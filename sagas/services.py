@@ -36,7 +36,13 @@ from sagas.store import startdb, systemdb
 from sagas.store.locks import run_lock
 from sagas.store.systemdb import dumps
 from sagas.summaries import summary_compute
-from sagas.validation import FREE_TEXT_CHARS, checked_text, start_arguments_check, start_name_check
+from sagas.validation import (
+    FREE_TEXT_CHARS,
+    checked_text,
+    priority_check,
+    start_arguments_check,
+    start_name_check,
+)
 from sagas.versions import registry
 
 log = logging.getLogger("sagas.services")
@@ -80,6 +86,7 @@ def run_start(
     max_steps: int | None = None,
     max_cost: float | None = None,
     max_duration: timedelta | None = None,
+    priority: int | None = None,
 ) -> WorkflowRun:
     """Create a PENDING run and its ``started`` journal entry (one statement,
     ``sagas.store.startdb.insert_run``) and wake a worker for it after commit.
@@ -97,6 +104,7 @@ def run_start(
         max_steps=max_steps, max_cost=max_cost, max_duration=max_duration,
     )
     input = checked.input
+    run_priority = definition.priority if priority is None else priority_check(priority)
     summary = summary_compute(definition.summary, input, workflow=definition.name, version=definition.version)
     version_sync(definition=definition)
     budget_steps = max_steps if max_steps is not None else definition.max_steps
@@ -111,6 +119,7 @@ def run_start(
         max_steps=budget_steps, max_cost=max_cost_value, max_duration=budget_duration,
         started_by_id=started_by.pk if started_by is not None else None,
         started_by_name=started_by.get_username() if started_by is not None else None, started_via=started_via,
+        priority=run_priority,
     )
     if created_at is None:  # the business key is taken: that run, if it is the same start
         existing = WorkflowRun.objects.get(tenant=tenant, workflow_name=definition.name, business_key=business_key)
@@ -133,14 +142,14 @@ def run_start(
         definition_hash=definition.definition_hash, input=input, summary=summary, business_key=business_key,
         tenant=tenant, status=RunStatus.PENDING, last_seq=1, max_steps=budget_steps, max_cost=max_cost_value,
         max_duration=budget_duration, started_by=started_by, started_via=started_via, created_at=created_at,
-        updated_at=created_at,
+        updated_at=created_at, priority=run_priority,
     )
     names = [f.attname for f in WorkflowRun._meta.concrete_fields]
     run = WorkflowRun.from_db(connection.alias, names, [getattr(inserted, name) for name in names])
     if started_by is not None:
         run.started_by = started_by
     # After commit (at once in autocommit, where the statement committed itself).
-    queue.enqueue_after_commit(run.id, run.definition_hash)
+    queue.enqueue_after_commit(run.id, run.definition_hash, priority=run.priority)
     send_run_changed(run.id, RunStatus.PENDING, cause=JournalKind.STARTED)
     run.created_now = True
     return run
@@ -169,7 +178,7 @@ def runs_resume_stranded(*, hashes: set[str]) -> list[str]:
             )
             run.status, run.status_reason, run.error = RunStatus.PENDING, "", None
             run.save(update_fields=["status", "status_reason", "error", "updated_at"])
-            queue.enqueue_after_commit(run.id, run.definition_hash)
+            queue.enqueue_after_commit(run.id, run.definition_hash, priority=run.priority)
             send_run_changed(run.id, RunStatus.PENDING, cause=JournalKind.RESUMED)
         resumed.append(str(run_id))
     if resumed:
@@ -350,6 +359,7 @@ def run_retry(*, run_id: str, user: User | None, reason: str) -> WorkflowRun:
         run.status, run.status_reason, run.error = target, "", None
         run.save(update_fields=["status", "status_reason", "error", "max_steps", "max_cost", "max_duration",
                                 "updated_at"])
-        queue.enqueue_after_commit(run.id, run.definition_hash, compensating=target == RunStatus.COMPENSATING)
+        queue.enqueue_after_commit(run.id, run.definition_hash, compensating=target == RunStatus.COMPENSATING,
+                                   priority=run.priority)
         send_run_changed(run.id, target, cause=JournalKind.OPERATOR_ACTION)
     return run

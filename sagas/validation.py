@@ -110,6 +110,13 @@ def start_arguments_check(
     return StartArguments(input=checked_json(input, what="the run's input"), max_cost=cost)
 
 
+def priority_check(priority: Any) -> int:
+    """A run's priority as ``start`` takes it: a whole number from 1 (taken first) to 5."""
+    if isinstance(priority, bool) or not isinstance(priority, int) or not 1 <= priority <= 5:
+        raise InvalidArgument(f"priority must be a whole number from 1 (taken first) to 5, not {str(priority)[:40]}")
+    return priority
+
+
 def start_name_check(name: Any, version: Any) -> None:
     """The workflow's ``name`` and ``version`` as ``start`` takes them (``InvalidArgument``)."""
     checked_text(name, what="the workflow name", max_length=NAME_CHARS, required=True, one_line=True)

@@ -171,7 +171,7 @@ def _wake(run: WorkflowRun, *, kind: str, name: str, payload: dict, actor: str) 
         WorkflowRun.objects.filter(id=run.id).update(
             status=RunStatus.PENDING, status_reason="", error=None, wake_at=None, updated_at=timezone.now()
         )
-        queue.enqueue_after_commit(run.id, run.definition_hash)
+        queue.enqueue_after_commit(run.id, run.definition_hash, priority=run.priority)
     send_run_changed(run.id, RunStatus.PENDING if resumable else run.status, cause=kind)
 
 
@@ -281,6 +281,6 @@ def runs_wake_released(*, run_ids: list[str]) -> int:
             _wake(run, kind=K.FLOW_RELEASED, name="", payload={}, actor="flow control")
             woken += run.status == RunStatus.WAITING
             if run.status == RunStatus.COMPENSATING and run.lease_expires_at is None:  # handed back, held
-                queue.enqueue_after_commit(run.id, run.definition_hash, compensating=True)
+                queue.enqueue_after_commit(run.id, run.definition_hash, compensating=True, priority=run.priority)
                 woken += 1
     return woken

@@ -125,6 +125,7 @@ def continue_claimed(run: ClaimedRun, *, owner: str, expect_last_seq: int, state
             max_cost=old["max_cost"], max_duration=old["max_duration"],
             started_at=old["started_at"] or old["created_at"],
             started_by_id=old["started_by_id"], started_via=STARTED_VIA, continued_from=run.id,
+            priority=run.priority,  # the chain keeps its place
         )
         business_key = _chain_key(successor.business_key, successor.position)
         if business_key:
@@ -146,6 +147,6 @@ def continue_claimed(run: ClaimedRun, *, owner: str, expect_last_seq: int, state
         )
     crash_point("after_continue_as_new", run.workflow_name)
     log.info("run %s: continued as %s (run %d of its chain)", run.id, new_id, successor.position)
-    queue.enqueue_advance(new_id, definition.definition_hash)
+    queue.enqueue_advance(new_id, definition.definition_hash, priority=run.priority)
     send_run_changed(new_id, RunStatus.PENDING, cause=JournalKind.STARTED)
     return new_id

@@ -334,7 +334,8 @@ def _hand_back(run: ClaimedRun, owner: str, payload: dict, *, wake: bool = True)
     status = RunStatus.COMPENSATING if run.status == RunStatus.COMPENSATING else RunStatus.PENDING
     systemdb.finish(run.id, fence=run.fence, status=status, kind=K.YIELDED, worker=owner, payload=payload)
     if wake:
-        queue.enqueue_advance(run.id, run.definition_hash, compensating=status == RunStatus.COMPENSATING)
+        queue.enqueue_advance(run.id, run.definition_hash, compensating=status == RunStatus.COMPENSATING,
+                              priority=run.priority)
     return status
 
 

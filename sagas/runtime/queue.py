@@ -49,8 +49,22 @@ MARKER_TTL_SECONDS = 20
 ADVANCE_JOB = "sagas.runtime.jobs.advance"
 
 
-def queue_name_for(definition_hash: str) -> str:
-    return f"{settings.SAGAS_QUEUE}:{definition_hash[:16]}"
+# A run's priority: 1 is taken first, 5 last; 3 unless the workflow or the start says otherwise.
+PRIORITIES = (1, 2, 3, 4, 5)
+DEFAULT_PRIORITY = 3
+
+
+def queue_name_for(definition_hash: str, priority: int = DEFAULT_PRIORITY) -> str:
+    """The queue of one code version's runs at one priority (the default's has no suffix)."""
+    base = f"{settings.SAGAS_QUEUE}:{definition_hash[:16]}"
+    return base if priority == DEFAULT_PRIORITY else f"{base}:p{priority}"
+
+
+def queue_names_for(hashes: set[str] | frozenset[str]) -> list[str]:
+    """Every queue of these code versions, in the order a worker reads them: all of priority 1
+    first, then 2, ... An idle worker takes whatever comes; a saturated one, on finishing a run,
+    takes the oldest job of the highest priority waiting (RQ's BLPOP reads its keys in order)."""
+    return [queue_name_for(h, p) for p in PRIORITIES for h in sorted(hashes)]
 
 
 def compensation_queue_name() -> str:
@@ -77,12 +91,14 @@ def marker_key(run_id: str) -> str:
     return f"{MARKER_PREFIX}{run_id}"
 
 
-def enqueue_advance(run_id: str, definition_hash: str, *, compensating: bool = False) -> bool:
+def enqueue_advance(
+    run_id: str, definition_hash: str, *, compensating: bool = False, priority: int = DEFAULT_PRIORITY
+) -> bool:
     """Wake a worker that has this code version for ``run_id`` (any worker, when the run
     is ``compensating``). Returns False (and logs) when Redis is unreachable: the run is
     still safe in PostgreSQL and the sweeper will enqueue it later."""
     run_id = str(run_id)
-    name = compensation_queue_name() if compensating else queue_name_for(definition_hash)
+    name = compensation_queue_name() if compensating else queue_name_for(definition_hash, priority)
     try:
         rq_queue = get_queue(name)
         # One round trip: RQ's enqueue and the marker in one MULTI/EXEC pipeline (they land
@@ -111,10 +127,13 @@ def enqueue_advance(run_id: str, definition_hash: str, *, compensating: bool = F
     return True
 
 
-def enqueue_after_commit(run_id: str | UUID, definition_hash: str, *, compensating: bool = False) -> None:
+def enqueue_after_commit(
+    run_id: str | UUID, definition_hash: str, *, compensating: bool = False, priority: int = DEFAULT_PRIORITY
+) -> None:
     """Enqueue once the surrounding transaction commits (immediately in autocommit)."""
     run = str(run_id)
-    transaction.on_commit(lambda: enqueue_advance(run, definition_hash, compensating=compensating))
+    transaction.on_commit(
+        lambda: enqueue_advance(run, definition_hash, compensating=compensating, priority=priority))
 
 
 def clear_marker(run_id: str) -> None:

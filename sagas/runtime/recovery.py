@@ -74,25 +74,27 @@ class SweepReport:
                 + self.released)
 
 
-def _rows(sql: str, params: list) -> list[tuple[str, str, str]]:
-    """(run id, definition hash, status) of each run the query finds."""
+def _rows(sql: str, params: list) -> list[tuple[str, str, str, int]]:
+    """(run id, definition hash, status, priority) of each run the query finds."""
     with connection.cursor() as cur:
         cur.execute(sql, params)
-        return [(str(run_id), definition_hash, status) for run_id, definition_hash, status in cur.fetchall()]
+        return [(str(run_id), definition_hash, status, priority)
+                for run_id, definition_hash, status, priority in cur.fetchall()]
 
 
-def _route(rows: list[tuple[str, str, str]], live: set[str] | None, report: SweepReport) -> int:
+def _route(rows: list[tuple[str, str, str, int]], live: set[str] | None, report: SweepReport) -> int:
     """Enqueue each run that has no wake-up marker; park those no live worker can run."""
     if not rows:
         return 0
-    held = queue.queued_markers([run_id for run_id, _, _ in rows])
+    held = queue.queued_markers([run_id for run_id, _, _, _ in rows])
     count = 0
-    for run_id, definition_hash, status in rows:
+    for run_id, definition_hash, status, priority in rows:
         compensating = status == RunStatus.COMPENSATING
         if live is not None and definition_hash not in live and not compensating:
             if services.run_park_unroutable(run_id=run_id, live_hashes=live):
                 report.parked += 1
-        elif run_id not in held and queue.enqueue_advance(run_id, definition_hash, compensating=compensating):
+        elif run_id not in held and queue.enqueue_advance(run_id, definition_hash, compensating=compensating,
+                                                          priority=priority):
             count += 1
     return count
 
@@ -102,14 +104,14 @@ def sweep() -> SweepReport:
     live = selectors.live_definition_hashes()
     grace = max(1.0, 2 * settings.SAGAS_SWEEP_INTERVAL)
     expired = _rows(
-        f"""SELECT id, definition_hash, status FROM sagas_workflowrun r
+        f"""SELECT id, definition_hash, status, priority FROM sagas_workflowrun r
             WHERE status = ANY(%s) AND lease_expires_at < now() AND NOT {PAUSED}
             ORDER BY lease_expires_at LIMIT %s""",
         [sorted(LEASED_STATUSES), BATCH],
     )
     report.expired = _route(expired, live, report)
     orphaned = _rows(
-        f"""SELECT id, definition_hash, status FROM sagas_workflowrun r
+        f"""SELECT id, definition_hash, status, priority FROM sagas_workflowrun r
             WHERE (status = %s OR (status = %s AND lease_expires_at IS NULL))
               AND updated_at < now() - make_interval(secs => %s::float8) AND NOT {PAUSED}
             ORDER BY updated_at LIMIT %s""",

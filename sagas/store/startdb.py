@@ -26,11 +26,11 @@ WITH run AS (
     INSERT INTO sagas_workflowrun (
         id, workflow_name, version, definition_hash, input, summary, business_key, tenant,
         status, status_reason, lease_owner, fence, attempts, last_seq, steps_used, cost_used,
-        max_steps, max_cost, max_duration, created_at, updated_at, started_by_id, started_via)
+        max_steps, max_cost, max_duration, created_at, updated_at, started_by_id, started_via, priority)
     VALUES (%(id)s, %(name)s, %(version)s, %(hash)s, %(input)s::jsonb, %(summary)s::jsonb, %(key)s, %(tenant)s,
             'PENDING', '', '', 0, 0, 1, 0, 0,
             %(max_steps)s, %(max_cost)s::numeric, %(max_duration)s::interval,
-            clock_timestamp(), clock_timestamp(), %(by_id)s, %(via)s)
+            clock_timestamp(), clock_timestamp(), %(by_id)s, %(via)s, %(priority)s)
     ON CONFLICT (tenant, workflow_name, business_key) WHERE NOT business_key = '' DO NOTHING
     RETURNING id, created_at
 ), entry AS (
@@ -63,6 +63,7 @@ def insert_run(
     started_by_id: int | None,
     started_by_name: str | None,
     started_via: str,
+    priority: int = 3,
 ) -> datetime | None:
     """Insert a PENDING run and its ``started`` journal entry in one statement; its
     ``created_at``, or None (nothing written) when ``business_key`` is already taken for
@@ -82,7 +83,7 @@ def insert_run(
                 "input": input, "summary": summary, "key": business_key, "tenant": tenant,
                 "max_steps": max_steps, "max_cost": str(max_cost) if max_cost is not None else None,
                 "max_duration": max_duration, "by_id": started_by_id, "by_name": started_by_name,
-                "via": started_via,
+                "via": started_via, "priority": priority,
             },
         )
         row = cur.fetchone()

@@ -60,6 +60,7 @@ class ClaimedRun:
     started_at: datetime
     status: str = RunStatus.RUNNING
     last_seq: int = 0  # of the claim's own entry: 2 on a first claim with nothing else journaled
+    priority: int = 3
 
 
 FIRST_CLAIM_SEQ = 2  # a claim numbered 2: the journal is ``started`` and it (``initial_journal``)
@@ -120,7 +121,7 @@ WITH claimed AS (
        AND NOT {PAUSED}
  RETURNING r.id, r.workflow_name, r.version, r.definition_hash, r.input, r.tenant, r.business_key, r.fence,
            r.attempts, r.steps_used, r.cost_used, r.max_steps, r.max_cost,
-           extract(epoch FROM r.max_duration)::float8, r.started_at, r.last_seq, r.status
+           extract(epoch FROM r.max_duration)::float8, r.started_at, r.last_seq, r.status, r.priority
 ), entry AS (
     INSERT INTO sagas_journalentry (run_id, seq, kind, name, payload, worker_id, created_at)
     SELECT id, last_seq, 'claimed', '',
@@ -143,7 +144,7 @@ def claim(run_id: str, *, owner: str, ttl: float) -> ClaimedRun | None:
     if row is None:
         return None
     (id_, workflow_name, version, definition_hash, raw_input, tenant, business_key, fence, attempts,
-     steps_used, cost_used, max_steps, max_cost, max_duration, started_at, last_seq, status) = row
+     steps_used, cost_used, max_steps, max_cost, max_duration, started_at, last_seq, status, priority) = row
     return ClaimedRun(
         id=id_,
         workflow_name=workflow_name,
@@ -162,6 +163,7 @@ def claim(run_id: str, *, owner: str, ttl: float) -> ClaimedRun | None:
         started_at=datetime.fromisoformat(started_at),  # PostgreSQL's ISO text, in the session's UTC
         last_seq=int(last_seq),
         status=status,
+        priority=int(priority),
     )
 
 

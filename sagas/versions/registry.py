@@ -57,6 +57,8 @@ class WorkflowDefinition:
     # How long its finished runs are kept before retention archives them (sagas.retention.archiving);
     # None: the SAGAS_RETENTION_DAYS setting.
     retention: timedelta | None = None
+    # Which of its runs a saturated worker takes first, 1 (first) to 5; a start may say otherwise.
+    priority: int = 3
 
     @property
     def accepted_hashes(self) -> frozenset[str]:
@@ -78,6 +80,7 @@ def workflow(
     approve_irreversible: bool = True,
     summary: Spec | None = None,
     retention: timedelta | None = None,
+    priority: int = 3,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Register ``fn(ctx, input)`` as version ``version`` of workflow ``name``.
 
@@ -99,6 +102,10 @@ def workflow(
 
     ``retention``: how long after it finishes a run of this definition is kept before
     retention archives and deletes it (``sagas.retention.archiving``); default: ``SAGAS_RETENTION_DAYS``.
+
+    ``priority``: which runs a worker with more work than threads takes first: 1 first, 5 last,
+    3 by default (``start(..., priority=)`` may say otherwise per run). It orders the runs
+    waiting for a worker, not the calls waiting at a connector's limits (``ledger.flow``).
     """
     if not name or not isinstance(name, str):
         raise ValueError("workflow name must be a non-empty string")
@@ -109,6 +116,8 @@ def workflow(
     summary_spec = summary_spec_check(summary)
     if retention is not None and (not isinstance(retention, timedelta) or retention < timedelta(0)):
         raise ValueError("retention must be a timedelta of zero or more")
+    if isinstance(priority, bool) or priority not in (1, 2, 3, 4, 5):
+        raise ValueError(f"priority must be a whole number from 1 (taken first) to 5, not {priority!r}")
 
     def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
         source = definition_source(fn)
@@ -127,6 +136,7 @@ def workflow(
             legacy_hash=hashlib.sha256(function_source(fn).encode("utf-8")).hexdigest(),
             summary=summary_spec,
             retention=retention,
+            priority=priority,
         )
         existing = _registry.get((name, version))
         if existing is not None and existing.definition_hash != definition.definition_hash:

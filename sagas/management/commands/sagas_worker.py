@@ -71,7 +71,7 @@ class Command(NoPageCommand):
         # Compensations first: undoing effects is rarer and more urgent than new work.
         queue_names = [
             queue.compensation_queue_name(),
-            *sorted({queue.queue_name_for(h) for d in definitions for h in d.accepted_hashes}),
+            *queue.queue_names_for({h for d in definitions for h in d.accepted_hashes}),
         ]
         self.stdout.write(
             f"sagas worker {name}: {len(definitions)} workflow version(s) on {len(queue_names) - 1} queue(s) "
