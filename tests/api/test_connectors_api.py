@@ -185,3 +185,48 @@ def test_an_unknown_connector_is_a_404_problem_for_every_action(flows):
         answer = call(method, f"/connectors/no.such.connector/{action}", flows["operator"], body)
         assert answer.status_code == 404 and problem(answer) == "not-found", (action, answer.content)
     assert not AuditEntry.objects.filter(action__startswith="connector.").exists()
+
+
+# --- the same through the Python API (``ledger``), which writes no audit entry ------------------
+
+
+def test_the_python_api_pauses_resumes_and_sets_limits_as_the_http_api_shows_them(flows):
+    from ledger import (
+        ConnectorPauseState,
+        InvalidFlowSetting,
+        connector_state,
+        connector_states,
+        pause_connector,
+        resume_connector,
+        set_connector_limits,
+    )
+
+    assert NAME in [s.connector for s in connector_states()] and connector_state("no.such.connector") is None
+    paused = pause_connector(NAME, reason="PSP incident INC-42", by="oncall")
+    assert (paused.state, paused.paused_by, paused.paused_reason) == ("paused", "oncall", "PSP incident INC-42")
+    assert call("get", f"/connectors/{NAME}", flows["viewer"]).json()["paused"]["by"] == "oncall"
+    with pytest.raises(ConnectorPauseState, match=r"already paused \(by oncall at "):
+        pause_connector(NAME, reason="again", by="someone else")
+    assert resume_connector(NAME, reason="PSP back", by="oncall").state == "running"
+    with pytest.raises(ConnectorPauseState, match="is not paused"):
+        resume_connector(NAME, reason="again", by="oncall")
+
+    declared = connector_state(NAME).as_dict()["declared"]
+    changed = set_connector_limits(NAME, by="oncall", rate=20, burst=5)
+    assert changed.as_dict()["limits"] == {**declared, "rate": 20, "burst": 5}  # the others kept
+    assert (changed.changed_by, call("get", f"/connectors/{NAME}", flows["viewer"]).json()["limits"]["rate"]) \
+        == ("oncall", 20.0)
+    assert set_connector_limits(NAME, by="oncall", rate=None).rate is None
+    for bad, says in (({"burst": 0}, "burst must be between 1"), ({}, "give at least one limit"),
+                      ({"declared": True, "rate": 1.0}, "do not give rate"),
+                      ({"max_in_flight": True}, "calls in flight must be a number")):
+        with pytest.raises(InvalidFlowSetting, match=says):
+            set_connector_limits(NAME, by="oncall", **bad)
+    assert connector_state(NAME).burst == 5  # nothing was changed by the refusals
+    back = set_connector_limits(NAME, by="oncall", declared=True)
+    assert back.as_dict()["limits"] == declared and back.changed_by == ""
+    with pytest.raises(LookupError):
+        pause_connector("no.such.connector", reason="r", by="oncall")
+    with pytest.raises(LookupError):
+        set_connector_limits("no.such.connector", by="oncall", rate=1.0)
+    assert not AuditEntry.objects.filter(action__startswith="connector.").exists()
