@@ -1,13 +1,15 @@
 """What a notification says: one ``Item`` (something that needs a person), and the two bodies.
 
-Every value taken from a run (business key, step names, error messages) goes through the
-redaction policy (``core.redaction``) before it is put in a body; payloads, inputs and
-results are never put in at all. The link is to the console page where a person acts.
+Every value taken from a run or a connector's call (business key, step names, error messages,
+a circuit's key) goes through the redaction policy (``core.redaction``) before it is put in a
+body; payloads, inputs and results are never put in at all. The link is to the console page
+where a person acts. The Slack body escapes ``& < >`` in everything but its own link, so no
+value can ping a channel or make a link.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
@@ -21,13 +23,14 @@ MAX_DETAIL = 300
 @dataclass(frozen=True)
 class Item:
     kind: str
-    item: str  # effect:<id>, approval:<id> or run:<uuid>
-    run_id: str
-    tenant: str
+    item: str  # effect:<id>, approval:<id>, run:<uuid> or circuit:<id>
+    run_id: str | None  # None: about a connector's circuit, no run
+    tenant: str  # "" with no run: a connector serves every tenant
     workflow: str
     business_key: str
     detail: str  # what exactly: the step, the connector, the error (redacted, short)
     path: str  # the console page to act on, from the site root
+    facts: dict[str, Any] = field(default_factory=dict)  # more fields of the generic body (redacted)
 
     @property
     def link(self) -> str:
@@ -36,6 +39,8 @@ class Item:
     @property
     def summary(self) -> str:
         label = NotificationKind(self.kind).label
+        if self.run_id is None:
+            return f"{label}: {self.detail}"
         key = f", business key {self.business_key}" if self.business_key else ""
         return f"{label}: {self.detail} ({self.workflow} run {self.run_id[:8]}{key}, tenant {self.tenant})"
 
@@ -75,4 +80,5 @@ def body_for(item: Item, fmt: str, *, delivery_id: int) -> dict[str, Any]:
         "business_key": item.business_key,
         "summary": item.summary,
         "link": item.link,
+        **item.facts,
     }

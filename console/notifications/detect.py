@@ -14,6 +14,8 @@ per (endpoint, kind, item), a unique constraint), so they may overlap freely:
 
 Runs of ``system.*`` workflows (the notifications themselves) never notify, so a delivery that
 fails or is UNKNOWN is shown in the console and does not feed itself.
+
+A connector's circuit opening or closing is found the same two ways (``circuits``).
 """
 
 from __future__ import annotations
@@ -39,6 +41,9 @@ NOTIFY_WORKFLOW = "system.notify"
 SYSTEM_PREFIX = "system."
 WATCHED = frozenset({RunStatus.NEEDS_ATTENTION, RunStatus.FAILED, RunStatus.WAITING})
 WINDOW = timedelta(minutes=10)
+# The tenant of the system.notify run of an item that belongs to no tenant (a connector's circuit):
+# a run needs one. The delivery itself has none, so only users who see every tenant see it.
+NO_TENANT = "system"
 SWEEP_LIMIT = 500
 K = NotificationKind
 
@@ -77,7 +82,7 @@ def _run_items(run: WorkflowRun, unknown: list[EffectRecord], approvals: list[Ap
     return items
 
 
-def _deliver(endpoint: NotificationEndpoint, item: Item) -> bool:
+def delivery_create(endpoint: NotificationEndpoint, item: Item) -> bool:
     """Create the delivery and start its run, in one transaction; False when it exists."""
     from sagas import start
 
@@ -89,7 +94,7 @@ def _deliver(endpoint: NotificationEndpoint, item: Item) -> bool:
             )
             delivery.body = body_for(item, endpoint.format, delivery_id=delivery.id)
             run = start(NOTIFY_WORKFLOW, {"delivery": delivery.id}, business_key=f"delivery-{delivery.id}",
-                        tenant=item.tenant, started_via="notify")
+                        tenant=item.tenant or NO_TENANT, started_via="notify")
             delivery.notify_run_id = run.id
             delivery.save(update_fields=["body", "notify_run_id"])
     except IntegrityError:  # another process created it first
@@ -152,7 +157,7 @@ def deliveries_create_for_runs(runs: Iterable[WorkflowRun]) -> int:
     for item in items:
         for endpoint in endpoints:
             if endpoint.wants(item.kind, item.tenant) and (endpoint.id, item.kind, item.item) not in existing:
-                created += _deliver(endpoint, item)
+                created += delivery_create(endpoint, item)
     return created
 
 
@@ -183,8 +188,10 @@ def connect_signals() -> None:
     """Called by the console app's ``ready``."""
     from django.db.models.signals import post_save
 
+    from console.notifications import circuits
     from sagas.events import run_changed, swept
 
     post_save.connect(forget_endpoints, sender=NotificationEndpoint, dispatch_uid="console.notifications.forget")
     run_changed.connect(on_run_changed, dispatch_uid="console.notifications.run_changed")
     swept.connect(on_swept, dispatch_uid="console.notifications.swept")
+    circuits.connect_signals()

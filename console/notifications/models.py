@@ -20,6 +20,8 @@ class NotificationKind(models.TextChoices):
     COMPENSATION_FAILED = "compensation_failed", "failed compensation"
     VERSION_MISMATCH = "version_mismatch", "version mismatch (stranded run)"
     RUN_FAILED = "run_failed", "FAILED run"
+    CIRCUIT_OPENED = "circuit_opened", "connector circuit opened"
+    CIRCUIT_CLOSED = "circuit_closed", "connector circuit closed"
 
 
 class NotificationFormat(models.TextChoices):
@@ -56,12 +58,16 @@ class NotificationEndpoint(models.Model):
 
 class NotificationDelivery(models.Model):
     """One notification of one item to one endpoint. Unique per (endpoint, kind, item): an item
-    seen again (a second signal, the sweeper's pass, two processes at once) adds nothing."""
+    seen again (a second signal, the sweeper's pass, two processes at once) adds nothing.
+
+    An item is about a run (``run_id``, its ``tenant``, ``workflow`` and ``business_key``) or, for
+    a connector's circuit (``circuit:<CircuitChange id>``), about no run and no tenant (all empty)."""
 
     endpoint = models.ForeignKey(NotificationEndpoint, on_delete=models.PROTECT, related_name="deliveries")
     kind = models.CharField(max_length=30, choices=NotificationKind.choices)
-    item = models.CharField(max_length=100, help_text="effect:<id>, approval:<id> or run:<uuid>")
-    run_id = models.UUIDField(help_text="the run that needs a person")
+    item = models.CharField(max_length=100, help_text="effect:<id>, approval:<id>, run:<uuid> or circuit:<id>")
+    run_id = models.UUIDField(null=True, blank=True,
+                              help_text="the run that needs a person; empty for a connector's circuit")
     tenant = models.CharField(max_length=100)
     workflow = models.CharField(max_length=200)
     business_key = models.CharField(max_length=200, blank=True, default="")
