@@ -123,8 +123,11 @@ class LimitsIn(Schema):
     circuit_window_seconds: float | None = Field(None, ge=0.1, le=86_400, allow_inf_nan=False)
     circuit_cooldown_seconds: float | None = Field(None, ge=0.1, le=86_400, allow_inf_nan=False)
     reason: Text = REASON
-    expected: str = Field("", max_length=60, description="the connector's `state` you saw (required); a pause "
+    expected: str = Field("", max_length=40, description="the connector's `state` you saw (required); a pause "
                                                          "or resume meanwhile is a 409 stale-state")
+    limits_version: str = Field("", pattern=r"^[0-9a-f]{0,40}$",
+                                description="the `limits_version` you saw (recommended): limits someone changed "
+                                            "since, or this request sent twice, are a 409 stale-state")
 
 
 def _connector_out(state: ConnectorState) -> dict[str, Any]:
@@ -225,10 +228,12 @@ def set_limits(request: ApiRequest, name: str, body: LimitsIn) -> dict[str, Any]
     them from its next dispatch; calls already out are not affected. 400 ``validation`` naming
     the field (``errors[].loc``) for a value missing, of the wrong type or out of range, with
     nothing changed and nothing audited; otherwise as ``pause``: 403 (audited), 404, 409
-    ``stale-state``."""
+    ``stale-state`` (also when ``limits_version`` is not the limits' version any more)."""
     limits = _limits(body)
     _state(name)
+    seen = body.expected.strip()
+    if seen and body.limits_version:
+        seen = f"{seen} {body.limits_version}"  # what the operator action compares (state, then version)
     with console_action("connector", name):
-        connector_limits_act(actor_of(request), name=name, limits=limits, reason=body.reason,
-                             expected=body.expected.strip() or None)
+        connector_limits_act(actor_of(request), name=name, limits=limits, reason=body.reason, expected=seen or None)
     return _acted(name, "limits back to the declared ones" if limits is None else "limits set")

@@ -135,6 +135,19 @@ def test_it_sets_every_limit_then_puts_the_declared_ones_back(flows):
     assert [o for o, _ in _audit("connector.limits")] == ["denied", "denied", "ok", "ok", "ok"]
 
 
+def test_a_limits_change_made_since_the_version_the_caller_saw_is_refused(flows):
+    path, seen = f"/connectors/{NAME}/limits", call("get", f"/connectors/{NAME}", flows["viewer"]).json()
+    body = {**LIMITS, "reason": "new quota", "expected": "running", "limits_version": seen["limits_version"]}
+    done = call("put", path, flows["operator"], body)
+    assert done.status_code == 200 and done.json()["connector"]["limits_version"] != seen["limits_version"]
+    twice = call("put", path, flows["operator2"], {**body, "rate": 5.0})  # saw the limits before that change
+    assert twice.status_code == 409 and problem(twice) == "stale-state"
+    assert "limits were changed by system: api key operator" in twice.json()["detail"]
+    assert _flow().rate == 20.0
+    assert problem(call("put", path, flows["operator"], {**body, "limits_version": "not hex"})) == "validation"
+    assert [o for o, _ in _audit("connector.limits")] == ["ok", "refused"]
+
+
 @pytest.mark.parametrize(("change", "field"), [
     pytest.param({"burst": 0}, "burst", id="burst-zero"),
     pytest.param({"burst": 1.5}, "burst", id="burst-fraction"),
