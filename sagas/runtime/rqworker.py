@@ -34,7 +34,8 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from types import FrameType
 from typing import TYPE_CHECKING, Any, TypeVar, cast
@@ -50,7 +51,7 @@ from rq.worker import WorkerStatus
 
 from core.storage import OUTAGES, REDIS, is_redis_error, wait_for_redis
 from sagas.replay.context import shutdown_requested
-from sagas.runtime import jobs
+from sagas.runtime import dispatch, jobs
 from sagas.runtime.queue import ADVANCE_JOB, marker_key
 
 log = logging.getLogger("sagas.runtime.worker")
@@ -292,6 +293,16 @@ class LeanAdvanceJobs(_WorkerMixin):
             super().execute_job(job, queue)
             return
         run_id = str(job.args[0])
+        if dispatch.was_taken(run_id):  # the fast path has (or had) it: clear the job away, nothing else
+            with self.connection.pipeline(transaction=False) as done:
+                done.delete(marker_key(run_id))
+                done.delete(job.key)
+                done.lrem(queue.intermediate_queue_key, 1, job.id)
+                try:
+                    done.execute()
+                except _REDIS_ERRORS as exc:
+                    log.warning("could not clear the job of %s taken by the fast path: %s", run_id, exc)
+            return
         job.started_at = datetime.now(UTC)
         with self.connection.pipeline(transaction=False) as before:
             before.delete(marker_key(run_id))
@@ -301,7 +312,8 @@ class LeanAdvanceJobs(_WorkerMixin):
             except _REDIS_ERRORS as exc:  # the run is advanced all the same; the marker lapses
                 log.warning("could not clear queue marker for %s: %s", run_id, exc)
         try:
-            jobs.advance_now(run_id)
+            with _slot():  # the process's concurrency, shared with the fast dispatch path
+                jobs.advance_now(run_id)
         except Exception:
             job.ended_at = datetime.now(UTC)
             exc_info = sys.exc_info()
@@ -320,6 +332,20 @@ class LeanAdvanceJobs(_WorkerMixin):
             self.increment_total_working_time(job.ended_at - job.started_at, after)
             self.set_state(WorkerStatus.IDLE, pipeline=after)
             after.execute()
+
+
+@contextmanager
+def _slot() -> Iterator[None]:
+    """Hold one of the process's slots (``sagas.runtime.dispatch.slots``) while a run advances."""
+    held = dispatch.slots
+    if held is None:
+        yield
+        return
+    held.take()
+    try:
+        yield
+    finally:
+        held.give_back()
 
 
 class TakeOverStaleName(_WorkerMixin):

@@ -12,7 +12,7 @@ from core.commands import NoPageCommand
 from core.storage import retry_storage
 from ledger.flow import services as flow_services
 from sagas import services
-from sagas.runtime import queue, readiness, recovery
+from sagas.runtime import dispatch, queue, readiness, recovery
 from sagas.runtime.identity import set_worker_id, worker_id
 from sagas.runtime.rqworker import SagaWorker
 from sagas.runtime.worker import MAX_CONCURRENCY, BackgroundThread, WorkerPool
@@ -84,11 +84,17 @@ class Command(NoPageCommand):
         if not definitions:
             self.stderr.write("no workflows are registered: set SAGAS_MODULES or add workflows.py to an app")
             return
+        dispatch.install_slots(concurrency)
         if options["burst"]:
             if not options["no_sweep"]:
                 recovery.try_sweep_locked()
         else:
             background.start()
+            if dispatch.enabled():  # runs made runnable reach an idle thread on their commit
+                dispatch.DispatchListener(
+                    name=name, size=concurrency, stop=background.stop_event,
+                    hash_prefixes=frozenset(h[:16] for d in definitions for h in d.accepted_hashes),
+                ).start()
         if options["ready_file"]:
             readiness.ready_file_write(options["ready_file"], name=name, started_at=background.started_at,
                                        definitions=definitions, concurrency=concurrency)
