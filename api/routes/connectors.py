@@ -18,6 +18,7 @@ from api.routes.runs import actor_of
 from core.redaction import redact_text
 from ledger.flow.selectors import ConnectorState, connector_state, connector_states
 from ledger.flow.services import KEY_FIELD_CHARS, MAX_COUNT, MAX_RATE, InvalidFlowSetting, Limits
+from ledger.models import ConnectorFlow
 from operators.selectors.tenancy import tenants_of
 from operators.services.connectors import connector_limits_act, connector_pause_act, connector_resume_act
 
@@ -134,12 +135,22 @@ def _connector_out(state: ConnectorState) -> dict[str, Any]:
     return {**state.as_dict(), "declared": state.declared or None, "limits_version": state.limits_version}
 
 
+def _not_found(name: str) -> Problem:
+    return Problem("not-found", f"no connector named {name[:200]!r} has flow control here (a connector has it "
+                                f"once a worker that registers it has started)")
+
+
 def _state(name: str) -> ConnectorState:
     found = connector_state(name, changes=CHANGES)
     if found is None:
-        raise Problem("not-found", f"no connector named {name[:200]!r} has flow control here (a connector "
-                                   f"has it once a worker that registers it has started)")
+        raise _not_found(name)
     return found
+
+
+def _exists(name: str) -> None:
+    """404 before acting on a name without flow control (its rows are never deleted)."""
+    if not ConnectorFlow.objects.filter(connector=name).exists():
+        raise _not_found(name)
 
 
 def _invalid(field: str, message: str) -> Problem:
@@ -204,7 +215,7 @@ def pause_connector(request: ApiRequest, name: str, body: ActIn) -> dict[str, An
     tenant (403 ``forbidden`` otherwise, audited); 404 ``not-found``; 409 ``stale-state`` when
     it is not in the ``expected`` state, 409 ``conflict`` when it is paused already; 400
     ``validation`` without ``expected`` or ``reason``."""
-    _state(name)
+    _exists(name)
     with console_action("connector", name):
         connector_pause_act(actor_of(request), name=name, reason=body.reason, expected=body.expected.strip() or None)
     return _acted(name, "paused: its calls wait, unsent, until it is resumed")
@@ -214,7 +225,7 @@ def pause_connector(request: ApiRequest, name: str, body: ActIn) -> dict[str, An
 def resume_connector(request: ApiRequest, name: str, body: ActIn) -> dict[str, Any]:
     """The calls that waited go, oldest first, at the connector's rate. As ``pause``: 403, 404,
     409 ``stale-state`` (send ``expected: paused``), 409 ``conflict`` when it is not paused, 400."""
-    _state(name)
+    _exists(name)
     with console_action("connector", name):
         connector_resume_act(actor_of(request), name=name, reason=body.reason,
                              expected=body.expected.strip() or None)
@@ -230,7 +241,7 @@ def set_limits(request: ApiRequest, name: str, body: LimitsIn) -> dict[str, Any]
     nothing changed and nothing audited; otherwise as ``pause``: 403 (audited), 404, 409
     ``stale-state`` (also when ``limits_version`` is not the limits' version any more)."""
     limits = _limits(body)
-    _state(name)
+    _exists(name)
     seen = body.expected.strip()
     if seen and body.limits_version:
         seen = f"{seen} {body.limits_version}"  # what the operator action compares (state, then version)
