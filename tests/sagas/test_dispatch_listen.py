@@ -1,0 +1,58 @@
+"""The fast dispatch path (sagas.runtime.dispatch): a run made runnable is taken by an idle
+worker thread on its commit's NOTIFY, RQ's job for it is cleared away without a second claim,
+and a worker with no free thread leaves it to the queues."""
+
+from __future__ import annotations
+
+import pytest
+
+from sagas import start
+from sagas.models import JournalEntry, RunStatus, WorkflowRun
+from sagas.runtime.queue import get_queue, queue_name_for, redis_connection
+from tests.procs import wait_until
+from tests.sagas import wf_engine  # noqa: F401
+
+pytestmark = pytest.mark.django_db(transaction=True)
+MODULES = "tests.sagas.wf_engine"
+
+
+def claims(run_id) -> list[str]:
+    return list(JournalEntry.objects.filter(run_id=run_id, kind="claimed").values_list("worker_id", flat=True))
+
+
+def test_an_idle_worker_takes_a_new_run_on_its_commit_and_claims_it_once(procs, step_calls):
+    worker = procs.worker("w1", MODULES)
+    wait_until(lambda: "sagas-dispatch" in " ".join(_sessions()), timeout=30, what="the worker listening")
+    runs = []
+    for _ in range(5):  # one at a time: each finds the worker's one thread free
+        runs.append(start("five_steps", {}).id)
+        wait_until(lambda: WorkflowRun.objects.get(id=runs[-1]).status == RunStatus.COMPLETED, timeout=30,
+                   what="the run completed")
+    for run_id in runs:
+        assert claims(run_id) == ["w1/f1"], claims(run_id)  # the fast thread; RQ's job never claimed it
+    assert step_calls.counts(runs[0]) == {f"s{i}": 1 for i in range(1, 6)}
+    # RQ's jobs for them were cleared away, not left in the queue or re-run.
+    wait_until(lambda: get_queue(queue_name_for(WorkflowRun.objects.get(id=runs[0]).definition_hash)).count == 0,
+               timeout=10, what="the queue empty")
+    assert not any(redis_connection().exists(f"sagas:queued:{run_id}") for run_id in runs)
+    assert worker.alive()
+
+
+def test_a_busy_worker_leaves_announcements_to_the_queues(procs, step_calls):
+    procs.worker("w1", MODULES)
+    wait_until(lambda: "sagas-dispatch" in " ".join(_sessions()), timeout=30, what="the worker listening")
+    slow = start("slow_steps", {"steps": 1, "pause": 1.5}).id
+    wait_until(lambda: WorkflowRun.objects.get(id=slow).status == RunStatus.RUNNING, timeout=30,
+               what="the slow run under way")
+    quick = start("five_steps", {}).id  # the only slot is busy: RQ's job brings it once it frees
+    wait_until(lambda: WorkflowRun.objects.get(id=quick).status == RunStatus.COMPLETED, timeout=30,
+               what="the quick run completed")
+    assert claims(quick) == ["w1"], claims(quick)
+
+
+def _sessions() -> list[str]:
+    from django.db import connection
+
+    with connection.cursor() as cur:
+        cur.execute("SELECT application_name FROM pg_stat_activity WHERE datname = current_database()")
+        return [name for (name,) in cur.fetchall()]
