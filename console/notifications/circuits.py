@@ -29,7 +29,7 @@ from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
 
 from console.notifications.bodies import Item, clean
-from console.notifications.detect import WINDOW, active_endpoints, delivery_create
+from console.notifications.deliveries import WINDOW, active_endpoints, delivery_create
 from console.notifications.models import NotificationDelivery, NotificationEndpoint, NotificationKind
 from ledger.models import CircuitChange, CircuitState, ConnectorFlow
 
