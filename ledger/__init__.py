@@ -24,6 +24,7 @@ breaker and its pause), read and changed live::
     pause_connector("payments.capture", reason="PSP incident INC-42", by="oncall")
     set_connector_limits("payments.capture", by="oncall", rate=20, burst=5)
     set_connector_limits("payments.capture", by="oncall", declared=True)   # back to the class's
+    set_spend_limit(tenant="acme", connector="model", per_day=25, by="finance")  # usd per UTC day
 
 Importing ``ledger`` touches no Django model; the functions need Django set up when called, and
 so do ``ConnectorState``, ``ConnectorPauseState`` and ``InvalidFlowSetting`` (loaded on first use).
@@ -83,6 +84,7 @@ __all__ = [
     "resolve",
     "resume_connector",
     "set_connector_limits",
+    "set_spend_limit",
 ]
 
 # Flow control's errors and state live with the services and selectors that raise and make them
@@ -251,3 +253,21 @@ def _now(found: ConnectorState | None, name: str) -> ConnectorState:
     if found is None:  # flow rows are never deleted: only a name that never had one
         raise LookupError(f"no connector named {name!r} has flow control here")
     return found
+
+
+def set_spend_limit(*, tenant: str, connector: str, per_day: float | str | None, by: str) -> None:
+    """Limit what ``tenant`` spends on ``connector`` per UTC day, in the runs' cost unit (usd);
+    ``tenant="*"``: every tenant without a limit of its own (each counted on its own);
+    ``per_day=None`` removes the limit.
+
+    Counted: model turns of ``run_agent`` (on ``"model"``), costs a step charges with
+    ``ctx.add_cost(..., connector=...)``, and effects a connector prices (``Connector.cost``).
+    A call or model turn that finds the day's spend at or over the limit parks its run
+    (NEEDS_ATTENTION, ``spend_limit``, with the figures); once under a raised limit (or on the
+    next UTC day) the sweeper resumes it. Refused with nothing changed: a negative, non-numeric
+    or too large amount, or an empty tenant (``InvalidFlowSetting``). No audit-log entry is
+    written: the console calls the same service and adds its own.
+    """
+    from ledger.flow.services import spend_limit_set
+
+    spend_limit_set(tenant=tenant, connector=connector, per_day=per_day, by=by)

@@ -179,7 +179,7 @@ class ConnectorFlow(models.Model):
     """The flow-control settings of one connector, shared by every worker on every host.
 
     A row is written for each registered connector when a worker starts
-    (``ledger.flow.settings.sync_declared``) with the limits its class declares; a person who
+    (``ledger.flow.services.sync_declared``) with the limits its class declares; a person who
     changes them (``changed_by_label`` set) keeps their values until they reset them. A
     connector without a row is unlimited, unpaused and has the default circuit breaker.
     """

@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from ledger.connectors import Connector, registered_connectors
 from ledger.errors import LedgerError
-from ledger.flow import spend
+from ledger.flow import gate, spend
 from ledger.models import ConnectorFlow, FlowBucket, SpendLimit
 
 KEY_FIELD_CHARS = 100
@@ -158,8 +158,13 @@ def connector_limits_set(*, connector: str, by: str, limits: Limits | None) -> C
             setattr(flow, field, value)
         flow.save()
         if limits.circuit_failures == 0:  # no breaker any more: nothing may stay held by one
-            FlowBucket.objects.filter(connector=connector).exclude(circuit="closed").update(
-                circuit="closed", trial_effect_id=None, failures=0, changed_at=timezone.now())
+            now = timezone.now()
+            for key in FlowBucket.objects.filter(connector=connector).exclude(circuit="closed").values_list(
+                    "key", flat=True):
+                FlowBucket.objects.filter(connector=connector, key=key).update(
+                    circuit="closed", trial_effect_id=None, failures=0, changed_at=now)
+                gate.circuit_changed(connector, key, "closed", failures=0, at=now,
+                                     error=f"circuit breaker turned off by {by}")
     return flow
 
 

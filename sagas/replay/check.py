@@ -111,8 +111,12 @@ class _CheckContext(Context):
     def before_retry(self) -> None:
         raise _JournalEnds
 
-    def append(self, kind: str, name: str, payload: str, *, steps: int = 0, cost: float = 0.0) -> int:
+    def append(self, kind: str, name: str, payload: str, *, steps: int = 0, cost: float = 0.0,
+               spend: dict[str, float] | None = None) -> int:
         raise _JournalEnds
+
+    def check_spend(self, connector: str) -> None:
+        raise _JournalEnds  # past the journal: a call would go out for real here
 
     def check_fence(self) -> None:
         raise _JournalEnds
