@@ -1,7 +1,7 @@
 """Publishing live updates: ``broadcast(*topics)`` from any process, after commit.
 
 Topics (console/topics.py): ``runs`` (any run changed), ``run.<uuid>`` (that run),
-``effects``, ``approvals``, ``audit``, ``overview``. Each topic is a channel-layer group
+``effects``, ``approvals``, ``audit``, ``overview``, ``connectors`` (flow control). Each topic is a channel-layer group
 (``live.<topic>``); the consumer (console/consumers.py) joins the groups its page's
 fragments follow (console/live.py) and re-renders them when an event arrives.
 
@@ -45,6 +45,7 @@ from django.db.models.signals import post_save
 from console.topics import (
     APPROVALS,
     AUDIT,
+    CONNECTORS,
     EFFECTS,
     EVENT_TYPE,
     OVERVIEW,
@@ -53,7 +54,7 @@ from console.topics import (
     is_topic,
     run_topic,
 )
-from ledger.signals import effect_changed
+from ledger.signals import circuit_changed, effect_changed, tickets_granted
 from operators.models import AuditEntry
 from sagas.events import run_changed
 
@@ -223,9 +224,20 @@ def _on_effect_changed(sender: Any, run_id: str, status: str, previous: str = ""
     broadcast(*topics_for_effect(run_id, status, previous))
 
 
-def _on_audit(sender: Any, created: bool, **kwargs: Any) -> None:
+def _on_audit(sender: Any, created: bool, instance: AuditEntry | None = None, **kwargs: Any) -> None:
     if created:
-        broadcast(AUDIT)
+        # A connector's pause, resume or limits (from the console or the HTTP API) is audited in
+        # the transaction that makes it: its entry is how the connectors page hears of it.
+        if instance is not None and instance.object_type == "connector":
+            broadcast(AUDIT, CONNECTORS)
+        else:
+            broadcast(AUDIT)
+
+
+def _on_flow_changed(sender: Any, **kwargs: Any) -> None:
+    """A circuit opened, went half-open or closed, or held calls were let go (their runs hear of
+    it through ``run_changed`` when they wake)."""
+    broadcast(CONNECTORS)
 
 
 def connect_signals() -> None:
@@ -233,3 +245,5 @@ def connect_signals() -> None:
     run_changed.connect(_on_run_changed, dispatch_uid="console.live.run_changed")
     effect_changed.connect(_on_effect_changed, dispatch_uid="console.live.effect_changed")
     post_save.connect(_on_audit, sender=AuditEntry, dispatch_uid="console.live.audit")
+    circuit_changed.connect(_on_flow_changed, dispatch_uid="console.live.circuit_changed")
+    tickets_granted.connect(_on_flow_changed, dispatch_uid="console.live.tickets_granted")

@@ -13,6 +13,7 @@ NAV = [
     ("Approvals", "console:approvals"),
     ("Versions", "console:versions"),
     ("Workers", "console:workers"),
+    ("Connectors", "console:connectors"),
     ("Audit log", "console:audit"),
     ("Notifications", "console:notifications"),
 ]

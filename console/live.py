@@ -33,7 +33,7 @@ from django.contrib.auth.models import User
 from django.template.loader import render_to_string
 
 from console import topics
-from console.views import audit, bulk, overview, queues, run_detail, run_list, versions, workers
+from console.views import audit, bulk, connectors, overview, queues, run_detail, run_list, versions, workers
 from core.storage import is_storage_error
 
 FragmentFn = Callable[[User, dict[str, str]], str]
@@ -75,6 +75,9 @@ FRAGMENTS: dict[str, Fragment] = _by_name(
     Fragment(bulk.BULK_FRAGMENT, bulk.bulk_batch_fragment, (topics.BULK,)),  # a batch's progress
     # Runs held and stranded versions move with runs; heartbeats publish nothing: the region also polls.
     Fragment(workers.WORKERS_FRAGMENT, workers.workers_fragment, (topics.RUNS,)),
+    # Circuits, calls let go and operators' changes publish; calls held, sent or answered do not:
+    # the region also polls.
+    Fragment(connectors.CONNECTORS_FRAGMENT, connectors.connectors_fragment, (topics.CONNECTORS,)),
 )
 
 

@@ -2,7 +2,7 @@
 (console/broadcast.py), the fragment registry (console/live.py) and the consumer.
 
 A topic is a name: ``runs`` (any run changed), ``effects``, ``approvals``, ``audit``,
-``overview``, ``run.<uuid>`` for one run, and ``user.<id>`` for one user's access (their
+``overview``, ``bulk``, ``connectors``, ``run.<uuid>`` for one run, and ``user.<id>`` for one user's access (their
 password, roles, tenants or active flag changed: their open sockets check it again). Each topic
 is one channel-layer group (``live.<topic>``), and an event on it says only "look again" (``EVENT_TYPE``).
 """
@@ -18,7 +18,10 @@ APPROVALS = "approvals"
 AUDIT = "audit"
 OVERVIEW = "overview"
 BULK = "bulk"  # a bulk batch moved on (console/services/bulk.py): its page looks again
-LIST_TOPICS = (RUNS, EFFECTS, APPROVALS, AUDIT, OVERVIEW, BULK)
+# Flow control changed: a circuit opened or closed, held calls were let go, an operator changed a
+# connector (console/broadcast.py). The connectors page looks again.
+CONNECTORS = "connectors"
+LIST_TOPICS = (RUNS, EFFECTS, APPROVALS, AUDIT, OVERVIEW, BULK, CONNECTORS)
 
 # In a fragment's ``follows``: the topic of the run its page shows (``run.<the page's run param>``).
 THIS_RUN = "run"

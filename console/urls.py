@@ -11,6 +11,7 @@ from console.views import (
     api_keys,
     audit,
     bulk,
+    connectors,
     notifications,
     overview,
     payloads,
@@ -61,6 +62,11 @@ urlpatterns = [
     path("versions/pause/", versions.workflow_pause, name="workflow_pause"),
     path("versions/resume/", versions.workflow_resume, name="workflow_resume"),
     path("workers/", workers.workers, name="workers"),
+    # Flow control per connector: the page, and its actions (the connector's name is a form field).
+    path("connectors/", connectors.connectors, name="connectors"),
+    path("connectors/pause/", connectors.connector_pause, name="connector_pause"),
+    path("connectors/resume/", connectors.connector_resume, name="connector_resume"),
+    path("connectors/limits/", connectors.connector_limits, name="connector_limits"),
     # The audit log (read-only: no path changes an entry).
     path("audit/", audit.audit_log, name="audit"),
     path("audit.csv", audit.audit_csv, name="audit_csv"),

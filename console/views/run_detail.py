@@ -35,9 +35,11 @@ from django.views.decorators.http import require_GET
 from console.selectors.conversation import run_conversation
 from console.selectors.history import history_timeline, timeline_rows
 from console.views.base import ConsoleRequest, get_run_for_user, live_context, viewer_required
+from console.views.connectors import connector_anchor
 from console.views.notices import page_messages
 from console.views.run_archive import archived_get, run_archived_page
 from core.redaction import redact_text
+from ledger.flow.selectors import run_waiting_for
 from operators import roles
 from operators.selectors.runs import (
     RUN_EFFECTS_LIMIT,
@@ -126,6 +128,7 @@ def header_context(run: WorkflowRun, *, oob: bool = False) -> dict[str, Any]:
     else:
         error_message = error if isinstance(error, str) else ""
     now = timezone.now()
+    waiting = run_waiting_for(run.id) if run.status not in TERMINAL_STATUSES else None
     return {
         "run": run,
         "entries": run_newest_seq(run),
@@ -134,6 +137,9 @@ def header_context(run: WorkflowRun, *, oob: bool = False) -> dict[str, Any]:
         "budget": _budget_rows(run),
         "started_by": run.started_by.get_username() if run.started_by else "",
         "pause": run_pause_info(run),
+        # A call of the run that flow control holds: what it waits for and its place in the queue.
+        "flow_wait": waiting,
+        "flow_wait_url": reverse("console:connectors") + "#" + connector_anchor(waiting.connector) if waiting else "",
         "links": run_forks(run),
         "oob": oob,
     }

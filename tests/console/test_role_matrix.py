@@ -9,7 +9,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.utils import timezone
 
-from ledger.models import EffectRecord, EffectStatus
+from ledger.models import ConnectorFlow, EffectRecord, EffectStatus
 from operators import roles
 from operators.models import AuditEntry
 from sagas.models import ApprovalRequest, ApprovalState, JournalEntry, RunStatus, WorkflowPause, WorkflowRun
@@ -38,6 +38,9 @@ EXPECTED = {
     "run.fork":         (DENIED,  ALLOWED,  DENIED,   ALLOWED),
     "workflow.pause":   (DENIED,  ALLOWED,  DENIED,   ALLOWED),
     "workflow.resume":  (DENIED,  ALLOWED,  DENIED,   ALLOWED),
+    "connector.pause":  (DENIED,  ALLOWED,  DENIED,   ALLOWED),
+    "connector.resume": (DENIED,  ALLOWED,  DENIED,   ALLOWED),
+    "connector.limits": (DENIED,  ALLOWED,  DENIED,   ALLOWED),
 }
 MATRIX = [(action, who, outcome) for action, row in EXPECTED.items() for who, outcome in zip(ROLE_USERS, row)]
 
@@ -117,6 +120,20 @@ def _target(action: str, settings) -> tuple[str, dict, callable]:
         WorkflowPause.objects.create(workflow_name="matrix", reason="incident", paused_by_label="someone")
         return ("/versions/resume/", {"workflow": "matrix", "reason": "over", "version": "", "expected": "paused"},
                 lambda: not WorkflowPause.objects.filter(workflow_name="matrix").exists())
+    if action.startswith("connector."):
+        flow = ConnectorFlow.objects.create(connector="matrix.send", burst=1, declared={},
+                                            paused_at=timezone.now() if action == "connector.resume" else None)
+        if action == "connector.pause":
+            return ("/connectors/pause/", {"connector": "matrix.send", "reason": "incident", "expected": "running"},
+                    lambda: ConnectorFlow.objects.get(connector="matrix.send").paused_at is not None)
+        if action == "connector.resume":
+            return ("/connectors/resume/", {"connector": "matrix.send", "reason": "over", "expected": "paused"},
+                    lambda: ConnectorFlow.objects.get(connector="matrix.send").paused_at is None)
+        limits = {"rate": "2", "burst": "2", "max_in_flight": "", "key_field": "", "circuit_failures": "5",
+                  "circuit_window_seconds": "60", "circuit_cooldown_seconds": "30"}
+        return ("/connectors/limits/", {"connector": flow.connector, "reason": "slow down", "expected": "running",
+                                        **limits},
+                lambda: ConnectorFlow.objects.get(connector="matrix.send").rate == 2.0)
     run = _run(RunStatus.NEEDS_ATTENTION, "budget_exceeded")
     return (f"/runs/{run.id}/compensate/", {"reason": "customer refund", "expected": "NEEDS_ATTENTION"},
             lambda: WorkflowRun.objects.get(id=run.id).status == RunStatus.COMPENSATING)

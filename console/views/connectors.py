@@ -1,0 +1,234 @@
+"""The connectors page (live region ``connectors_list``): each connector's flow control as it is
+now (limits, pause, calls in flight, waiting and let go, circuit breaker, the last minutes'
+error rate and latency) and, per connector, the circuit's recent changes and the operator's
+forms: pause, resume, change the limits, back to the declared defaults.
+
+Live twice over, like the workers page: the region follows the ``connectors`` topic (a circuit
+that opens or closes, held calls let go, an operator's change from here or the HTTP API), and
+polls itself every 5 s (htmx ``every 5s``), because a call being held, sent or answered
+publishes nothing to it. Both morph the region (console/static/console/live_morph.js), so a form
+someone is filling in stays as it is, its ``expected`` included: if the connector changed
+meanwhile, the action is refused (409) rather than applied to something the person did not see.
+
+Actions are plain POSTs with CSRF through ``operators.services.connectors`` (role, the
+connector's row lock, the state seen, the change and its audit entry in one transaction); the
+answer redirects back with a message, or is the page again with the refusal (403, 409) or the
+form's error (400, nothing attempted).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.models import User
+from django.core.exceptions import PermissionDenied
+from django.http import HttpResponse
+from django.shortcuts import redirect, render
+from django.template.loader import render_to_string
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_POST
+
+from console.forms import ActionForm
+from console.forms_connectors import ConnectorLimitsForm, ConnectorPauseForm
+from console.views.base import (
+    ConsoleRequest,
+    action_input,
+    action_view,
+    actor_of,
+    bad_request,
+    live_context,
+    viewer_required,
+)
+from console.views.notices import message_oob
+from ledger.flow.selectors import STATS_MINUTES, ConnectorState, connector_states
+from ledger.models import CircuitChange, CircuitState
+from operators import roles
+from operators.selectors.tenancy import tenants_of
+from operators.services.actions import Denied, Incomplete, Refused
+from operators.services.connectors import connector_limits_act, connector_pause_act, connector_resume_act
+
+CONNECTORS_FRAGMENT = "connectors_list"
+CHANGES_SHOWN = 10  # circuit changes per connector in its timeline
+_NOT_ID = re.compile(r"[^A-Za-z0-9_-]+")
+
+
+def _num(value: float | int) -> str:
+    """A number as people write it: 0.5, 1200 (never 1.2E+3, never 5.0)."""
+    return format(Decimal(str(value)).normalize(), "f")
+
+
+def limits_text(limits: dict[str, Any]) -> str:
+    """One line for a set of limits (``Limits.as_dict`` keys), as the page shows the declared ones."""
+    if not limits:
+        return "none recorded"
+    rate = limits.get("rate")
+    parts = [f"{_num(rate)} calls/s, burst {limits.get('burst')}" if rate is not None else "no rate limit"]
+    in_flight = limits.get("max_in_flight")
+    parts.append(f"at most {in_flight} in flight" if in_flight is not None else "no in-flight limit")
+    parts.append(_key_text(str(limits.get("key_field") or "")))
+    failures = limits.get("circuit_failures") or 0
+    window = _num(limits.get("circuit_window_seconds") or 0)
+    cooldown = _num(limits.get("circuit_cooldown_seconds") or 0)
+    parts.append(f"circuit opens after {failures} failures in {window} s, cool-down {cooldown} s" if failures
+                 else "no circuit breaker")
+    return " · ".join(parts)
+
+
+def _key_text(key_field: str) -> str:
+    if not key_field:
+        return "one set for the whole connector"
+    if key_field == "tenant":
+        return "kept per tenant"
+    return f"kept per payload field {key_field}"
+
+
+def connector_anchor(name: str) -> str:
+    """The id of a connector's section (its name may hold any character)."""
+    return "connector-" + _NOT_ID.sub("-", name).strip("-")[:80]
+
+
+@dataclass(frozen=True)
+class ConnectorRow:
+    """A connector as the page shows it: its state and what the template cannot work out itself."""
+
+    s: ConnectorState
+    anchor: str
+    circuit_since: Any
+    circuit_label: str
+    error_rate: str
+    key_text: str
+    declared_text: str
+    current_text: str
+    rate: str
+    window: str
+    cooldown: str
+
+    @property
+    def changes(self) -> list[CircuitChange]:
+        return self.s.changes
+
+
+def _row(state: ConnectorState) -> ConnectorRow:
+    since = state.opened_at if state.circuit != CircuitState.CLOSED else None
+    if since is None and state.changes and state.changes[0].state == CircuitState.CLOSED:
+        since = state.changes[0].at
+    return ConnectorRow(
+        s=state, anchor=connector_anchor(state.connector),
+        circuit_since=since, circuit_label=str(state.circuit).replace("_", "-"),
+        error_rate=f"{state.error_rate * 100:.1f} %" if state.error_rate is not None else "–",
+        key_text=_key_text(state.key_field), declared_text=limits_text(state.declared),
+        current_text=limits_text(state.limits),
+        rate=_num(state.rate) if state.rate is not None else "", window=_num(state.circuit_window_seconds),
+        cooldown=_num(state.circuit_cooldown_seconds),
+    )
+
+
+def _may_act(user: User) -> bool:
+    """A connector serves every tenant: its forms are for operators who see every tenant."""
+    return tenants_of(user) is None and any(
+        roles.can(user, action) for action in ("connector.pause", "connector.resume", "connector.limits"))
+
+
+def _connectors_context(user: User, params: dict[str, str]) -> dict[str, Any]:
+    return {
+        "rows": [_row(s) for s in connector_states(changes=CHANGES_SHOWN)],
+        "may_act": _may_act(user),
+        "minutes": STATS_MINUTES,
+    }
+
+
+def connectors_fragment(user: User, params: dict[str, str]) -> str:
+    return render_to_string("console/connectors_live.html", _connectors_context(user, params))
+
+
+def _page(request: ConsoleRequest, *, status: int = 200) -> HttpResponse:
+    context = _connectors_context(request.user, {})
+    context.update(live_context([CONNECTORS_FRAGMENT]))
+    return render(request, "console/connectors.html", context, status=status)
+
+
+@require_GET
+@viewer_required
+def connectors(request: ConsoleRequest) -> HttpResponse:
+    if request.htmx:  # the region's own poll
+        return HttpResponse(connectors_fragment(request.user, {}))
+    return _page(request)
+
+
+def _answer(request: ConsoleRequest, *, status: int = 200, error: str = "", notice: str = "") -> HttpResponse:
+    """For htmx: the region as it is now and the result as a message (out of band). Without
+    JavaScript: the page again with the message (an error), or back to the page (done)."""
+    if request.htmx:
+        html = render_to_string("console/connectors_live.html", _connectors_context(request.user, {}), request=request)
+        return HttpResponse(html + message_oob(error=error, notice=notice), status=status)
+    if status >= 400:
+        if status == 400:
+            return bad_request(request, error, title="Nothing was changed")
+        if status == 403:
+            raise PermissionDenied(error)
+        messages.error(request, error)
+        return _page(request, status=status)
+    messages.success(request, notice)
+    return redirect(f"{reverse('console:connectors')}#{connector_anchor(str(request.POST.get('connector', '')))}")
+
+
+def _connector_action(request: ConsoleRequest, action: str, form_class: type[ActionForm],
+                      act: Callable[[dict[str, Any]], Any], done: Callable[[str], str]) -> HttpResponse:
+    """Validate the form (400 naming the field for someone allowed to act; anyone else goes on to
+    the service, which denies and audits them), call the operator action, answer with the result:
+    403 denied, 409 refused (stale, someone faster), 400 incomplete."""
+    fields, problem = action_input(request, form_class, action)
+    if problem:
+        return _answer(request, status=400, error=problem)
+    try:
+        act(fields)
+    except (Denied, Incomplete, Refused) as exc:
+        status = 403 if isinstance(exc, Denied) else 400 if isinstance(exc, Incomplete) else 409
+        return _answer(request, status=status, error=str(exc))
+    return _answer(request, notice=done(str(fields.get("connector") or "")))
+
+
+def _actor_args(request: ConsoleRequest, fields: dict[str, Any]) -> dict[str, Any]:
+    return {"name": str(fields.get("connector") or ""), "reason": str(fields.get("reason") or ""),
+            "expected": str(fields.get("expected") or "") or None}
+
+
+@require_POST
+@action_view("connector.pause", "connector", id_kwarg="connector")
+def connector_pause(request: ConsoleRequest) -> HttpResponse:
+    return _connector_action(
+        request, "connector.pause", ConnectorPauseForm,
+        lambda f: connector_pause_act(actor_of(request), **_actor_args(request, f)),
+        lambda name: f"{name} paused: its calls not sent yet wait (their runs suspend, holding no worker) until "
+                     f"it is resumed; calls already out finish.")
+
+
+@require_POST
+@action_view("connector.resume", "connector", id_kwarg="connector")
+def connector_resume(request: ConsoleRequest) -> HttpResponse:
+    return _connector_action(
+        request, "connector.resume", ConnectorPauseForm,
+        lambda f: connector_resume_act(actor_of(request), **_actor_args(request, f)),
+        lambda name: f"{name} resumed: the calls that waited go, oldest first, at its rate.")
+
+
+@require_POST
+@action_view("connector.limits", "connector", id_kwarg="connector")
+def connector_limits(request: ConsoleRequest) -> HttpResponse:
+    def act(fields: dict[str, Any]) -> Any:
+        # ``limits`` is None for "back to declared", and for someone the service will deny (their
+        # form is not validated: nothing of it is applied).
+        return connector_limits_act(actor_of(request), limits=fields.get("limits"), **_actor_args(request, fields))
+
+    def done(name: str) -> str:
+        if request.POST.get("declared"):
+            return f"{name} is back to the limits its code declares; every worker applies them from its next call."
+        return f"{name}'s limits changed; every worker applies them from its next call (calls already out are " \
+               f"not affected)."
+
+    return _connector_action(request, "connector.limits", ConnectorLimitsForm, act, done)
