@@ -3,8 +3,9 @@
 axe-core (tests/browser/a11y.py, vendored in tests/browser/vendor/) checks every console page each
 role can see, in the states that matter, built with real runs: a run needing attention (an
 UNKNOWN effect), a run waiting for an approval, a compensated run, a completed run with a hostile
-payload, a run cancelled by a bulk batch, an archived run, a form refused with its error (login,
-compensation, a stale cancel, a notification endpoint), the audit log with entries, error pages;
+payload, a run cancelled by a bulk batch, an archived run, a paused connector and one whose
+limits were changed, a form refused with its error (login, compensation, a stale cancel, a
+notification endpoint), the audit log with entries, error pages;
 every <details> open; and again after a live push replaced a section. Any serious or critical
 violation fails the test, with its rule, page, role and first node.
 
@@ -27,10 +28,12 @@ from api.keys import apikey_create, apikey_revoke
 from console.models import BulkBatch, BulkState
 from console.services.bulk import batch_confirm, batch_preview
 from demo.providers.faults import inject
-from ledger.models import EffectRecord
+from ledger.flow.services import Limits
+from ledger.models import ConnectorFlow, EffectRecord
 from operators import roles
 from operators.models import AuditEntry
 from operators.services.actions import Actor
+from operators.services.connectors import connector_limits_act, connector_pause_act
 from operators.services.queues import approval_act, effect_manual_resolve
 from operators.services.runs import run_compensate_act
 from sagas import start
@@ -108,6 +111,12 @@ class States:
                    and BulkBatch.objects.get(token=self.batch.token).state == BulkState.DONE
                    and status(self.cancelled) == RunStatus.CANCELLED, 60,
                    what="the compensation and the bulk cancel to finish")
+        # The connectors page with a paused connector (Resume, a hostile reason) and changed limits
+        # (Back to the declared defaults); connectors no run here uses.
+        connector_pause_act(olga, name="model.complete", reason=HOSTILE, expected="running")
+        ship = ConnectorFlow.objects.get(connector="rp.ship")
+        connector_limits_act(olga, name="rp.ship", limits=Limits(**{**Limits.of(ship).as_dict(), "rate": 5.0}),
+                             reason="provider asked us to slow down", expected="running")
         self.version = WorkflowVersion.objects.filter(name="approve_then_ship").values_list("id", flat=True).first()
         assert self.version is not None
         assert AuditEntry.objects.filter(action="run.compensate", outcome="ok").exists()
@@ -132,6 +141,7 @@ class States:
             ("versions", "/versions/", 200),
             ("version diff", f"/versions/diff/?a={self.version}&b={self.version}", 200),
             ("workers", "/workers/", 200),
+            ("connectors", "/connectors/", 200),
             ("audit log", "/audit/", 200),
             ("bulk batches", "/bulk/", 200),
             ("bulk batch progress", f"/bulk/{self.batch.token}/", 200),
