@@ -54,7 +54,7 @@ from console.topics import (
     is_topic,
     run_topic,
 )
-from ledger.signals import circuit_changed, effect_changed, tickets_granted
+from ledger.signals import circuit_changed, effect_changed
 from operators.models import AuditEntry
 from sagas.events import run_changed
 
@@ -234,9 +234,10 @@ def _on_audit(sender: Any, created: bool, instance: AuditEntry | None = None, **
             broadcast(AUDIT)
 
 
-def _on_flow_changed(sender: Any, **kwargs: Any) -> None:
-    """A circuit opened, went half-open or closed, or held calls were let go (their runs hear of
-    it through ``run_changed`` when they wake)."""
+def _on_circuit_changed(sender: Any, **kwargs: Any) -> None:
+    """A circuit opened, went half-open or closed. (Held calls let go publish nothing here: under
+    load the pump lets some go every pass, and the connectors page polls for its counts; their
+    runs hear of it through ``run_changed`` when they wake.)"""
     broadcast(CONNECTORS)
 
 
@@ -245,5 +246,4 @@ def connect_signals() -> None:
     run_changed.connect(_on_run_changed, dispatch_uid="console.live.run_changed")
     effect_changed.connect(_on_effect_changed, dispatch_uid="console.live.effect_changed")
     post_save.connect(_on_audit, sender=AuditEntry, dispatch_uid="console.live.audit")
-    circuit_changed.connect(_on_flow_changed, dispatch_uid="console.live.circuit_changed")
-    tickets_granted.connect(_on_flow_changed, dispatch_uid="console.live.tickets_granted")
+    circuit_changed.connect(_on_circuit_changed, dispatch_uid="console.live.circuit_changed")

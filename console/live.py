@@ -75,8 +75,8 @@ FRAGMENTS: dict[str, Fragment] = _by_name(
     Fragment(bulk.BULK_FRAGMENT, bulk.bulk_batch_fragment, (topics.BULK,)),  # a batch's progress
     # Runs held and stranded versions move with runs; heartbeats publish nothing: the region also polls.
     Fragment(workers.WORKERS_FRAGMENT, workers.workers_fragment, (topics.RUNS,)),
-    # Circuits, calls let go and operators' changes publish; calls held, sent or answered do not:
-    # the region also polls.
+    # Circuits and operators' changes publish; calls held, let go, sent or answered do not (under
+    # load they move every few milliseconds): the region also polls.
     Fragment(connectors.CONNECTORS_FRAGMENT, connectors.connectors_fragment, (topics.CONNECTORS,)),
 )
 

@@ -18,7 +18,7 @@ APPROVALS = "approvals"
 AUDIT = "audit"
 OVERVIEW = "overview"
 BULK = "bulk"  # a bulk batch moved on (console/services/bulk.py): its page looks again
-# Flow control changed: a circuit opened or closed, held calls were let go, an operator changed a
+# Flow control changed: a circuit opened, went half-open or closed, or an operator changed a
 # connector (console/broadcast.py). The connectors page looks again.
 CONNECTORS = "connectors"
 LIST_TOPICS = (RUNS, EFFECTS, APPROVALS, AUDIT, OVERVIEW, BULK, CONNECTORS)

@@ -4,16 +4,20 @@ error rate and latency) and, per connector, the circuit's recent changes and the
 forms: pause, resume, change the limits, back to the declared defaults.
 
 Live twice over, like the workers page: the region follows the ``connectors`` topic (a circuit
-that opens or closes, held calls let go, an operator's change from here or the HTTP API), and
-polls itself every 5 s (htmx ``every 5s``), because a call being held, sent or answered
-publishes nothing to it. Both morph the region (console/static/console/live_morph.js), so a form
-someone is filling in stays as it is, its ``expected`` included: if the connector changed
-meanwhile, the action is refused (409) rather than applied to something the person did not see.
+that opens, goes half-open or closes; an operator's change from here or the HTTP API), and
+polls itself every 5 s (htmx ``every 5s``) for its counts: a call held, let go, sent or answered
+publishes nothing to it (under load they change every few milliseconds). Both morph the region
+(console/static/console/live_morph.js), so a form someone is filling in stays as it is, its
+``expected`` included: if the connector changed meanwhile, the action is refused (409) rather
+than applied to something the person did not see.
 
-Actions are plain POSTs with CSRF through ``operators.services.connectors`` (role, the
-connector's row lock, the state seen, the change and its audit entry in one transaction); the
-answer redirects back with a message, or is the page again with the refusal (403, 409) or the
-form's error (400, nothing attempted).
+Actions are POSTs with CSRF through ``operators.services.connectors`` (role, the connector's
+row lock, the state seen, the change and its audit entry in one transaction): 403 denied, 409
+refused (stale page, double submit, someone faster), 400 a value the form cannot take (nothing
+attempted). The forms post through htmx, whose CSRF header comes from the page (a push renders
+the forms without the request, so without a token field of their own): the answer is the region
+as it is now and the result as a message out of band. Without JavaScript they post as plain
+forms, answered with a redirect and a message, or the page with the refusal.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
@@ -98,7 +103,7 @@ class ConnectorRow:
 
     s: ConnectorState
     anchor: str
-    circuit_since: Any
+    circuit_since: datetime | None  # when the circuit took its state (open: when it opened)
     circuit_label: str
     error_rate: str
     key_text: str
