@@ -62,10 +62,10 @@ from bench.servers import RedisServer
 SIZES = {
     "full": dict(db="saga_bench_flow", workers=2, concurrency=8, burst_runs=10_000, rate=50,
                  circuit_runs=200, circuit_pace=20.0, outage=(2.0, 8.0),
-                 overhead_runs=150, overhead_rounds=7),
+                 overhead_runs=150, overhead_rounds=7, inprocess_effects=1000, inprocess_rounds=7),
     "smoke": dict(db="saga_bench_flow_smoke", workers=2, concurrency=4, burst_runs=150, rate=50,
                   circuit_runs=40, circuit_pace=20.0, outage=(0.5, 2.5),
-                  overhead_runs=15, overhead_rounds=2),
+                  overhead_runs=15, overhead_rounds=2, inprocess_effects=100, inprocess_rounds=2),
 }
 START_BATCH = 500  # runs started per transaction in the burst
 STALL_SECONDS = 90.0  # no run ended for this long: the part gives up and reports what it has
@@ -191,10 +191,71 @@ def wait_ended(workflow: str, runs: int, workers: Workers, *, label: str, deadli
 # --- 1. burst against a limited provider ------------------------------------------------------
 
 
-def burst(size: dict, workers: Workers) -> list[tuple[str, str, str]]:
+class GrantedSampler:
+    """Samples, every 0.1 s while tickets wait, how many tickets the pump has let go whose runs
+    have not yet taken their token (``FlowTicket`` GRANTED): the pump lets no more go than the
+    tokens of its look-ahead, less these."""
+
+    def __init__(self) -> None:
+        self.samples: list[int] = []
+        self.series: list[tuple[float, int, int]] = []  # (time.time(), waiting, granted)
+        self.halt = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="granted-sampler", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        from django.db import connection
+
+        try:
+            while not self.halt.wait(0.1):
+                with connection.cursor() as cur:
+                    cur.execute("SELECT count(*) FILTER (WHERE state = 'waiting'), "
+                                "count(*) FILTER (WHERE state = 'granted') FROM ledger_flowticket")
+                    waiting, granted = cur.fetchone()
+                self.series.append((time.time(), int(waiting), int(granted)))
+                if waiting:
+                    self.samples.append(int(granted))
+        finally:
+            connection.close()
+
+    def stop(self) -> list[int]:
+        self.halt.set()
+        self.thread.join(10)
+        return self.samples
+
+
+def write_trace(path: str, series: list[tuple[float, int, int]], first_start: float) -> None:
+    """Per second of the burst: tickets waiting and granted (the last sample of the second), runs
+    released by the pump, claims, dispatch marks and provider executions."""
+    from django.db import connection
+
+    def per_second(sql: str) -> Counter[int]:
+        with connection.cursor() as cur:
+            cur.execute(sql)
+            return Counter({int(s): int(n) for s, n in cur.fetchall()})
+
+    second = f"floor(extract(epoch FROM {{}}) - {first_start})"
+    released = per_second(f"SELECT {second.format('created_at')}, count(*) FROM sagas_journalentry "
+                          "WHERE kind = 'flow_released' GROUP BY 1")
+    claims = per_second(f"SELECT {second.format('created_at')}, count(*) FROM sagas_journalentry "
+                        "WHERE kind = 'claimed' GROUP BY 1")
+    marks = per_second(f"SELECT {second.format('dispatched_at')}, count(*) FROM ledger_effectrecord "
+                       "WHERE dispatched_at IS NOT NULL GROUP BY 1")
+    executed = per_second(f"SELECT {second.format('created_at')}, count(*) FROM demo_providerexecution GROUP BY 1")
+    tickets = {int(t - first_start): (w, g) for t, w, g in series}
+    last = max([*released, *claims, *marks, *executed, *tickets, 0])
+    with open(path, "w") as out:
+        out.write("second,waiting,granted,released,claims,dispatch_marks,executions\n")
+        for sec in range(last + 1):
+            w, g = tickets.get(sec, ("", ""))
+            out.write(f"{sec},{w},{g},{released[sec]},{claims[sec]},{marks[sec]},{executed[sec]}\n")
+
+
+def burst(size: dict, workers: Workers, trace: str | None = None) -> list[tuple[str, str, str]]:
     from django.db import transaction
 
     from demo.providers import limits
+    from ledger.flow.pump import LOOKAHEAD_SECONDS as LOOKAHEAD
     from ledger.flow.services import Limits, connector_limits_set
     from ledger.models import CircuitChange, ConnectorFlow
     from sagas import start
@@ -205,6 +266,7 @@ def burst(size: dict, workers: Workers) -> list[tuple[str, str, str]]:
     declared = Limits.of(ConnectorFlow.objects.get(connector="email.send"))
     connector_limits_set(connector="email.send", by="bench/flow.py",
                          limits=dataclasses.replace(declared, rate=float(rate), burst=1, max_in_flight=None))
+    sampler = GrantedSampler()
     began = time.perf_counter()
     for first in range(0, n, START_BATCH):
         with transaction.atomic():
@@ -213,6 +275,7 @@ def burst(size: dict, workers: Workers) -> list[tuple[str, str, str]]:
     started_in = time.perf_counter() - began
     counts = wait_ended("flow_send", n, workers, label="burst", deadline=time.monotonic() + 3 * n / rate + 300,
                         report_every=15.0)
+    granted = sampler.stop()
 
     executions = epochs("""SELECT extract(epoch FROM created_at) FROM demo_providerexecution
                             WHERE provider = 'email' AND operation = 'send' ORDER BY created_at""", [])
@@ -240,6 +303,8 @@ def burst(size: dict, workers: Workers) -> list[tuple[str, str, str]]:
                            SELECT min(created_at) AS first FROM sagas_journalentry WHERE kind = 'claimed'
                             GROUP BY run_id) f""", [])[0]
     refused = limits.refused("email", "send")
+    if trace:
+        write_trace(trace, sampler.series, float(first_start))
     changes = list(CircuitChange.objects.filter(connector="email.send").order_by("at", "id")
                    .values_list("state", flat=True))
     limits.limit("email", "send", None)
@@ -276,6 +341,9 @@ def burst(size: dict, workers: Workers) -> list[tuple[str, str, str]]:
          f"{wake[1] * 1000:.0f} / {wake[2] * 1000:.0f} ms" if wake[0] else "-", "the wake-up through the queue"),
         ("... then claimed to dispatched, p50 / p95", f"{wake[3] * 1000:.0f} / {wake[4] * 1000:.0f} ms" if wake[0] else "-",
          "replay, then the token's wait in the thread"),
+        ("tickets let go and not yet taken, sampled every 0.1 s while runs waited: p50 / max",
+         f"{common.median(granted):.0f} / {max(granted)}" if granted else "-",
+         f"the pump keeps at most {rate} x {LOOKAHEAD:g} s + 1 = {int(rate * LOOKAHEAD + 1)}"),
         ("first start to last completion", f"{total:.1f} s", f"N/{rate} = {ideal:.0f} s"),
         ("... against N / rate", f"{100 * over:+.1f} %", "within 10 %" + ("" if over <= 0.10 else ": NOT met")),
     ]
@@ -284,13 +352,48 @@ def burst(size: dict, workers: Workers) -> list[tuple[str, str, str]]:
 # --- 2. the circuit's timeline -----------------------------------------------------------------
 
 
-def read_calls(folder: Path) -> list[tuple[float, str]]:
+def read_calls(folder: Path) -> list[tuple[float, float, str, str]]:
+    """(sent, dispatch marked, outcome, key) of every call bench.flow_mail sent, in order."""
     calls = []
     for path in folder.glob("*.log"):
         for line in path.read_text().splitlines():
-            t, outcome = line.split(" ", 1)
-            calls.append((float(t), outcome))
+            sent, marked, outcome, key = line.split(" ", 3)
+            calls.append((float(sent), float(marked), outcome, key))
     return sorted(calls)
+
+
+class CircuitWatcher:
+    """Reads the circuit's state from its bucket every 2 ms, for when each change became
+    visible (committed): ``CircuitChange.at`` is the time its transaction began deciding it."""
+
+    def __init__(self, connector: str) -> None:
+        self.connector = connector
+        self.seen: list[tuple[float, str]] = []  # (time.time() after the read, state), at each change
+        self.halt = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="circuit-watcher", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        from django.db import connection
+
+        last = None
+        try:
+            with connection.cursor() as cur:
+                while not self.halt.wait(0.002):
+                    cur.execute("SELECT circuit FROM ledger_flowbucket WHERE connector = %s AND key = ''",
+                                [self.connector])
+                    row = cur.fetchone()
+                    state = row[0] if row else "closed"
+                    if state != last:
+                        self.seen.append((time.time(), state))
+                        last = state
+        finally:
+            connection.close()
+
+    def stop(self) -> list[tuple[float, str]]:
+        self.halt.set()
+        self.thread.join(10)
+        return self.seen
 
 
 def circuit(size: dict, workers: Workers, calls_dir: Path) -> tuple[list[tuple[str, str, str]], list[tuple[str, ...]]]:
@@ -306,6 +409,7 @@ def circuit(size: dict, workers: Workers, calls_dir: Path) -> tuple[list[tuple[s
     flow = ConnectorFlow.objects.get(connector=MAIL)
     assert (flow.circuit_failures, flow.circuit_cooldown_seconds) == (5, 2.0), "bench.flow_mail's declared breaker"
     marks: dict[str, float] = {}
+    watcher = CircuitWatcher(MAIL)
     t0 = time.time()
 
     def starter() -> None:
@@ -330,6 +434,7 @@ def circuit(size: dict, workers: Workers, calls_dir: Path) -> tuple[list[tuple[s
     marks["recover"] = time.time()
     thread.join()
     counts = wait_ended("flow_send", n, workers, label="circuit", deadline=time.monotonic() + 120 + n / pace)
+    seen = watcher.stop()
     last_done = one("SELECT extract(epoch FROM max(finished_at)) FROM sagas_workflowrun WHERE workflow_name = 'flow_send'",
                     [])[0]
     changes = [(row.at.timestamp(), row.state, row.failures)
@@ -337,17 +442,33 @@ def circuit(size: dict, workers: Workers, calls_dir: Path) -> tuple[list[tuple[s
     calls = read_calls(calls_dir)
     unknown = EffectRecord.objects.filter(connector=MAIL, status="UNKNOWN").count()
 
-    def state_at(t: float) -> str:
-        state = "closed"
+    def change_at(t: float) -> tuple[float, str]:
+        """(when, state) of the circuit's last change at or before ``t``."""
+        last = (float("-inf"), "closed")
         for at, new, _ in changes:
             if at <= t:
-                state = new
-        return state
+                last = (at, new)
+        return last
+
+    def state_at(t: float) -> str:
+        return change_at(t)[1]
+
+    def seen_open(opened: float) -> float:
+        """When the opening recorded at ``opened`` was first read back committed."""
+        return next((t for t, state in seen if state == "open" and t >= opened), float("inf"))
 
     while_open = [c for c in calls if state_at(c[0]) == "open"]
+    # A call sent while open was let go either before the opening committed (in flight as the
+    # circuit opened: a breaker cannot recall it) or after: the gate let it go while open.
+    let_go_open = [c for c in while_open if c[1] > seen_open(change_at(c[0])[0])]
+    for sent, marked, outcome, key in while_open:
+        opened = change_at(sent)[0]
+        print(f"circuit: a call sent {1000 * (sent - opened):.1f} ms after the circuit opened (recorded; read back "
+              f"committed {1000 * (seen_open(opened) - opened):.1f} ms after), its dispatch marked "
+              f"{1000 * (marked - opened):+.1f} ms from the opening: {outcome} {key}", file=sys.stderr)
     while_half = [c for c in calls if state_at(c[0]) == "half_open"]
     half_periods = sum(1 for _, s, _ in changes if s == "half_open")
-    failed_calls = sum(1 for _, o in calls if o != "ok")
+    failed_calls = sum(1 for c in calls if c[2] != "ok")
     closed_after = [at for at, s, _ in changes if s == "closed" and at >= marks["recover"]]
     to_closed = closed_after[0] - marks["recover"] if closed_after else float("nan")
 
@@ -357,7 +478,7 @@ def circuit(size: dict, workers: Workers, calls_dir: Path) -> tuple[list[tuple[s
     for at, state, failures in changes:
         detail = f"after {failures} failures" if state == "open" and failures else ""
         if state == "half_open":
-            trial = next((o for t, o in calls if t >= at and state_at(t) == "half_open"), None)
+            trial = next((c[2] for c in calls if c[0] >= at and state_at(c[0]) == "half_open"), None)
             detail = f"trial call: {trial or 'none sent'}"
         events.append((at, f"circuit {state}", detail))
     if last_done is not None:
@@ -371,7 +492,10 @@ def circuit(size: dict, workers: Workers, calls_dir: Path) -> tuple[list[tuple[s
          f"provider down from {fail_at:g} s to {recover_at:g} s"),
         ("circuit changes (open / half_open / closed)",
          " / ".join(str(sum(1 for _, s, _ in changes if s == k)) for k in ("open", "half_open", "closed")), ""),
-        ("calls the provider got while the circuit was open", str(len(while_open)), "0"),
+        ("calls the provider got while the circuit was open", str(len(while_open)),
+         "only calls let go before the opening committed"),
+        ("... of them let go after the opening had committed", str(len(let_go_open)),
+         "0 (dispatch mark later than the open state was first read back)"),
         ("calls while half-open / half-open periods", f"{len(while_half)} / {half_periods}", "1 trial each"),
         ("calls that failed (503) in all", str(failed_calls), ""),
         ("UNKNOWN effects", str(unknown), "0"),
@@ -426,6 +550,99 @@ def overhead_round(runs: int, workers: Workers, present: bool) -> float:
     return runs * 20 / float(seconds)
 
 
+class BenchJournal:
+    """The least ``ledger.journal.Journal`` the protocol runs on: entries kept in memory (no
+    journal write), one owner, nothing recorded before. ``run_effect`` on it costs what the
+    ledger costs an effect: its record's two commits, the connector's call, flow control's
+    statements."""
+
+    def __init__(self) -> None:
+        import uuid
+
+        self.run_id, self.tenant, self.seq = str(uuid.uuid4()), "bench-flow", 0
+        self._names: dict[tuple[str, str], int] = {}
+
+    def unique_name(self, name: str, space: str = "call") -> str:
+        count = self._names[(space, name)] = self._names.get((space, name), 0) + 1
+        return name if count == 1 else f"{name}#{count}"
+
+    def effect_key(self, name: str) -> str:
+        return f"{self.run_id}:{name}"
+
+    def replay_next(self, kind: str, name: str, also: frozenset[str] = frozenset()) -> None:
+        return None
+
+    def recorded_event(self, kind: str, name: str) -> None:
+        return None
+
+    def before_live(self) -> None:
+        pass
+
+    def before_retry(self) -> None:
+        pass
+
+    def append(self, kind: str, name: str, payload: str, *, steps: int = 0, cost: float = 0.0) -> int:
+        self.seq += 1
+        return self.seq
+
+    def check_fence(self) -> None:
+        pass
+
+    def durably(self, write, *, kind, name, recorded):  # type: ignore[no-untyped-def]
+        return write()
+
+    def crash_point(self, point: str, name: str) -> None:
+        pass
+
+    def hold(self, hold):  # type: ignore[no-untyped-def]
+        raise AssertionError(f"an unlimited connector was held: {hold}")
+
+
+class GateSkipped:
+    """For scale only, in this process: the protocol's calls into the gate on an effect's
+    path (its key, the admission, the success) replaced by what they answer an unlimited
+    connector without a flow row, without asking the database."""
+
+    def __enter__(self) -> None:
+        from ledger.flow import gate
+
+        self.saved = gate.key_field_of, gate.admit, gate.record_success
+        gate.key_field_of = lambda connector: ""  # type: ignore[assignment]
+        gate.admit = lambda effect, **kwargs: gate.GO  # type: ignore[assignment]
+        gate.record_success = lambda effect: None  # type: ignore[assignment]
+
+    def __exit__(self, *exc: object) -> None:
+        from ledger.flow import gate
+
+        gate.key_field_of, gate.admit, gate.record_success = self.saved
+
+
+def in_process_round(effects: int, variant: str) -> float:
+    """Microseconds per ``run_effect`` on ``bench.flow_noop`` in this process, one thread:
+    ``rows`` (flow rows there), ``none`` (no flow rows), ``skipped`` (no rows, gate not asked)."""
+    import contextlib
+
+    from django.db import connection
+
+    from ledger.protocol import run_effect
+
+    with connection.cursor() as cur:
+        cur.execute("TRUNCATE ledger_effectrecord CASCADE")
+    set_rows(variant == "rows")
+    journal = BenchJournal()
+    with GateSkipped() if variant == "skipped" else contextlib.nullcontext():
+        began = time.perf_counter()
+        for i in range(effects):
+            run_effect(journal, name="e", connector_name=NOOP, payload={"i": i})
+        took = time.perf_counter() - began
+    return took / effects * 1e6
+
+
+def paired(a: list[float], b: list[float]) -> float:
+    """The median of the rounds' ratios b/a, pair by pair (each pair ran one after the other)."""
+    return common.median([y / x for x, y in zip(a, b, strict=True)])
+
+
 def overhead(size: dict, workers: Workers) -> list[tuple[str, str, str]]:
     runs, rounds = size["overhead_runs"], size["overhead_rounds"]
     overhead_round(runs, workers, True)  # warm-up, not counted
@@ -433,15 +650,37 @@ def overhead(size: dict, workers: Workers) -> list[tuple[str, str, str]]:
     for _ in range(rounds):
         for present, samples in ((True, with_rows), (False, without)):
             samples.append(overhead_round(runs, workers, present))
-    set_rows(True)
     a, b = common.median(with_rows), common.median(without)
     slower = b / a - 1
+
+    # The same question in this process, one thread, no queue, no other run: the ledger's own
+    # path per effect, where flow control's statements are a larger share and the noise smaller.
+    effects = size["inprocess_effects"]
+    in_process_round(effects, "rows")  # warm-up
+    per: dict[str, list[float]] = {"rows": [], "none": [], "skipped": []}
+    for _ in range(size["inprocess_rounds"]):
+        for variant, samples in per.items():
+            samples.append(in_process_round(effects, variant))
+    set_rows(True)
+    ra, rb, rc = (common.median(per[v]) for v in ("rows", "none", "skipped"))
+    in_slower = ra / rb - 1
     return [
-        (f"effects/s, flow rows there (unlimited, breaker on), median of {rounds}", f"{a:,.0f}",
+        (f"workers: effects/s, flow rows there (unlimited, breaker on), median of {rounds}", f"{a:,.0f}",
          "rounds: " + ", ".join(f"{x:.0f}" for x in with_rows)),
-        (f"effects/s, no flow rows, median of {rounds}", f"{b:,.0f}", "rounds: " + ", ".join(f"{x:.0f}" for x in without)),
-        ("with rows against without: slower by", f"{100 * slower:+.1f} %",
+        (f"workers: effects/s, no flow rows, median of {rounds}", f"{b:,.0f}",
+         "rounds: " + ", ".join(f"{x:.0f}" for x in without)),
+        ("workers: with rows against without, slower by (medians)", f"{100 * slower:+.1f} %",
          "under 5 %" + ("" if slower < 0.05 else ": NOT met")),
+        ("workers: ... the median of the A/B pairs' ratios", f"{100 * (paired(with_rows, without) - 1):+.1f} %",
+         "each pair one round after the other"),
+        (f"in-process: us per effect, flow rows there, median of {size['inprocess_rounds']} x {effects:,}",
+         f"{ra:.0f}", "rounds: " + ", ".join(f"{x:.0f}" for x in per["rows"])),
+        ("in-process: us per effect, no flow rows", f"{rb:.0f}", "rounds: " + ", ".join(f"{x:.0f}" for x in per["none"])),
+        ("in-process: with rows against without, slower by (medians)", f"{100 * in_slower:+.1f} %",
+         "under 5 %" + ("" if in_slower < 0.05 else ": NOT met")),
+        ("in-process, for scale: us per effect, the gate not asked at all", f"{rc:.0f}",
+         f"flow control's statements: {ra - rc:+.0f} us ({100 * (ra / rc - 1):+.1f} %) with rows, "
+         f"{rb - rc:+.0f} us without"),
     ]
 
 
@@ -453,6 +692,7 @@ def main() -> int:
     parser.add_argument("--smoke", action="store_true", help="tiny sizes (the test suite runs this)")
     parser.add_argument("--parts", default="123", help="which parts to run (default 123)")
     parser.add_argument("--runs", type=int, default=None, help="runs in the burst")
+    parser.add_argument("--trace", default=None, help="write the burst's per-second figures to this CSV file")
     args = parser.parse_args()
     size = dict(SIZES["smoke" if args.smoke else "full"])
     if args.runs:
@@ -482,7 +722,7 @@ def main() -> int:
         if "1" in args.parts:
             rows.append((f"**1. burst: {size['burst_runs']:,} runs, provider and connector at {size['rate']}/s**",
                          "", ""))
-            rows += burst(size, workers)
+            rows += burst(size, workers, args.trace)
         if "2" in args.parts:
             rows.append(("**2. circuit: 5 failures open it, 2 s cool-down**", "", ""))
             circuit_rows, timeline = circuit(size, workers, calls_dir)

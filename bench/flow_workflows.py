@@ -9,8 +9,9 @@
 ``bench.flow_mail`` is the demo's ``email.send`` (same provider endpoint, same errors, neither
 idempotent nor with a lookup) declaring the circuit breaker the timeline is about (5 failures,
 2 s cool-down), and writing one line per call it sends (``time.time()`` just before the
-request, and how it ended) to ``$BENCH_FLOW_CALLS/<pid>.log``: what the provider saw and when,
-to set against the circuit's changes.
+request, the dispatch mark the gate's transaction gave this attempt, how it ended, the key) to
+``$BENCH_FLOW_CALLS/<pid>.log``: what the provider saw and when, to set against the circuit's
+changes.
 """
 
 from __future__ import annotations
@@ -27,12 +28,20 @@ from sagas import Context, workflow
 _log_lock = threading.Lock()
 
 
-def _log_call(sent: float, outcome: str) -> None:
+def _log_call(sent: float, marked: float, outcome: str, key: str) -> None:
     folder = os.environ.get("BENCH_FLOW_CALLS")
     if not folder:
         return
     with _log_lock, open(os.path.join(folder, f"{os.getpid()}.log"), "a") as log:
-        log.write(f"{sent:.6f} {outcome}\n")
+        log.write(f"{sent:.6f} {marked:.6f} {outcome} {key}\n")
+
+
+def _marked_at(key: str) -> float:
+    """When the gate let this attempt go: its record's dispatch mark, committed just before."""
+    from ledger.models import EffectRecord
+
+    at = EffectRecord.objects.filter(idempotency_key=key).values_list("dispatched_at", flat=True).first()
+    return at.timestamp() if at is not None else 0.0
 
 
 @connector("bench.flow_mail")
@@ -45,6 +54,7 @@ class FlakyMail(SendEmail):
     circuit_cooldown_seconds = 2.0
 
     def execute(self, payload: dict[str, Any], *, key: str) -> dict[str, Any]:
+        marked = _marked_at(key)
         sent = time.time()
         outcome = "ok"
         try:
@@ -53,7 +63,7 @@ class FlakyMail(SendEmail):
             outcome = type(exc).__name__
             raise
         finally:
-            _log_call(sent, outcome)
+            _log_call(sent, marked, outcome, key)
 
 
 @connector("bench.flow_noop")

@@ -6,8 +6,8 @@ flow control's rows. It uses its own database (saga_bench_flow_smoke) and a priv
 server (every database of the shared one is taken), never the tests' or a full run's. About
 30 s here. The full run's targets (within 10 % of N / 50 s; under 5 % slower) are the full
 run's business (bench/README.md); here what a user would notice: the provider never saw more
-than its limit in a second, no run failed or was left UNKNOWN, and nothing reached the provider
-while the circuit was open but its trial.
+than its limit in a second, no run failed or was left UNKNOWN, and no call was let go while the
+circuit was open but its trial.
 """
 
 from __future__ import annotations
@@ -42,7 +42,9 @@ def test_flow_control_keeps_the_provider_under_its_limit_and_the_circuit_sends_o
     # 2. the circuit opened, let one trial through per half-open spell, and closed again.
     opened, half_open, closed = (int(n) for n in rows["circuit changes (open / half_open / closed)"][0].split(" / "))
     assert opened >= 1 and half_open >= 1 and closed >= 1, output
-    assert rows["calls the provider got while the circuit was open"] == ["0"], output
+    # A call let go just before the opening committed may still be on its way (a breaker cannot
+    # recall it); none may be let go once the open state is there to read.
+    assert rows["... of them let go after the opening had committed"] == ["0"], output
     calls, periods = rows["calls while half-open / half-open periods"][0].split(" / ")
     assert calls == periods, output
     assert (circuit_not_completed, circuit_unknown) == ("0", "0"), output
