@@ -5,9 +5,14 @@
 
 Its own database (``saga_bench_flow``; ``saga_bench_flow_smoke`` with ``--smoke``), which the
 simulated providers share for their books, and its own Redis: every database of the shared
-server is taken already (0 development, 1, 2 and 10-14 the other benchmarks, 3-9 and 15 the test
+Redis is taken already (0 development, 1, 2 and 10-14 the other benchmarks, 3-9 and 15 the test
 sessions), so this script starts a private ``redis-server`` on a free port (``bench/servers.py``)
-and removes it at exit. ``--workers`` ``sagas_worker`` processes at ``--concurrency`` threads
+and removes it at exit. The full size also puts its database on a private PostgreSQL server
+(``--pg private``, the default; set as the shared one is: fsync and full-page writes on, 128 MB
+of shared buffers): its workers, pump threads and the providers' request threads hold some 45
+connections, and on the shared server (``max_connections`` 100) beside the test suites' sessions
+a run once found it full ("too many clients": the providers answered 500 and 7 effects went
+UNKNOWN, which opened the circuit). The smoke (2 x 4 threads) uses the shared server. ``--workers`` ``sagas_worker`` processes at ``--concurrency`` threads
 (2 x 8; the smoke 2 x 4), started once, run every part; workflows and connectors are in
 ``bench/flow_workflows.py``. Three parts, one table:
 
@@ -57,7 +62,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import common
-from bench.servers import RedisServer
+from bench.servers import PostgresServer, RedisServer
 
 SIZES = {
     "full": dict(db="saga_bench_flow", workers=2, concurrency=8, burst_runs=10_000, rate=50,
@@ -74,6 +79,17 @@ MAIL, NOOP = "bench.flow_mail", "bench.flow_noop"
 
 
 # --- set-up -------------------------------------------------------------------------------
+
+
+def start_private_postgres(pg: PostgresServer, db: str) -> None:
+    """A private server set as the shared one is (fsync, full-page writes, 128 MB of shared
+    buffers: bench/servers.py turns the first two off for tests), holding ``db``."""
+    pg.start()
+    with pg.connect() as conn:
+        for setting in ("fsync = on", "full_page_writes = on", "shared_buffers = '128MB'"):
+            conn.execute(f"ALTER SYSTEM SET {setting}")
+    pg.restart("fast")
+    pg.create_database(db)
 
 
 def truncate() -> None:
@@ -692,27 +708,36 @@ def main() -> int:
     parser.add_argument("--smoke", action="store_true", help="tiny sizes (the test suite runs this)")
     parser.add_argument("--parts", default="123", help="which parts to run (default 123)")
     parser.add_argument("--runs", type=int, default=None, help="runs in the burst")
+    parser.add_argument("--pg", choices=("private", "shared"), default=None,
+                        help="PostgreSQL: a private server (default for the full size) or the shared one (the smoke's)")
     parser.add_argument("--trace", default=None, help="write the burst's per-second figures to this CSV file")
     args = parser.parse_args()
     size = dict(SIZES["smoke" if args.smoke else "full"])
+    args.pg = args.pg or ("shared" if args.smoke else "private")
     if args.runs:
         size["burst_runs"] = args.runs
     log_dir = Path(tempfile.mkdtemp(prefix="bench-flow-"))
     calls_dir = log_dir / "calls"
     calls_dir.mkdir()
     redis = RedisServer()
+    pg = PostgresServer(max_connections=200) if args.pg == "private" else None
     providers = workers = None
     ok = False
     try:
         redis.start()
-        common.BENCH_DB = common.BENCH_DB.rsplit("/", 1)[0] + "/" + size["db"]
+        if pg is not None:
+            start_private_postgres(pg, size["db"])
+            common.BENCH_DB = pg.url(size["db"])
+        else:
+            common.BENCH_DB = common.BENCH_DB.rsplit("/", 1)[0] + "/" + size["db"]
         common.BENCH_REDIS = redis.url(0)
         extra = dict(SAGAS_MODULES="bench.flow_workflows", BENCH_FLOW_CALLS=str(calls_dir))
         common.setup_django(**extra)
         truncate()
         providers, url = common.start_providers(common.bench_env(**extra))
         env = common.bench_env(DEMO_PROVIDERS_URL=url, **extra)
-        print(f"{time.strftime('%H:%M:%S')} bench/flow.py: database {size['db']}, private Redis :{redis.port}, "
+        where = f"private PostgreSQL :{pg.port}" if pg is not None else "the shared PostgreSQL"
+        print(f"{time.strftime('%H:%M:%S')} bench/flow.py: database {size['db']} on {where}, private Redis :{redis.port}, "
               f"providers {url}, {size['workers']} workers x {size['concurrency']} threads, logs {log_dir}",
               file=sys.stderr, flush=True)
         workers = Workers(size["workers"], size["concurrency"], env, log_dir)
@@ -741,7 +766,8 @@ def main() -> int:
         traceback.print_exc()
     finally:
         for step in (workers.stop if workers is not None else None,
-                     providers.kill if providers is not None else None, redis.cleanup):
+                     providers.kill if providers is not None else None, redis.cleanup,
+                     pg.cleanup if pg is not None else None):
             if step is not None:
                 try:
                     step()
