@@ -111,7 +111,10 @@ class EffectRecord(models.Model):
             models.Index(fields=["connector", "flow_key", "dispatched_at"], condition=Q(status="IN_PROGRESS"),
                          name="effect_in_flight"),
             # Each connector's calls by when they ended: the connectors page's latency and errors.
-            models.Index(fields=["connector", "completed_at"], name="effect_completed"),
+            # Partial (ended calls only), so the open effects' queue, whose rows have none, never
+            # picks it for its connector filter over effect_open_context.
+            models.Index(fields=["connector", "completed_at"], condition=Q(completed_at__isnull=False),
+                         name="effect_completed"),
             # And effect_open_connector, for the queue's connector filter, in migration 0005 only:
             # its predicate is one Django's Index cannot state.
         ]

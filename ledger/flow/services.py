@@ -73,7 +73,7 @@ class Limits:
             if whole and int(value) != value:
                 raise InvalidFlowSetting(f"{name} must be a whole number, not {value!r}")
             if not low <= value <= high:
-                raise InvalidFlowSetting(f"{name} must be between {low:g} and {high:g}, not {value!r}")
+                raise InvalidFlowSetting(f"{name} must be between {_number(low)} and {_number(high)}, not {value!r}")
 
         if self.rate is not None:
             number("rate (calls per second)", self.rate, low=0.001, high=MAX_RATE, whole=False)
@@ -89,6 +89,11 @@ class Limits:
                 f"the limit key must be empty, \"tenant\" or a payload field name (letters, digits, . _ -; "
                 f"at most {KEY_FIELD_CHARS}), not {key!r}")
         return self
+
+
+def _number(value: float) -> str:
+    """1000000 as "1,000,000", 0.001 as "0.001": as a person reads a bound."""
+    return f"{int(value):,}" if float(value).is_integer() else f"{value:,g}"
 
 
 def sync_declared() -> int:

@@ -71,9 +71,12 @@ def note_taken(run_id: str) -> None:
             del _taken[next(iter(_taken))]
 
 
-def was_taken(run_id: str) -> bool:
-    """Whether a fast thread of this process took ``run_id`` (forgotten once asked)."""
+def was_taken(run_id: str, *, forget: bool = True) -> bool:
+    """Whether a fast thread of this process took ``run_id`` (forgotten once asked, unless not
+    ``forget``)."""
     with _taken_lock:
+        if not forget:
+            return run_id in _taken
         return _taken.pop(run_id, 0) is None
 
 
@@ -134,6 +137,15 @@ class DispatchListener(threading.Thread):
         finally:
             for _ in self.fast:
                 self.handoff.put(None)
+
+    def drain(self, *, timeout: float) -> None:
+        """On the worker's way out (its stop event set): let each fast thread finish the run it
+        holds, which hands itself back at its next step boundary (``shutdown_requested``)."""
+        for _ in self.fast:
+            self.handoff.put(None)
+        for thread in self.fast:
+            if thread.is_alive():
+                thread.join(timeout=timeout)
 
     def _heard(self, payload: str) -> None:
         run_id, _, rest = payload.partition(" ")

@@ -288,20 +288,24 @@ class LeanAdvanceJobs(_WorkerMixin):
     registry, ``failure_ttl``). Every other job gets RQ's whole lifecycle.
     """
 
+    def _clear_taken(self, job: Job, queue: Queue, run_id: str) -> None:
+        dispatch.was_taken(run_id)  # forget it: a later job for the run is a new wake-up
+        with self.connection.pipeline(transaction=False) as done:
+            done.delete(marker_key(run_id))
+            done.delete(job.key)
+            done.lrem(queue.intermediate_queue_key, 1, job.id)
+            try:
+                done.execute()
+            except _REDIS_ERRORS as exc:
+                log.warning("could not clear the job of %s taken by the fast path: %s", run_id, exc)
+
     def execute_job(self, job: Job, queue: Queue) -> None:
         if job.func_name != ADVANCE_JOB or len(job.args) != 1 or job.kwargs:
             super().execute_job(job, queue)
             return
         run_id = str(job.args[0])
-        if dispatch.was_taken(run_id):  # the fast path has (or had) it: clear the job away, nothing else
-            with self.connection.pipeline(transaction=False) as done:
-                done.delete(marker_key(run_id))
-                done.delete(job.key)
-                done.lrem(queue.intermediate_queue_key, 1, job.id)
-                try:
-                    done.execute()
-                except _REDIS_ERRORS as exc:
-                    log.warning("could not clear the job of %s taken by the fast path: %s", run_id, exc)
+        if dispatch.was_taken(run_id, forget=False):  # the fast path had it: clear the job away, nothing else
+            self._clear_taken(job, queue, run_id)
             return
         job.started_at = datetime.now(UTC)
         with self.connection.pipeline(transaction=False) as before:
@@ -313,7 +317,9 @@ class LeanAdvanceJobs(_WorkerMixin):
                 log.warning("could not clear queue marker for %s: %s", run_id, exc)
         try:
             with _slot():  # the process's concurrency, shared with the fast dispatch path
-                jobs.advance_now(run_id)
+                # The fast path may have taken the run while this thread waited for the slot.
+                if not dispatch.was_taken(run_id):
+                    jobs.advance_now(run_id)
         except Exception:
             job.ended_at = datetime.now(UTC)
             exc_info = sys.exc_info()

@@ -85,16 +85,18 @@ class Command(NoPageCommand):
             self.stderr.write("no workflows are registered: set SAGAS_MODULES or add workflows.py to an app")
             return
         dispatch.install_slots(concurrency)
+        listener: dispatch.DispatchListener | None = None
         if options["burst"]:
             if not options["no_sweep"]:
                 recovery.try_sweep_locked()
         else:
             background.start()
             if dispatch.enabled():  # runs made runnable reach an idle thread on their commit
-                dispatch.DispatchListener(
-                    name=name, size=concurrency, stop=background.stop_event,
+                listener = dispatch.DispatchListener(
+                    name=name, size=min(concurrency, settings.SAGAS_DISPATCH_THREADS), stop=background.stop_event,
                     hash_prefixes=frozenset(h[:16] for d in definitions for h in d.accepted_hashes),
-                ).start()
+                )
+                listener.start()
         if options["ready_file"]:
             readiness.ready_file_write(options["ready_file"], name=name, started_at=background.started_at,
                                        definitions=definitions, concurrency=concurrency)
@@ -108,6 +110,8 @@ class Command(NoPageCommand):
                 if options["ready_file"]:
                     readiness.ready_file_remove(options["ready_file"])
                 background.stop_event.set()
+                if listener is not None:  # a run a fast thread holds is handed back first
+                    listener.drain(timeout=float(settings.SAGAS_LEASE_TTL))
                 services.worker_stopped(name=name)
             return
         pool = WorkerPool(
@@ -120,6 +124,8 @@ class Command(NoPageCommand):
             if options["ready_file"]:
                 readiness.ready_file_remove(options["ready_file"])
             background.stop_event.set()
+            if listener is not None:
+                listener.drain(timeout=float(settings.SAGAS_LEASE_TTL))
             services.worker_stopped(name=name)
         if not clean:
             raise CommandError(f"a worker thread of {name} stopped on an error; see the log above")
