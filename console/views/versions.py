@@ -1,4 +1,12 @@
-"""The versions page (live region ``versions_list``) and the source diff between two versions."""
+"""The versions page (live region ``versions_list``) and the source diff between two versions.
+
+The page's actions (pause and resume a workflow) are POSTs with CSRF through
+``operators.services.runs``: 403 denied, 409 refused (stale page, someone faster), 400 a value
+the form cannot take. The forms post through htmx, whose CSRF header comes from the page (a push
+renders the region without the request, so its forms have no token field of their own): the
+answer is the region as it is now and the result as a message out of band. Without JavaScript
+they post as plain forms, answered with a redirect and a message, or the page with the refusal.
+"""
 
 from __future__ import annotations
 
@@ -36,6 +44,7 @@ from console.views.base import (
     live_context,
     viewer_required,
 )
+from console.views.notices import message_oob
 from operators import roles
 from operators.selectors.tenancy import may_see, tenants_of
 from operators.services.actions import Denied, Incomplete, Refused
@@ -61,12 +70,16 @@ def versions_fragment(user: User, params: dict[str, str]) -> str:
     return render_to_string("console/versions_live.html", _versions_context(user, params))
 
 
+def _page(request: ConsoleRequest, *, status: int = 200) -> HttpResponse:
+    context = _versions_context(request.user, {})
+    context.update(live_context([VERSIONS_FRAGMENT]))
+    return render(request, "console/versions.html", context, status=status)
+
+
 @require_GET
 @viewer_required
 def versions(request: ConsoleRequest) -> HttpResponse:
-    context = _versions_context(request.user, {})
-    context.update(live_context([VERSIONS_FRAGMENT]))
-    return render(request, "console/versions.html", context)
+    return _page(request)
 
 
 def _version_or_404(value: str | None) -> WorkflowVersion:
@@ -88,29 +101,40 @@ def version_diff(request: ConsoleRequest) -> HttpResponse:
     return render(request, "console/versions_diff.html", context)
 
 
+def _answer(request: ConsoleRequest, *, status: int = 200, error: str = "", notice: str = "",
+            workflow: str = "") -> HttpResponse:
+    """For htmx: the region as it is now and the result as a message (out of band). Without
+    JavaScript: the page again with the message (an error), or back to the workflow (done)."""
+    if request.htmx:
+        html = render_to_string("console/versions_live.html", _versions_context(request.user, {}), request=request)
+        return HttpResponse(html + message_oob(error=error, notice=notice), status=status)
+    if status >= 400:
+        if status == 400:
+            return bad_request(request, error)
+        if status == 403:
+            raise PermissionDenied(error)
+        messages.error(request, error)
+        return _page(request, status=status)
+    messages.success(request, notice)
+    return redirect(f"{reverse('console:versions')}#workflow-{slugify(workflow)}")
+
+
 def _workflow_action(request: ConsoleRequest, action: str, act: Callable[..., Any],
                      done: Callable[[str, Any, int | None], str]) -> HttpResponse:
-    """Pause or resume a workflow from the versions page (a plain POST, then back to the page
-    with what happened). The service checks the role and the tenants and audits every attempt."""
+    """Pause or resume a workflow from the versions page, answered as ``_answer`` says. The
+    service checks the role and the tenants and audits every attempt."""
     fields, problem = action_input(request, WorkflowPauseForm, action)
     if problem:
-        return bad_request(request, problem)
+        return _answer(request, status=400, error=problem)
     name = fields["workflow"]
     version = posted_version(fields.get("version"))
     try:
         result = act(actor_of(request), name=name, version=version, reason=fields["reason"],
                      expected=fields["expected"] or None)
-    except Denied as exc:
-        raise PermissionDenied(str(exc)) from exc
-    except Incomplete as exc:
-        return bad_request(request, str(exc))
-    except Refused as exc:
-        messages.error(request, str(exc))
-        context = _versions_context(request.user, {})
-        context.update(live_context([VERSIONS_FRAGMENT]))
-        return render(request, "console/versions.html", context, status=409)
-    messages.success(request, done(name, result, version))
-    return redirect(f"{reverse('console:versions')}#workflow-{slugify(name)}")
+    except (Denied, Incomplete, Refused) as exc:
+        status = 403 if isinstance(exc, Denied) else 400 if isinstance(exc, Incomplete) else 409
+        return _answer(request, status=status, error=str(exc))
+    return _answer(request, notice=done(name, result, version), workflow=name)
 
 
 def _which(name: str, version: int | None) -> str:
