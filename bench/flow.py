@@ -38,7 +38,11 @@ UNKNOWN, which opened the circuit). The smoke (2 x 4 threads) uses the shared se
    on; and its ``FlowBucket``, as after any failure) against none at all (both rows deleted
    while the workers run: ``sync_declared`` only writes them at a worker's start-up). Rounds
    alternate A/B/A/B on the same workers, tables emptied before each; medians and their ratio
-   (target: under 5 % slower).
+   (target: under 5 % slower). Then the same in this process, one thread, ``run_effect``
+   through a journal kept in memory (the ledger's own path: its record's two commits and flow
+   control's statements), in batches of 50 with the variants in turn, and a third variant for
+   scale: the gate's three calls on that path (the connector's key, the admission, the
+   success) answered without asking the database, which is what flow control costs in all.
 
 The exit status is 1 when the bench itself could not run (a worker died, runs never ended);
 a missed target is printed, not an error.
@@ -67,10 +71,10 @@ from bench.servers import PostgresServer, RedisServer
 SIZES = {
     "full": dict(db="saga_bench_flow", workers=2, concurrency=8, burst_runs=10_000, rate=50,
                  circuit_runs=200, circuit_pace=20.0, outage=(2.0, 8.0),
-                 overhead_runs=150, overhead_rounds=7, inprocess_effects=1000, inprocess_rounds=7),
+                 overhead_runs=150, overhead_rounds=7, inprocess_batch=50, inprocess_cycles=60),
     "smoke": dict(db="saga_bench_flow_smoke", workers=2, concurrency=4, burst_runs=150, rate=50,
                   circuit_runs=40, circuit_pace=20.0, outage=(0.5, 2.5),
-                  overhead_runs=15, overhead_rounds=2, inprocess_effects=100, inprocess_rounds=2),
+                  overhead_runs=15, overhead_rounds=2, inprocess_batch=20, inprocess_cycles=3),
 }
 START_BATCH = 500  # runs started per transaction in the burst
 STALL_SECONDS = 90.0  # no run ended for this long: the part gives up and reports what it has
@@ -633,19 +637,15 @@ class GateSkipped:
         gate.key_field_of, gate.admit, gate.record_success = self.saved
 
 
-def in_process_round(effects: int, variant: str) -> float:
-    """Microseconds per ``run_effect`` on ``bench.flow_noop`` in this process, one thread:
-    ``rows`` (flow rows there), ``none`` (no flow rows), ``skipped`` (no rows, gate not asked)."""
+def in_process_batch(journal: BenchJournal, effects: int, variant: str) -> float:
+    """Microseconds per ``run_effect`` on ``bench.flow_noop`` in this process, one thread, over
+    ``effects`` effects: ``rows`` (flow rows there), ``none`` (no flow rows), ``skipped`` (no rows,
+    and the gate not asked)."""
     import contextlib
-
-    from django.db import connection
 
     from ledger.protocol import run_effect
 
-    with connection.cursor() as cur:
-        cur.execute("TRUNCATE ledger_effectrecord CASCADE")
     set_rows(variant == "rows")
-    journal = BenchJournal()
     with GateSkipped() if variant == "skipped" else contextlib.nullcontext():
         began = time.perf_counter()
         for i in range(effects):
@@ -655,7 +655,7 @@ def in_process_round(effects: int, variant: str) -> float:
 
 
 def paired(a: list[float], b: list[float]) -> float:
-    """The median of the rounds' ratios b/a, pair by pair (each pair ran one after the other)."""
+    """The median of the ratios b/a, pair by pair (each pair ran one right after the other)."""
     return common.median([y / x for x, y in zip(a, b, strict=True)])
 
 
@@ -670,16 +670,23 @@ def overhead(size: dict, workers: Workers) -> list[tuple[str, str, str]]:
     slower = b / a - 1
 
     # The same question in this process, one thread, no queue, no other run: the ledger's own
-    # path per effect, where flow control's statements are a larger share and the noise smaller.
-    effects = size["inprocess_effects"]
-    in_process_round(effects, "rows")  # warm-up
-    per: dict[str, list[float]] = {"rows": [], "none": [], "skipped": []}
-    for _ in range(size["inprocess_rounds"]):
-        for variant, samples in per.items():
-            samples.append(in_process_round(effects, variant))
+    # path per effect, where flow control's statements are a larger share. Small batches, the
+    # variants in turn (their order rotated each cycle), so a busy minute weighs on each alike.
+    from django.db import connection
+
+    with connection.cursor() as cur:
+        cur.execute("TRUNCATE ledger_effectrecord CASCADE")
+    journal, batch, cycles = BenchJournal(), size["inprocess_batch"], size["inprocess_cycles"]
+    variants = ["rows", "none", "skipped"]
+    in_process_batch(journal, batch, "rows")  # warm-up
+    per: dict[str, list[float]] = {v: [] for v in variants}
+    for cycle in range(cycles):
+        for variant in variants[cycle % 3:] + variants[:cycle % 3]:
+            per[variant].append(in_process_batch(journal, batch, variant))
     set_rows(True)
-    ra, rb, rc = (common.median(per[v]) for v in ("rows", "none", "skipped"))
+    ra, rb, rc = (common.median(per[v]) for v in variants)
     in_slower = ra / rb - 1
+    in_paired = paired(per["none"], per["rows"]) - 1
     return [
         (f"workers: effects/s, flow rows there (unlimited, breaker on), median of {rounds}", f"{a:,.0f}",
          "rounds: " + ", ".join(f"{x:.0f}" for x in with_rows)),
@@ -689,13 +696,16 @@ def overhead(size: dict, workers: Workers) -> list[tuple[str, str, str]]:
          "under 5 %" + ("" if slower < 0.05 else ": NOT met")),
         ("workers: ... the median of the A/B pairs' ratios", f"{100 * (paired(with_rows, without) - 1):+.1f} %",
          "each pair one round after the other"),
-        (f"in-process: us per effect, flow rows there, median of {size['inprocess_rounds']} x {effects:,}",
-         f"{ra:.0f}", "rounds: " + ", ".join(f"{x:.0f}" for x in per["rows"])),
-        ("in-process: us per effect, no flow rows", f"{rb:.0f}", "rounds: " + ", ".join(f"{x:.0f}" for x in per["none"])),
+        (f"in-process: us per effect, flow rows there, median of {cycles} batches of {batch}", f"{ra:.0f}",
+         f"p10-p90 {common.percentile(per['rows'], 10):.0f}-{common.percentile(per['rows'], 90):.0f}"),
+        ("in-process: us per effect, no flow rows", f"{rb:.0f}",
+         f"p10-p90 {common.percentile(per['none'], 10):.0f}-{common.percentile(per['none'], 90):.0f}"),
         ("in-process: with rows against without, slower by (medians)", f"{100 * in_slower:+.1f} %",
          "under 5 %" + ("" if in_slower < 0.05 else ": NOT met")),
+        ("in-process: ... the median of the cycles' ratios", f"{100 * in_paired:+.1f} %",
+         "each cycle runs the three variants back to back"),
         ("in-process, for scale: us per effect, the gate not asked at all", f"{rc:.0f}",
-         f"flow control's statements: {ra - rc:+.0f} us ({100 * (ra / rc - 1):+.1f} %) with rows, "
+         f"flow control's statements cost {ra - rc:+.0f} us ({100 * (ra / rc - 1):+.1f} %) with rows, "
          f"{rb - rc:+.0f} us without"),
     ]
 
