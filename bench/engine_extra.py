@@ -116,8 +116,9 @@ class Dispatch:
         return self.start_call + self.to_claim + self.to_step
 
 
-BUSY_QUEUE = "sagas_busy"  # SAGAS_QUEUE of the busy worker and its feeder: their runs never reach the idle worker
-BUSY_BACKLOG = 10  # bench_pure20 runs the feeder keeps waiting for the busy worker (about 0.3 s of work)
+BUSY_QUEUE = "sagas_busy"  # SAGAS_QUEUE of the busy worker and its feeder
+BUSY_MODULES = "bench.workflows_busy"  # and their only workflow: the measured worker has no code for it
+BUSY_BACKLOG = 10  # bench_busy20 runs the feeder keeps waiting for the busy worker (about 0.3 s of work)
 
 
 @dataclass(frozen=True)
@@ -138,9 +139,11 @@ def dispatch_samples(samples: int, *, busy: bool = False) -> DispatchRun:
     blocked in its dequeue when the wake-up arrives, not working off a backlog.
 
     ``busy``: meanwhile another worker process (concurrency 1, no sweep) drains
-    ``bench_pure20`` runs that a feeder process keeps ``BUSY_BACKLOG`` deep. Both use their
-    own queue prefix (``SAGAS_QUEUE``), so the measured worker stays idle between its
-    samples: the load is the machine's (CPU, PostgreSQL, Redis), not a queue to wait in.
+    ``bench_busy20`` runs that a feeder process keeps ``BUSY_BACKLOG`` deep. Both use their
+    own queue prefix (``SAGAS_QUEUE``) and load only their own workflow (``SAGAS_MODULES``:
+    the fast dispatch path hands a run to any worker with its code), so the measured worker
+    stays idle between its samples: the load is the machine's (CPU, PostgreSQL, Redis), not
+    a queue to wait in.
     The journal is checked afterwards: each worker claimed only its own kind of run."""
     from sagas import start
     from sagas.models import JournalEntry, WorkflowRun
@@ -150,12 +153,12 @@ def dispatch_samples(samples: int, *, busy: bool = False) -> DispatchRun:
     with Workers(common.bench_env()) as workers:
         measured = workers.spawn("--name", "bench-dispatch")
         if busy:
-            busy_env = common.bench_env(SAGAS_QUEUE=BUSY_QUEUE)
+            busy_env = common.bench_env(SAGAS_QUEUE=BUSY_QUEUE, SAGAS_MODULES=BUSY_MODULES)
             loader = workers.spawn("--no-sweep", "--name", "bench-busy", env=busy_env)
             workers.spawn_command([sys.executable, str(Path(__file__).resolve()), "--feed", str(BUSY_BACKLOG)],
                                   busy_env)
             _wait_listening(loader)
-            _wait(lambda: WorkflowRun.objects.filter(workflow_name="bench_pure20", status="COMPLETED").exists(),
+            _wait(lambda: WorkflowRun.objects.filter(workflow_name="bench_busy20", status="COMPLETED").exists(),
                   60, "the busy worker to complete a run")
         _wait_listening(measured)
         t_begin = time.time()
@@ -184,28 +187,29 @@ def _busy_check(t_begin: float, t_end: float) -> float:
                         WHERE j.kind = 'claimed' GROUP BY 1, 2""")
         claims = {(name, who): n for name, who, n in cur.fetchall()}
         cur.execute("""SELECT count(*) FROM sagas_journalentry j JOIN sagas_workflowrun r ON r.id = j.run_id
-                        WHERE r.workflow_name = 'bench_pure20' AND j.kind = 'step'
+                        WHERE r.workflow_name = 'bench_busy20' AND j.kind = 'step'
                           AND j.created_at BETWEEN to_timestamp(%s) AND to_timestamp(%s)""", [t_begin, t_end])
         (steps,) = cur.fetchone()
-    if set(claims) - {("bench_dispatch", "bench-dispatch"), ("bench_pure20", "bench-busy")}:
+    if set(claims) - {("bench_dispatch", "bench-dispatch"), ("bench_busy20", "bench-busy")}:
         raise RuntimeError(f"a worker claimed a run of the other's kind: {claims}")
     return steps / (t_end - t_begin)
 
 
 def feed(backlog: int) -> None:
-    """The busy worker's feeder (``--feed``): keeps ``backlog`` bench_pure20 runs not yet
+    """The busy worker's feeder (``--feed``): keeps ``backlog`` bench_busy20 runs not yet
     completed, started five at a time in one transaction, until it is killed."""
     from django.db import transaction
 
+    import bench.workflows_busy  # noqa: F401  (registers bench_busy20: setup_django loads bench.workflows only)
     from sagas import start
     from sagas.models import WorkflowRun
 
     while True:
-        waiting = WorkflowRun.objects.filter(workflow_name="bench_pure20").exclude(status="COMPLETED").count()
+        waiting = WorkflowRun.objects.filter(workflow_name="bench_busy20").exclude(status="COMPLETED").count()
         if waiting < backlog:
             with transaction.atomic():
                 for _ in range(5):
-                    start("bench_pure20", {})
+                    start("bench_busy20", {})
         else:
             time.sleep(0.02)
 
@@ -435,7 +439,7 @@ def _p(values: list[float], scale: float, fmt: str) -> str:
 def _breakdown(runs: list[DispatchRun]) -> str:
     dispatch = [d for r in runs for d in r.samples]
     return ("start() " + _p([d.start_call for d in dispatch], 1000, ".1f")
-            + "; to claim (RQ wake-up, job preamble) " + _p([d.to_claim for d in dispatch], 1000, ".1f")
+            + "; to claim (from start() returning: the NOTIFY wake-up, or RQ's when the fast thread is busy; negative when the claim began before start() returned) " + _p([d.to_claim for d in dispatch], 1000, ".1f")
             + "; claim to first step " + _p([d.to_step for d in dispatch], 1000, ".1f"))
 
 

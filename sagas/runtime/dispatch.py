@@ -104,8 +104,10 @@ class DispatchListener(threading.Thread):
                             "isolation_level", "assume_role", "pool"):
             params.pop(django_only, None)
         params.setdefault("connect_timeout", 5)
-        params.update(application_name=f"sagas-dispatch {self.worker_name}"[:63], keepalives=1,
-                      keepalives_idle=10, keepalives_interval=5, keepalives_count=3)
+        # The process's own name (``sagas_worker <name>``, set by the command): an operator who
+        # ends a worker's sessions by name in pg_stat_activity ends this one too, and it reconnects.
+        params.setdefault("application_name", f"sagas_worker {self.worker_name}"[:63])
+        params.update(keepalives=1, keepalives_idle=10, keepalives_interval=5, keepalives_count=3)
         return params
 
     def run(self) -> None:

@@ -1,8 +1,9 @@
 """Redis stopped for 20 s under real workers and a client starting runs.
 
 Redis only carries wake-ups: while it is down, ``start()`` still commits the run in
-PostgreSQL and returns, workers keep their process and reconnect by themselves,
-and once it is back the sweeper enqueues every run that no queue holds.
+PostgreSQL and returns, workers keep their process and reconnect by themselves, a worker
+with a free fast thread takes a new run from PostgreSQL's announcement (no Redis on that
+path), and once Redis is back the sweeper enqueues every run that no queue holds.
 """
 
 from __future__ import annotations
@@ -46,7 +47,11 @@ def test_it_starts_and_completes_every_run_across_a_redis_outage(faults):
     print(f"\nRedis down {OUTAGE:g}s: {len(during)} start() calls meanwhile, slowest {slowest:.2f}s; "
           f"all {len(runs)} runs completed {after:.2f}s after Redis was back")
 
-    assert waiting == {"PENDING": len(during)}, f"runs started without Redis: {waiting}"
+    # None failed or was lost: each waits (PENDING) for Redis, or was taken by a fast thread on
+    # its commit's announcement, which needs no Redis; with a 2 s pace most find one free.
+    assert set(waiting) <= {"PENDING", "RUNNING", "COMPLETED"}, f"runs started without Redis: {waiting}"
+    assert sum(waiting.values()) == len(during), waiting
+    assert waiting.get("COMPLETED", 0) >= 1, f"no run went by the fast path while Redis was down: {waiting}"
     assert w1.alive() and w2.alive(), "a worker died with Redis"
     assert faults.repeated_steps() == {}
     for w in (w1, w2):

@@ -22,7 +22,7 @@ def claims(run_id) -> list[str]:
 
 def test_an_idle_worker_takes_a_new_run_on_its_commit_and_claims_it_once(procs, step_calls):
     worker = procs.worker("w1", MODULES)
-    wait_until(lambda: "sagas-dispatch" in " ".join(_sessions()), timeout=30, what="the worker listening")
+    wait_until(lambda: _listening() == ["sagas_worker w1"], timeout=30, what="the worker listening")
     runs = []
     for _ in range(5):  # one at a time: each finds the worker's one thread free
         runs.append(start("five_steps", {}).id)
@@ -40,7 +40,7 @@ def test_an_idle_worker_takes_a_new_run_on_its_commit_and_claims_it_once(procs, 
 
 def test_a_busy_worker_leaves_announcements_to_the_queues(procs, step_calls):
     procs.worker("w1", MODULES)
-    wait_until(lambda: "sagas-dispatch" in " ".join(_sessions()), timeout=30, what="the worker listening")
+    wait_until(lambda: _listening() == ["sagas_worker w1"], timeout=30, what="the worker listening")
     slow = start("slow_steps", {"steps": 1, "pause": 1.5}).id
     wait_until(lambda: WorkflowRun.objects.get(id=slow).status == RunStatus.RUNNING, timeout=30,
                what="the slow run under way")
@@ -50,9 +50,12 @@ def test_a_busy_worker_leaves_announcements_to_the_queues(procs, step_calls):
     assert claims(quick) == ["w1"], claims(quick)
 
 
-def _sessions() -> list[str]:
+def _listening() -> list[str]:
+    """The sessions that listen for dispatch announcements, by name: the worker's listener
+    carries its process's name, so ending a worker's sessions by name ends it too."""
     from django.db import connection
 
     with connection.cursor() as cur:
-        cur.execute("SELECT application_name FROM pg_stat_activity WHERE datname = current_database()")
+        cur.execute("SELECT application_name FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND query = 'LISTEN sagas_dispatch'")
         return [name for (name,) in cur.fetchall()]
