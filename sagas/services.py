@@ -238,6 +238,10 @@ def worker_beat(*, name: str, hostname: str, pid: int, started_at: datetime) -> 
         for d in registry.all_definitions() for h in sorted(d.accepted_hashes)
     ]
     now = timezone.now()
+    if WorkerProcess.objects.filter(name=name, started_at=started_at, stopped_at__isnull=False).exists():
+        # This process has said goodbye (``worker_stopped``) while a last beat was on its way:
+        # the beat must not mark a stopped worker alive again. A restart has a new started_at.
+        return
     WorkerProcess.objects.update_or_create(
         name=name,
         defaults={

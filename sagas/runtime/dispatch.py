@@ -29,6 +29,7 @@ from django.conf import settings
 from django.db import connection, connections
 
 from core.storage import is_storage_error, note_failure
+from sagas.replay.context import shutdown_requested
 from sagas.runtime.identity import set_thread_worker_id
 
 log = logging.getLogger("sagas.runtime.dispatch")
@@ -152,6 +153,10 @@ class DispatchListener(threading.Thread):
     def _heard(self, payload: str) -> None:
         run_id, _, rest = payload.partition(" ")
         prefix = rest.partition(" ")[0]
+        if shutdown_requested.is_set():
+            # Stopping: a run handed back at its step boundary announces itself as PENDING; taking
+            # it here would claim it only to hand it back again, announce again, and so on.
+            return
         if prefix not in self.prefixes or slots is None or not slots.try_take():
             return  # not our code, or every slot busy: RQ's queues decide
         self.handed += 1
@@ -172,6 +177,8 @@ class FastThread(threading.Thread):
         try:
             while (run_id := self.listener.handoff.get()) is not None:
                 try:
+                    if shutdown_requested.is_set():
+                        continue  # handed over just before the stop: the run stays PENDING for another worker
                     note_taken(run_id)
                     jobs.advance_now(run_id)
                 except Exception as exc:

@@ -190,7 +190,9 @@ def test_it_hands_every_run_back_at_its_next_step_boundary_on_sigterm(procs, ste
     for run in runs:
         run.refresh_from_db()
         assert run.status == RunStatus.PENDING and run.lease_owner == ""  # handed back, not left leased
-        [(_, _, _, by)] = [e for e in journal(run) if e[1] == "yielded"]
+        yielded = [e for e in journal(run) if e[1] == "yielded"]
+        assert len(yielded) == 1, journal(run)
+        [(_, _, _, by)] = yielded
         assert by in THREADS
         # Promptly: the step in flight finished and was kept, and not one more step ran.
         assert step_calls.counts(run.id) == {f"tick{i}": 1 for i in range(4)}
