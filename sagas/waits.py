@@ -160,8 +160,9 @@ def wait_for(ctx: JournalCursor, signal_name: str, timeout: timedelta) -> Any:
 # --- services (outside a run) -------------------------------------------------------
 
 
-def _wake(run: WorkflowRun, *, kind: str, name: str, payload: dict, actor: str) -> None:
-    """Journal an event on a locked run and, if it waits, make it PENDING and enqueue it."""
+def _wake(run: WorkflowRun, *, kind: str, name: str, payload: dict, actor: str, priority: int | None = None) -> None:
+    """Journal an event on a locked run and, if it waits, make it PENDING and enqueue it (at
+    ``priority``, else the run's own)."""
     systemdb.append_event(str(run.id), kind=kind, name=name, payload=dumps(payload), worker=actor)
     resumable = run.status == RunStatus.WAITING or (
         run.status == RunStatus.NEEDS_ATTENTION and run.status_reason == "approval_escalated"
@@ -171,7 +172,7 @@ def _wake(run: WorkflowRun, *, kind: str, name: str, payload: dict, actor: str) 
         WorkflowRun.objects.filter(id=run.id).update(
             status=RunStatus.PENDING, status_reason="", error=None, wake_at=None, updated_at=timezone.now()
         )
-        queue.enqueue_after_commit(run.id, run.definition_hash, priority=run.priority)
+        queue.enqueue_after_commit(run.id, run.definition_hash, priority=priority or run.priority)
     send_run_changed(run.id, RunStatus.PENDING if resumable else run.status, cause=kind)
 
 
@@ -266,7 +267,8 @@ def run_wake_if_due(run: WorkflowRun, *, actor: str) -> bool:
 
 def runs_wake_released(*, run_ids: list[str]) -> int:
     """Flow control let a held effect of each run go (``ledger.flow.pump``): journal
-    ``flow_released`` and, if the run waits, make it PENDING and wake a worker for it.
+    ``flow_released`` and, if the run waits, make it PENDING and wake a worker for it through
+    the first-priority queue.
 
     Journaled whatever the run's status: a run still on its way to WAITING (its worker saw the
     hold a moment ago) then finds something journaled since it looked, and replays at once
@@ -278,7 +280,10 @@ def runs_wake_released(*, run_ids: list[str]) -> int:
             run = WorkflowRun.objects.select_for_update().filter(id=run_id).first()
             if run is None or run.status in TERMINAL_STATUSES:
                 continue
-            _wake(run, kind=K.FLOW_RELEASED, name="", payload={}, actor="flow control")
+            # Woken ahead of every run waiting for a worker (the first queue): the call was given
+            # capacity at its provider, which lapses unused (GRANT_TTL) if the run queues behind a
+            # backlog of runs not yet started. Its work from here is short: one call.
+            _wake(run, kind=K.FLOW_RELEASED, name="", payload={}, actor="flow control", priority=queue.PRIORITIES[0])
             woken += run.status == RunStatus.WAITING
             if run.status == RunStatus.COMPENSATING and run.lease_expires_at is None:  # handed back, held
                 queue.enqueue_after_commit(run.id, run.definition_hash, compensating=True, priority=run.priority)

@@ -173,3 +173,28 @@ def test_a_tenant_over_its_daily_spend_limit_parks_its_run_until_the_limit_is_ra
     done = WorkflowRun.objects.get(id=run.id)
     assert float(done.cost_used) == pytest.approx(2.0)
     assert float(SpendDay.objects.get(tenant="acme", connector="model.complete").spent) == pytest.approx(2.0)
+
+
+def test_calls_let_go_are_taken_ahead_of_a_backlog_of_runs_not_yet_started(flows):
+    """A run whose held call was let go has capacity at its provider waiting for it (which lapses
+    unused): its worker takes it next, not after every run started since it was held."""
+    services.connector_pause(connector="email.send", by="ops", reason="the mail relay is down")
+    inject("payments", "capture", "latency:0.25", times=1000)  # each run's first call takes a while
+    early = [start("order3", {"id": f"early-{i}"}).id for i in range(3)]
+    flows.worker("a", "--concurrency", "1")  # one thread: it takes one run at a time, in queue order
+    wait_until(lambda: WorkflowRun.objects.filter(id__in=early, status=RunStatus.WAITING).count() == 3,
+               timeout=30, what="the early runs held at their email")
+    backlog = [start("order3", {"id": f"late-{i:02d}"}).id for i in range(12)]
+    wait_until(lambda: executions("payments", "capture").count() >= 3 + 2, timeout=30,
+               what="the backlog under way")
+    services.connector_resume(connector="email.send", by="ops", reason="relay back")
+
+    assert all_settled(early + backlog, timeout=90) == {RunStatus.COMPLETED: 15}
+    captured = {row.request["order"]: row.created_at for row in executions("payments", "capture")}
+    last_early_mail = max(row.created_at for row in executions("email", "send")
+                          if row.request["subject"].startswith("Order early-"))
+    backlog_first = sorted(at for order, at in captured.items() if order.startswith("late-"))
+    before = sum(at < last_early_mail for at in backlog_first)
+    # Behind the backlog the early mails would go after all 12 late captures; taken first, they
+    # go within a run or two of the resume (2 or 3 late captures done by then).
+    assert before <= 6, f"{before} of the backlog's captures went before the early runs' mails"
