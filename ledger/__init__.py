@@ -264,9 +264,12 @@ def set_spend_limit(*, tenant: str, connector: str, per_day: float | str | None,
     ``ctx.add_cost(..., connector=...)``, and effects a connector prices (``Connector.cost``).
     A call or model turn that finds the day's spend at or over the limit parks its run
     (NEEDS_ATTENTION, ``spend_limit``, with the figures); once under a raised limit (or on the
-    next UTC day) the sweeper resumes it. Refused with nothing changed: a negative, non-numeric
-    or too large amount, or an empty tenant (``InvalidFlowSetting``). No audit-log entry is
-    written: the console calls the same service and adds its own.
+    next UTC day) the sweeper resumes it. Refused with nothing changed (``InvalidFlowSetting``):
+    an amount that is negative, not a number, over 99999999.999999 or with more than 6 decimal
+    places (it would be rounded, not kept as given: ``0.1 + 0.2`` is refused, ``"0.3"`` is not),
+    and an empty tenant or connector, or one too long (100 and 200 characters) or with spaces
+    around it. No audit-log entry is written: the console and the HTTP API call the same service
+    and add their own.
     """
     from ledger.flow.services import spend_limit_set
 

@@ -26,6 +26,7 @@ ACTION_ROLES: dict[str, str] = {
     "connector.pause": OPERATOR,
     "connector.resume": OPERATOR,
     "connector.limits": OPERATOR,
+    "connector.spend_limit": OPERATOR,  # a tenant's daily spend limit on a connector (own tenants only)
     "approval.approve": APPROVER,
     "approval.reject": APPROVER,
 }

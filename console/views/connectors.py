@@ -18,10 +18,17 @@ attempted). The forms post through htmx, whose CSRF header comes from the page (
 the forms without the request, so without a token field of their own): the answer is the region
 as it is now and the result as a message out of band. Without JavaScript they post as plain
 forms, answered with a redirect and a message, or the page with the refusal.
+
+Above the connectors, the tenants' daily spend limits (region ``connectors_spend``): per limit
+the tenant, connector, limit, today's (UTC) spend, the runs parked at it and who set it, with a
+form to set, raise or remove one. A spend limit is a tenant's, so an operator of some tenants
+gets the forms for theirs (the server checks it again). The region polls itself every 5 s (spend
+grows with every priced call; it follows no topic), and its form posts to the page's own URL.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,13 +40,14 @@ from django.contrib import messages
 from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied
 from django.http import HttpResponse
+from django.http.response import HttpResponseBase
 from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
 from django.urls import reverse
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_http_methods, require_POST
 
 from console.forms import ActionForm
-from console.forms_connectors import ConnectorLimitsForm, ConnectorPauseForm
+from console.forms_connectors import ConnectorLimitsForm, ConnectorPauseForm, SpendLimitForm
 from console.views.base import (
     ConsoleRequest,
     action_input,
@@ -50,14 +58,27 @@ from console.views.base import (
     viewer_required,
 )
 from console.views.notices import message_oob
-from ledger.flow.selectors import STATS_MINUTES, ConnectorState, connector_states
-from ledger.models import CircuitChange, CircuitState
+from ledger.flow import spend
+from ledger.flow.selectors import STATS_MINUTES, ConnectorState, SpendLimitState, TenantSpend, connector_states
+from ledger.models import CircuitChange, CircuitState, ConnectorFlow
 from operators import roles
 from operators.selectors.tenancy import tenants_of
 from operators.services.actions import Denied, Incomplete, Refused
-from operators.services.connectors import connector_limits_act, connector_pause_act, connector_resume_act
+from operators.services.connectors import (
+    SPEND_ACTION,
+    connector_limits_act,
+    connector_pause_act,
+    connector_resume_act,
+    connector_spend_limit_act,
+    may_set_spend_limit,
+    spend_limits_seen,
+    spend_whose,
+)
 
 CONNECTORS_FRAGMENT = "connectors_list"
+SPEND_PART = "spend"  # ?part=spend: the spend limits' region, for its own poll
+SPEND_ANCHOR = "spend-limits"
+COVERED_SHOWN = 10  # tenants listed under an every-tenant limit
 CHANGES_SHOWN = 10  # circuit changes per connector in its timeline
 _NOT_ID = re.compile(r"[^A-Za-z0-9_-]+")
 
@@ -152,15 +173,24 @@ def connectors_fragment(user: User, params: dict[str, str]) -> str:
 
 
 def _page(request: ConsoleRequest, *, status: int = 200) -> HttpResponse:
-    context = _connectors_context(request.user, {})
+    context = {**_connectors_context(request.user, {}), **_spend_context(request.user)}
     context.update(live_context([CONNECTORS_FRAGMENT]))
     return render(request, "console/connectors.html", context, status=status)
 
 
-@require_GET
+@require_http_methods(["GET", "POST"])
+def connectors(request: ConsoleRequest) -> HttpResponseBase:
+    """The page (GET), and its spend-limit form (POST: ``connector_spend_limit``)."""
+    if request.method == "POST":
+        return connector_spend_limit(request)
+    return _connectors_get(request)
+
+
 @viewer_required
-def connectors(request: ConsoleRequest) -> HttpResponse:
-    if request.htmx:  # the region's own poll
+def _connectors_get(request: ConsoleRequest) -> HttpResponse:
+    if request.htmx:  # a region's own poll
+        if request.GET.get("part") == SPEND_PART:
+            return HttpResponse(spend_fragment(request.user))
         return HttpResponse(connectors_fragment(request.user, {}))
     return _page(request)
 
@@ -237,3 +267,97 @@ def connector_limits(request: ConsoleRequest) -> HttpResponse:
                f"not affected)."
 
     return _connector_action(request, "connector.limits", ConnectorLimitsForm, act, done)
+
+
+# --- tenants' daily spend limits ----------------------------------------------------------------
+
+
+def usd(value: Decimal) -> str:
+    """An amount of usd for the page: 25.00, 1.20, 0.0004 (cents at least, finer when it is)."""
+    text = format(value.normalize() if value else Decimal(0), "f")
+    whole, _, cents = text.partition(".")
+    return f"{whole}.{cents.ljust(2, '0')}"
+
+
+@dataclass(frozen=True)
+class SpendRow:
+    """A spend limit as the page shows it."""
+
+    s: SpendLimitState
+    anchor: str  # the id its forms hang from (names may hold any character)
+    per_day: str
+    spent: str
+    covered: tuple[tuple[TenantSpend, str], ...]  # an every-tenant limit's first tenants, each with its spend
+    covered_more: int
+    may_change: bool
+
+
+def spend_anchor(tenant: str, connector: str) -> str:
+    """A limit's id: readable, and unique whatever the names hold (two names that read the same
+    once cleaned differ by the hash)."""
+    readable = _NOT_ID.sub("-", f"{connector}-{tenant}").strip("-")[:60]
+    digest = hashlib.sha256(f"{tenant}\x1f{connector}".encode()).hexdigest()[:8]
+    return f"spend-{readable}-{digest}"
+
+
+def _spend_row(state: SpendLimitState, *, may_change: bool) -> SpendRow:
+    shown = state.covered[:COVERED_SHOWN]
+    return SpendRow(s=state, anchor=spend_anchor(state.tenant, state.connector), per_day=usd(state.per_day),
+                    spent=usd(state.spent), covered=tuple((t, usd(t.spent)) for t in shown),
+                    covered_more=len(state.covered) - len(shown), may_change=may_change)
+
+
+def _spend_context(user: User) -> dict[str, Any]:
+    tenants = tenants_of(user)
+    may_set = roles.can(user, SPEND_ACTION) and tenants != []
+    rows = [_spend_row(s, may_change=may_set_spend_limit(user, s.tenant)) for s in spend_limits_seen(user)]
+    known = sorted({*ConnectorFlow.objects.values_list("connector", flat=True), spend.MODEL}) if may_set else []
+    return {"spend_rows": rows, "may_set_spend": may_set, "spend_tenants": tenants, "spend_connectors": known,
+            "spend_day": spend.today()}
+
+
+def spend_fragment(user: User, *, request: ConsoleRequest | None = None) -> str:
+    return render_to_string("console/connectors_spend.html", _spend_context(user), request=request)
+
+
+def _spend_answer(request: ConsoleRequest, *, status: int = 200, error: str = "", notice: str = "") -> HttpResponse:
+    """As ``_answer``, with the spend limits' region."""
+    if request.htmx:
+        return HttpResponse(spend_fragment(request.user, request=request) + message_oob(error=error, notice=notice),
+                            status=status)
+    if status >= 400:
+        if status == 400:
+            return bad_request(request, error, title="Nothing was changed")
+        if status == 403:
+            raise PermissionDenied(error)
+        messages.error(request, error)
+        return _page(request, status=status)
+    messages.success(request, notice)
+    return redirect(f"{reverse('console:connectors')}#{SPEND_ANCHOR}")
+
+
+@action_view(SPEND_ACTION, "connector", id_kwarg="connector")
+def connector_spend_limit(request: ConsoleRequest) -> HttpResponse:
+    """Set, raise, lower or remove a tenant's daily spend limit (``SpendLimitForm``): 400 naming
+    the field for an amount that cannot be one (nothing attempted), 403 denied (the role, or a
+    tenant the operator does not see; audited), 409 refused (the limit is not the one the page
+    showed; audited)."""
+    fields, problem = action_input(request, SpendLimitForm, SPEND_ACTION)
+    if problem:
+        return _spend_answer(request, status=400, error=problem)
+    tenant, connector = str(fields.get("tenant") or ""), str(fields.get("connector") or "")
+    try:
+        connector_spend_limit_act(actor_of(request), tenant=tenant, connector=connector,
+                                  per_day=fields.get("amount"), reason=str(fields.get("reason") or ""),
+                                  expected=str(fields.get("expected") or "") or None)
+    except (Denied, Incomplete, Refused) as exc:
+        status = 403 if isinstance(exc, Denied) else 400 if isinstance(exc, Incomplete) else 409
+        return _spend_answer(request, status=status, error=str(exc))
+    whose = spend_whose(tenant)
+    if fields.get("amount") is None:
+        notice = f"{whose} has no daily spend limit on {connector} any more; runs parked at it resume at the " \
+                 f"sweeper's next pass."
+    else:
+        notice = f"{whose}'s daily spend limit on {connector} is now {usd(fields['amount'])} usd; runs parked at " \
+                 f"it resume at the sweeper's next pass once their tenant's spend today is under it."
+    return _spend_answer(request, notice=notice)

@@ -1,12 +1,15 @@
 """Reads of flow control: each connector's limits and live state, as the connectors page, the
-HTTP API and the public API show them; and what a held run is waiting for."""
+HTTP API and the public API show them; what a held run is waiting for; and the tenants' daily
+spend limits with what each has spent today."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
+from decimal import Decimal
 from typing import Any
 from uuid import UUID
 
@@ -15,8 +18,18 @@ from django.utils import timezone
 
 from ledger.connectors import get_connector
 from ledger.errors import ConnectorNotRegistered
+from ledger.flow import spend
 from ledger.flow.gate import position_of
-from ledger.models import CircuitChange, CircuitState, ConnectorFlow, FlowTicket, HoldReason, TicketState
+from ledger.models import (
+    CircuitChange,
+    CircuitState,
+    ConnectorFlow,
+    FlowTicket,
+    HoldReason,
+    SpendDay,
+    SpendLimit,
+    TicketState,
+)
 
 # The window the latency and error rate are taken over.
 STATS_MINUTES = 5
@@ -206,3 +219,115 @@ def run_waiting_for(run_id: UUID | str) -> Waiting | None:
         return None
     position = position_of(ticket) if ticket.state == TicketState.WAITING else None
     return Waiting(connector=ticket.connector, reason=ticket.reason, position=position, step=ticket.effect.step_name)
+
+
+# --- spend limits -----------------------------------------------------------------------------
+
+
+def spend_amount(value: Decimal | None) -> str:
+    """An amount of usd as people write it and as an ``expected`` carries it: 1, 0.5, 1200 (never
+    1.2E+3, never 1.000000); ``"none"`` for no limit."""
+    if value is None:
+        return "none"
+    return format(value.normalize(), "f")
+
+
+@dataclass(frozen=True)
+class TenantSpend:
+    """One tenant under an every-tenant (``"*"``) limit: what it spent today and its runs parked."""
+
+    tenant: str
+    spent: Decimal
+    parked: int
+    reached: bool
+
+
+@dataclass(frozen=True)
+class SpendLimitState:
+    """A spend limit as it is now (``ledger.models.SpendLimit``), with today's figures (UTC).
+
+    For a tenant's own limit, ``spent`` is that tenant's spend today on the connector and
+    ``parked`` its runs parked at the limit. For the every-tenant limit (``tenant == "*"``), each
+    tenant counts on its own: ``covered`` lists the tenants it applies to (no limit of their own)
+    that spent today or have runs parked, most spent first; ``spent`` is the most any of them
+    spent and ``parked`` the sum of their parked runs."""
+
+    tenant: str
+    connector: str
+    per_day: Decimal
+    changed_by: str
+    changed_at: datetime
+    day: date
+    spent: Decimal
+    parked: int
+    covered: tuple[TenantSpend, ...] = ()
+
+    @property
+    def every_tenant(self) -> bool:
+        return self.tenant == SpendLimit.EVERY_TENANT
+
+    @property
+    def reached(self) -> bool:
+        """Whether a call checked now would park its run (``ledger.flow.spend.over``)."""
+        return self.spent >= self.per_day
+
+    @property
+    def state(self) -> str:
+        """What a person compares before changing it (``spend_amount``)."""
+        return spend_amount(self.per_day)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "tenant": self.tenant, "connector": self.connector, "per_day": float(self.per_day),
+            "day": self.day.isoformat(), "spent_today": float(self.spent), "reached": self.reached,
+            "runs_parked": self.parked, "changed_by": self.changed_by or None, "changed_at": self.changed_at,
+            "tenants": [{"tenant": t.tenant, "spent_today": float(t.spent), "runs_parked": t.parked,
+                         "reached": t.reached} for t in self.covered] if self.every_tenant else None,
+        }
+
+
+def _limit_state(row: SpendLimit, day: date, *, spent: Decimal, parked: int,
+                 covered: tuple[TenantSpend, ...] = ()) -> SpendLimitState:
+    return SpendLimitState(tenant=row.tenant, connector=row.connector, per_day=row.per_day,
+                           changed_by=row.changed_by_label, changed_at=row.changed_at, day=day, spent=spent,
+                           parked=parked, covered=covered)
+
+
+def spend_limits(*, tenants: list[str] | None = None,
+                 parked: Mapping[tuple[str, str], int] | None = None) -> list[SpendLimitState]:
+    """Every spend limit, by connector then tenant (``"*"`` first), with today's (UTC) spend.
+
+    ``tenants``: only their limits and the every-tenant ones, whose figures then count only
+    those tenants (None: every tenant). ``parked``: runs parked at a spend limit per (tenant,
+    connector), which the caller counts (the runs are not this package's); a run counts at the
+    limit that holds it, the tenant's own, else the every-tenant one. Three queries at most."""
+    limits = SpendLimit.objects.all()
+    if tenants is not None:
+        limits = limits.filter(tenant__in=[*tenants, SpendLimit.EVERY_TENANT])
+    rows = sorted(limits, key=lambda r: (r.connector, r.tenant != SpendLimit.EVERY_TENANT, r.tenant))
+    if not rows:
+        return []
+    day = spend.today()
+    days = SpendDay.objects.filter(day=day, connector__in={r.connector for r in rows})
+    if tenants is not None:
+        days = days.filter(tenant__in=tenants)
+    spent: dict[tuple[str, str], Decimal] = {(t, c): s for t, c, s in days.values_list("tenant", "connector", "spent")}
+    parked = parked or {}
+    own = {(r.tenant, r.connector) for r in rows if r.tenant != SpendLimit.EVERY_TENANT}
+    found = []
+    for row in rows:
+        if row.tenant != SpendLimit.EVERY_TENANT:
+            key = (row.tenant, row.connector)
+            found.append(_limit_state(row, day, spent=spent.get(key, Decimal(0)), parked=parked.get(key, 0)))
+            continue
+        names = {t for t, c in (*spent, *parked) if c == row.connector and (t, c) not in own}
+        if tenants is not None:
+            names &= set(tenants)
+        covered = sorted(
+            (TenantSpend(tenant=t, spent=spent.get((t, row.connector), Decimal(0)),
+                         parked=parked.get((t, row.connector), 0),
+                         reached=spent.get((t, row.connector), Decimal(0)) >= row.per_day) for t in names),
+            key=lambda ts: (-ts.spent, ts.tenant))
+        found.append(_limit_state(row, day, spent=max((t.spent for t in covered), default=Decimal(0)),
+                                  parked=sum(t.parked for t in covered), covered=tuple(covered)))
+    return found

@@ -8,6 +8,7 @@ operator actions around them (role, stale-state check, audit entry in the same t
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -174,25 +175,57 @@ def connector_limits_set(*, connector: str, by: str, limits: Limits | None) -> C
 
 
 MAX_SPEND = Decimal("99999999.999999")
+SPEND_DECIMALS = 6  # the decimal places SpendLimit.per_day keeps
+SPEND_TENANT_CHARS, SPEND_CONNECTOR_CHARS = 100, 200  # as SpendLimit's fields hold them
+_DECIMAL = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")  # as written; no 1_000
+
+
+def spend_per_day(value: Any, *, label: str = "the daily spend limit") -> Decimal:
+    """``value`` (a number, or its text: ``25``, ``"0.5"``) as a daily spend limit in usd, or
+    ``InvalidFlowSetting`` saying what is wrong with ``label``: not a number, negative, over
+    ``MAX_SPEND``, or finer than ``SPEND_DECIMALS`` places (it would be rounded, not kept as
+    given). Nothing is read or written."""
+    amount = Decimal("NaN")
+    text = value.strip() if isinstance(value, str) else str(value)
+    if not isinstance(value, bool) and _DECIMAL.fullmatch(text):
+        try:
+            amount = Decimal(text)
+        except (InvalidOperation, ValueError):
+            pass
+    if not amount.is_finite():
+        raise InvalidFlowSetting(f"{label} must be a number (such as 25 or 0.5)")
+    if not Decimal(0) <= amount <= MAX_SPEND:
+        raise InvalidFlowSetting(f"{label} must be between 0 and {MAX_SPEND}")
+    amount = amount.normalize() if amount else Decimal(0)
+    exponent = amount.as_tuple().exponent
+    if isinstance(exponent, int) and -exponent > SPEND_DECIMALS:
+        raise InvalidFlowSetting(f"{label} has at most {SPEND_DECIMALS} decimal places")
+    return amount
+
+
+def spend_names_checked(*, tenant: Any, connector: Any) -> None:
+    """``InvalidFlowSetting`` naming the field unless both are names a spend limit can hold: 1 to
+    100 (tenant; ``"*"`` for every tenant) or 200 (connector) characters, no spaces around them,
+    no NUL character."""
+    for label, value, most in (("tenant", tenant, SPEND_TENANT_CHARS), ("connector", connector, SPEND_CONNECTOR_CHARS)):
+        if not isinstance(value, str) or not value.strip() or value != value.strip() or len(value) > most \
+                or "\x00" in value:
+            raise InvalidFlowSetting(f"the {label} must be a name of 1 to {most} characters, without spaces around "
+                                     f"it or NUL characters")
 
 
 def spend_limit_set(*, tenant: str, connector: str, per_day: Any, by: str) -> SpendLimit | None:
     """Set ``tenant``'s daily spend limit on ``connector`` (``"*"``: every tenant without its own);
     ``per_day`` None removes it. Runs parked at the old limit resume once under the new one (the
-    sweeper's next pass)."""
-    if not isinstance(tenant, str) or not tenant or len(tenant) > 100:
-        raise InvalidFlowSetting(f"the tenant must be a tenant's name or \"*\", not {tenant!r}")
+    sweeper's next pass). ``InvalidFlowSetting``, nothing changed: a name ``spend_names_checked``
+    refuses, or an amount ``spend_per_day`` refuses."""
+    spend_names_checked(tenant=tenant, connector=connector)
+    amount = None if per_day is None else spend_per_day(per_day)
     with transaction.atomic():
-        if per_day is None:
+        if amount is None:
             SpendLimit.objects.filter(tenant=tenant, connector=connector).delete()
             spend.forget_cache()
             return None
-        try:
-            amount = Decimal(str(per_day))
-        except (InvalidOperation, ValueError):
-            raise InvalidFlowSetting(f"the daily spend limit must be a number, not {per_day!r}") from None
-        if not amount.is_finite() or not Decimal(0) <= amount <= MAX_SPEND:
-            raise InvalidFlowSetting(f"the daily spend limit must be between 0 and {MAX_SPEND}, not {per_day!r}")
         row, _ = SpendLimit.objects.update_or_create(
             tenant=tenant, connector=connector,
             defaults={"per_day": amount, "changed_by_label": by, "changed_at": timezone.now()})

@@ -76,6 +76,10 @@ class Target:
     snapshot: Callable[[], dict[str, Any]]  # what the audit log shows as before/after; has "state"
     stale: Callable[[dict[str, Any], str], str]  # the refusal when the state is not the one seen
     same: Callable[[str, str], bool] = operator.eq  # (seen, now) -> is it the state the person saw?
+    # The object's tenant when the target carries it (a tenant's spend limit; the caller has
+    # checked the actor may act for it): the audit entries' tenant, with no lookup. None: looked
+    # up and checked by ``check_tenant`` (a run, an effect, an approval; "" for the others).
+    tenant: str | None = None
 
 
 _acting: ContextVar[bool] = ContextVar("console_action", default=False)
@@ -110,11 +114,13 @@ def audit_done(actor: Actor, action: str, object_type: str, object_id: Any, *, r
                   after=after, tenant=tenant)
 
 
-def audit_denied(actor: Actor, action: str, object_type: str, object_id: Any, *, reason: str = "") -> None:
+def audit_denied(actor: Actor, action: str, object_type: str, object_id: Any, *, reason: str = "",
+                 tenant: str | None = None) -> None:
     """Record that ``actor``'s role does not allow ``action`` (whatever ``reason`` holds: it is
-    stored clipped, ``clip_text``). In its own transaction: nothing else is written."""
+    stored clipped, ``clip_text``). In its own transaction: nothing else is written. ``tenant``:
+    the object's, when the caller knows it (else it is looked up)."""
     _audit(actor, action, object_type, object_id, outcome=AuditOutcome.DENIED, reason=reason,
-           message=f"role {roles.ACTION_ROLES[action]} required")
+           message=f"role {roles.ACTION_ROLES[action]} required", tenant=tenant)
 
 
 def perform(
@@ -124,17 +130,21 @@ def perform(
     """Run ``change`` as ``actor`` if their role allows ``action``; audit in the same transaction.
 
     Order: the tenant (``NotFound`` for an object outside the actor's tenants, audited, see
-    operators/services/tenancy.py); the role (``Denied``, audited whatever ``reason`` holds, which
-    ``clip_text`` makes storable, before anything is read);
+    operators/services/tenancy.py; a target that carries its ``tenant`` was checked by the
+    caller); the role (``Denied``, audited whatever ``reason`` holds, which ``clip_text`` makes
+    storable, before anything is read);
     then, in one transaction, ``target.lock()``, the snapshot read under those locks, the
     check that it is still in the state ``expected`` the person saw (``Incomplete`` when the
     form did not say, ``Refused`` when it moved on), ``change()`` and the audit entry. A refusal
     rolls everything back and is audited with the snapshot read under the lock, never the
     page's stale view.
     """
-    tenant = check_tenant(actor, action, target.object_type, target.object_id, reason=reason) or ""
+    if target.tenant is None:
+        tenant = check_tenant(actor, action, target.object_type, target.object_id, reason=reason) or ""
+    else:
+        tenant = target.tenant
     if not roles.can(actor.user, action):
-        audit_denied(actor, action, target.object_type, target.object_id, reason=reason)
+        audit_denied(actor, action, target.object_type, target.object_id, reason=reason, tenant=target.tenant)
         raise Denied(
             f"{actor.label} may not {action.replace('.', ' ')}: it needs the {roles.ACTION_ROLES[action]} role"
         )

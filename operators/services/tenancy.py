@@ -31,9 +31,16 @@ def check_tenant(actor: Actor, action: str, object_type: str, object_id: Any, *,
     tenant = object_tenant(object_type, object_id)
     if tenant is None or may_see(actor.user, tenant):
         return tenant
+    audit_outside(actor, action, object_type, object_id, tenant=tenant, reason=reason)
+    raise NotFound(f"no such {object_type}")
+
+
+def audit_outside(actor: Actor, action: str, object_type: str, object_id: Any, *, tenant: str,
+                  reason: str = "") -> None:
+    """Record an attempt on ``tenant``'s object by someone who does not see ``tenant`` (denied,
+    with that tenant, so its users see the attempt). Its own write: nothing else is."""
     AuditEntry.objects.create(
         actor=actor.user, actor_label=actor.label, action=action, object_type=object_type,
         object_id=str(object_id)[:100], reason=clip_text(reason), ip=actor.ip, outcome=AuditOutcome.DENIED,
         message=OUTSIDE_TENANTS, tenant=tenant,
     )
-    raise NotFound(f"no such {object_type}")

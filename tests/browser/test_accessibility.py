@@ -4,7 +4,7 @@ axe-core (tests/browser/a11y.py, vendored in tests/browser/vendor/) checks every
 role can see, in the states that matter, built with real runs: a run needing attention (an
 UNKNOWN effect), a run waiting for an approval, a compensated run, a completed run with a hostile
 payload, a run cancelled by a bulk batch, an archived run, a paused connector and one whose
-limits were changed, a form refused with its error (login, compensation, a stale cancel, a
+limits were changed, spend limits (one reached, for a hostile tenant), a form refused with its error (login, compensation, a stale cancel, a
 notification endpoint), the audit log with entries, error pages;
 every <details> open; and again after a live push replaced a section. Any serious or critical
 violation fails the test, with its rule, page, role and first node.
@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 import uuid
 from datetime import timedelta
+from decimal import Decimal
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -28,12 +29,13 @@ from api.keys import apikey_create, apikey_revoke
 from console.models import BulkBatch, BulkState
 from console.services.bulk import batch_confirm, batch_preview
 from demo.providers.faults import inject
+from ledger.flow import spend
 from ledger.flow.services import Limits
-from ledger.models import ConnectorFlow, EffectRecord
+from ledger.models import ConnectorFlow, EffectRecord, SpendDay
 from operators import roles
 from operators.models import AuditEntry
 from operators.services.actions import Actor
-from operators.services.connectors import connector_limits_act, connector_pause_act
+from operators.services.connectors import connector_limits_act, connector_pause_act, connector_spend_limit_act
 from operators.services.queues import approval_act, effect_manual_resolve
 from operators.services.runs import run_compensate_act
 from sagas import start
@@ -117,6 +119,12 @@ class States:
         ship = ConnectorFlow.objects.get(connector="rp.ship")
         connector_limits_act(olga, name="rp.ship", limits=Limits(**{**Limits.of(ship).as_dict(), "rate": 5.0}),
                              reason="provider asked us to slow down", expected="running")
+        # Its spend limits: the every-tenant one, and a hostile tenant's, reached today.
+        connector_spend_limit_act(olga, tenant="*", connector="model", per_day=Decimal("5"), reason="monthly budget",
+                                  expected="none")
+        connector_spend_limit_act(olga, tenant=HOSTILE, connector="model", per_day=Decimal("1"), reason=HOSTILE,
+                                  expected="none")
+        SpendDay.objects.create(tenant=HOSTILE, connector="model", day=spend.today(), spent=Decimal("1.25"))
         self.version = WorkflowVersion.objects.filter(name="approve_then_ship").values_list("id", flat=True).first()
         assert self.version is not None
         assert AuditEntry.objects.filter(action="run.compensate", outcome="ok").exists()

@@ -9,7 +9,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.utils import timezone
 
-from ledger.models import ConnectorFlow, EffectRecord, EffectStatus
+from ledger.models import ConnectorFlow, EffectRecord, EffectStatus, SpendLimit
 from operators import roles
 from operators.models import AuditEntry
 from sagas.models import ApprovalRequest, ApprovalState, JournalEntry, RunStatus, WorkflowPause, WorkflowRun
@@ -41,6 +41,7 @@ EXPECTED = {
     "connector.pause":  (DENIED,  ALLOWED,  DENIED,   ALLOWED),
     "connector.resume": (DENIED,  ALLOWED,  DENIED,   ALLOWED),
     "connector.limits": (DENIED,  ALLOWED,  DENIED,   ALLOWED),
+    "connector.spend_limit": (DENIED, ALLOWED, DENIED,  ALLOWED),
 }
 MATRIX = [(action, who, outcome) for action, row in EXPECTED.items() for who, outcome in zip(ROLE_USERS, row)]
 
@@ -120,6 +121,10 @@ def _target(action: str, settings) -> tuple[str, dict, callable]:
         WorkflowPause.objects.create(workflow_name="matrix", reason="incident", paused_by_label="someone")
         return ("/versions/resume/", {"workflow": "matrix", "reason": "over", "version": "", "expected": "paused"},
                 lambda: not WorkflowPause.objects.filter(workflow_name="matrix").exists())
+    if action == "connector.spend_limit":  # the connectors page's spend-limit form posts to the page
+        return ("/connectors/", {"tenant": "acme", "connector": "model", "per_day": "5", "reason": "budget",
+                                 "expected": "none"},
+                lambda: SpendLimit.objects.filter(tenant="acme", connector="model", per_day=5).exists())
     if action.startswith("connector."):
         flow = ConnectorFlow.objects.create(connector="matrix.send", burst=1, declared={},
                                             paused_at=timezone.now() if action == "connector.resume" else None)
