@@ -60,7 +60,8 @@ class LocalSwagger(Swagger):
 api = NinjaAPI(
     title="Saga Console API", version="1", urls_namespace="api", auth=ApiKeyAuth(),
     docs=LocalSwagger(), docs_decorator=_staff_or_api_key,
-    description="Start, follow, signal and decide runs; pause connectors and set their limits. "
+    description="Start, follow, signal and decide runs; pause connectors and set their limits and the tenants' "
+                "daily spend limits. "
                 "Authenticate with `Authorization: Bearer sk_...` "
                 "(manage.py createapikey). Errors are RFC 9457 problem JSON.",
 )
@@ -121,7 +122,7 @@ def _unexpected(request: HttpRequest, exc: Exception) -> HttpResponse:
 
 
 def _routers() -> None:
-    from api.routes import approvals, connectors, effects, hooks, run_read, runs, workflows
+    from api.routes import approvals, connectors, effects, hooks, run_read, runs, spend_limits, workflows
 
     api.add_router("/runs", runs.router)
     api.add_router("/runs", run_read.router)  # GET /runs/{id} (?wait=): its own module
@@ -130,6 +131,7 @@ def _routers() -> None:
     api.add_router("/hooks", hooks.router)
     api.add_router("/workflows", workflows.router)
     api.add_router("/connectors", connectors.router)
+    api.add_router("/spend-limits", spend_limits.router)
 
 
 _routers()

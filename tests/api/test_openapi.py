@@ -28,6 +28,7 @@ ENDPOINTS = {
     "POST /api/v1/workflows/replay-check",
     "GET /api/v1/connectors", "GET /api/v1/connectors/{name}", "POST /api/v1/connectors/{name}/pause",
     "POST /api/v1/connectors/{name}/resume", "PUT /api/v1/connectors/{name}/limits",
+    "GET /api/v1/spend-limits", "PUT /api/v1/spend-limits/{tenant}/{connector}",
 }
 
 # The run's own JSON, whatever the workflow makes of it: the only values without a type.

@@ -76,6 +76,10 @@ ENDPOINTS = {
     "connector limits": Endpoint("put", lambda w: "/connectors/payments.capture/limits",
                                  lambda w: {"declared": True, "reason": "incident over", "expected": "running"},
                                  "connector.limits", ("operator",), 200),
+    "list spend limits": Endpoint("get", lambda w: "/spend-limits", lambda w: None, "", READ, 200),
+    "spend limit": Endpoint("put", lambda w: "/spend-limits/acme/model",
+                            lambda w: {"per_day": 25, "reason": "finance approved it", "expected": "none"},
+                            "connector.spend_limit", ("operator",), 200),
 }
 
 
