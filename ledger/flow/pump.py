@@ -6,10 +6,8 @@ capacity go twice, and never wait for each other). How many tickets go:
 
 * none while the connector is paused, or its circuit is open and cooling down;
 * one, the trial, once the cool-down has passed (the circuit goes half-open with it);
-* otherwise as many as the rate limiter will have tokens for within the lookahead
-  (``lookahead``: ``LOOKAHEAD_SECONDS``, longer while calls let go take longer than that to
-  reach their dispatch) and the concurrency limit has free slots for, less the tickets let go
-  already and not yet taken.
+* otherwise as many as the rate limiter will have tokens for within ``LOOKAHEAD_SECONDS`` and
+  the concurrency limit has free slots for, less the tickets let go already and not yet taken.
 
 Tickets go in ``(tag, id)`` order (start-time fair queueing between lanes, oldest first within
 one, ``ledger.flow.gate.hold``). Their runs are woken after the commit (``tickets_granted``); a
@@ -25,7 +23,7 @@ from __future__ import annotations
 
 import logging
 import math
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 from django.db import connection, transaction
 from django.utils import timezone
@@ -39,26 +37,9 @@ from ledger.signals import send_tickets_granted
 log = logging.getLogger("ledger.flow.pump")
 
 LOOKAHEAD_SECONDS = 0.25
-MAX_LOOKAHEAD_SECONDS = 1.25
 GRANT_TTL_SECONDS = 10.0
 PUMP_INTERVAL = 0.05
 BATCH = 500  # tickets let go at most per bucket and pass (an unlimited connector resumed after a pause)
-
-
-def lookahead(now: datetime, tat: datetime | None, oldest_grant: datetime | None) -> float:
-    """How far ahead (seconds) the rate's tokens are let go to waiting calls.
-
-    ``LOOKAHEAD_SECONDS``, plus, while the rate's tokens go unused (``tat`` behind ``now``) and
-    calls let go are still on their way, the age of the oldest of them: that is how long the
-    trip from the grant to the dispatch takes now (a wake-up through the queue, a claim, a
-    replay). Without it, a trip longer than the lookahead caps the flow below the rate: 13
-    tickets out at 50/s and a 0.35 s trip made 37/s. While calls wait for tokens (``tat`` ahead
-    of ``now``) it stays ``LOOKAHEAD_SECONDS``, so runs woken early never pile up in threads
-    waiting for their token; and it is at most ``MAX_LOOKAHEAD_SECONDS``."""
-    if oldest_grant is None or (tat is not None and tat > now):
-        return LOOKAHEAD_SECONDS
-    trip = (now - oldest_grant).total_seconds()
-    return min(MAX_LOOKAHEAD_SECONDS, LOOKAHEAD_SECONDS + max(0.0, trip))
 
 
 def buckets_with_work() -> list[tuple[str, str]]:
@@ -117,12 +98,10 @@ def pump_bucket(connector: str, key: str) -> int:
         )
         woken = [str(run_id) for (run_id,) in cur.fetchall()]
         cur.execute(
-            """SELECT count(*), min(granted_at) FROM ledger_flowticket
-               WHERE connector = %s AND key = %s AND state = 'granted'""",
+            "SELECT count(*) FROM ledger_flowticket WHERE connector = %s AND key = %s AND state = 'granted'",
             [connector, key],
         )
-        count, oldest_grant = cur.fetchone()
-        outstanding = int(count) - len(woken)
+        outstanding = int(cur.fetchone()[0]) - len(woken)
         deadline = _deadline(connector)
         trial = False
         if circuit == CircuitState.HALF_OPEN and changed_at is not None and \
@@ -139,8 +118,7 @@ def pump_bucket(connector: str, key: str) -> int:
             capacity = BATCH
             if rate is not None:
                 start = max(tat or now, now)
-                ahead = lookahead(now, tat, oldest_grant)
-                tokens = math.floor((now + timedelta(seconds=ahead) - start).total_seconds() * rate + burst)
+                tokens = math.floor((now + timedelta(seconds=LOOKAHEAD_SECONDS) - start).total_seconds() * rate + burst)
                 capacity = min(capacity, max(0, tokens))
             if max_in_flight is not None:
                 cur.execute(
