@@ -228,12 +228,15 @@ class FlowBucket(models.Model):
 
     ``tat`` is the rate limiter's theoretical arrival time (GCRA): the next call may go once
     ``tat - now <= (burst - 1) / rate``; sending one moves it on by ``1 / rate``. ``vtime`` is
-    the fair queue's virtual time, the tag of the last ticket let go. The circuit's state and
-    its count of consecutive failures live here too."""
+    the fair queue's virtual time, the tag of the last ticket let go. ``grant_tat`` is the same
+    clock as ``tat`` for letting held calls go (``ledger.flow.pump``): they are let go at the
+    rate, however long each then takes to reach its dispatch. The circuit's state and its count
+    of consecutive failures live here too."""
 
     connector = models.CharField(max_length=200)
     key = models.CharField(max_length=200, blank=True, default="")
     tat = models.DateTimeField(null=True, blank=True)
+    grant_tat = models.DateTimeField(null=True, blank=True)
     vtime = models.BigIntegerField(default=0)
     circuit = models.CharField(max_length=20, choices=CircuitState.choices, default=CircuitState.CLOSED)
     failures = models.PositiveIntegerField(default=0, help_text="consecutive failures in the window")

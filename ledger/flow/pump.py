@@ -6,8 +6,11 @@ capacity go twice, and never wait for each other). How many tickets go:
 
 * none while the connector is paused, or its circuit is open and cooling down;
 * one, the trial, once the cool-down has passed (the circuit goes half-open with it);
-* otherwise as many as the rate limiter will have tokens for within ``LOOKAHEAD_SECONDS`` and
-  the concurrency limit has free slots for, less the tickets let go already and not yet taken.
+* otherwise as many as the rate has tokens for within ``LOOKAHEAD_SECONDS`` on its own clock
+  for letting calls go (``FlowBucket.grant_tat``: calls are let go at the rate, however long
+  each takes to reach its dispatch, with at most ``MAX_AHEAD_SECONDS`` of the rate on their
+  way), and the concurrency limit has free slots for, less the tickets let go already and not
+  yet taken. The rate itself is held where calls leave: the gate's ``tat``.
 
 Tickets go in ``(tag, id)`` order (start-time fair queueing between lanes, oldest first within
 one, ``ledger.flow.gate.hold``). Their runs are woken after the commit (``tickets_granted``); a
@@ -37,6 +40,7 @@ from ledger.signals import send_tickets_granted
 log = logging.getLogger("ledger.flow.pump")
 
 LOOKAHEAD_SECONDS = 0.25
+MAX_AHEAD_SECONDS = 2.0  # calls let go and not yet dispatched, at most, in seconds of the rate
 GRANT_TTL_SECONDS = 10.0
 PUMP_INTERVAL = 0.05
 BATCH = 500  # tickets let go at most per bucket and pass (an unlimited connector resumed after a pause)
@@ -72,14 +76,15 @@ def pump_bucket(connector: str, key: str) -> int:
     """Let go what one bucket has capacity for; 0 if another process holds it right now."""
     with transaction.atomic(), connection.cursor() as cur:
         cur.execute(
-            """SELECT tat, vtime, circuit, opened_at, changed_at FROM ledger_flowbucket
+            """SELECT tat, grant_tat, vtime, circuit, opened_at, changed_at FROM ledger_flowbucket
                WHERE connector = %s AND key = %s FOR UPDATE SKIP LOCKED""",
             [connector, key],
         )
         bucket = cur.fetchone()
         if bucket is None:
             return 0
-        tat, _vtime, circuit, opened_at, changed_at = bucket
+        tat, grant_tat, _vtime, circuit, opened_at, changed_at = bucket
+        grant_from = None  # where the grant clock starts, when the rate paces what goes
         cur.execute(
             """SELECT rate, burst, max_in_flight, paused_at IS NOT NULL, circuit_cooldown_seconds
                FROM ledger_connectorflow WHERE connector = %s""",
@@ -114,20 +119,27 @@ def pump_bucket(connector: str, key: str) -> int:
                 capacity, trial = 1, True
         elif circuit == CircuitState.HALF_OPEN:
             capacity = 0
+        elif rate is None and max_in_flight is None:
+            capacity = BATCH - outstanding  # a paused or broken connector without limits, released
         else:
             capacity = BATCH
             if rate is not None:
-                start = max(tat or now, now)
-                tokens = math.floor((now + timedelta(seconds=LOOKAHEAD_SECONDS) - start).total_seconds() * rate + burst)
-                capacity = min(capacity, max(0, tokens))
+                # Paced by the grant clock, not by what is still on its way: a call let go takes a
+                # wake-up, a claim and a replay to reach its dispatch, and counting those against
+                # the next quarter second's tokens capped a 50/s burst at 35 to 41/s. What is on its
+                # way is bounded apart (MAX_AHEAD_SECONDS of the rate).
+                grant_from = max(grant_tat or now, tat or now, now)  # calls sent straight away count too
+                tokens = math.floor(
+                    (now + timedelta(seconds=LOOKAHEAD_SECONDS) - grant_from).total_seconds() * rate + burst)
+                capacity = min(capacity, max(0, tokens),
+                               max(0, math.floor(rate * MAX_AHEAD_SECONDS + burst) - outstanding))
             if max_in_flight is not None:
                 cur.execute(
                     """SELECT count(*) FROM ledger_effectrecord WHERE status = 'IN_PROGRESS' AND connector = %s
                        AND flow_key = %s AND dispatched_at > %s""",
                     [connector, key, now - timedelta(seconds=deadline)],
                 )
-                capacity = min(capacity, max(0, max_in_flight - int(cur.fetchone()[0])))
-            capacity -= outstanding
+                capacity = min(capacity, max(0, max_in_flight - int(cur.fetchone()[0])) - outstanding)
         granted: list[tuple[str, int, int]] = []
         if capacity > 0:
             cur.execute(
@@ -141,11 +153,14 @@ def pump_bucket(connector: str, key: str) -> int:
         if granted:
             cur.execute(
                 """UPDATE ledger_flowbucket SET vtime = greatest(vtime, %s),
+                       grant_tat = coalesce(%s, grant_tat),
                        circuit = CASE WHEN %s THEN 'half_open' ELSE circuit END,
                        trial_effect_id = CASE WHEN %s THEN %s ELSE trial_effect_id END,
                        changed_at = CASE WHEN %s THEN %s ELSE changed_at END
                    WHERE connector = %s AND key = %s""",
-                [max(tag for _, _, tag in granted), trial, trial, granted[0][1], trial, now, connector, key],
+                [max(tag for _, _, tag in granted),
+                 grant_from + timedelta(seconds=len(granted) / rate) if grant_from is not None and rate else None,
+                 trial, trial, granted[0][1], trial, now, connector, key],
             )
         if granted and trial:
             gate.circuit_changed(connector, key, CircuitState.HALF_OPEN, failures=0, error="", at=now)

@@ -6,6 +6,7 @@ processes are in test_flow_control.py."""
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 
 import pytest
@@ -100,6 +101,30 @@ def test_the_rate_limit_lets_a_burst_go_then_holds_the_rest_in_order(flows):
     assert executions("email", "send").count() == 2
     # Nothing more for 2 s (0.5 calls/s): the pump lets none go yet.
     assert pump.pump() == 0
+
+
+def test_the_pump_lets_calls_go_at_the_rate_while_those_let_go_are_still_on_their_way(flows):
+    """A call let go takes a while to reach its dispatch (a wake-up, a claim, a replay). At 50/s
+    the pump lets 13 go at once (a quarter second's tokens), then keeps letting them go at the
+    rate: counting the ones still on their way against the next tokens capped a burst at 35 to
+    41/s. The rate itself is held where calls leave (the gate), and what is on its way is bounded."""
+    services.connector_pause(connector="email.send", by="ops", reason="hold to build a queue")
+    for i in range(130):
+        held(ListJournal(), "mail", "email.send", {**EMAIL, "to": f"q{i}@x.org"})
+    services.connector_limits_set(connector="email.send", by="ops",
+                                  limits=limits_of("email.send", rate=50.0, burst=1))
+    services.connector_resume(connector="email.send", by="ops", reason="relay back")
+    pump.pump()
+    assert FlowTicket.objects.filter(state="granted").count() == 13
+    assert pump.pump() <= 1  # the next quarter second's tokens are spoken for
+    time.sleep(0.5)  # none of them has reached its dispatch yet
+    assert 12 <= pump.pump() <= 14  # the next quarter second's, whatever is still on its way
+    for _ in range(6):
+        time.sleep(0.5)
+        pump.pump()
+    # At most two seconds of the rate (101) on their way, however many wait.
+    assert FlowTicket.objects.filter(state="granted").count() == 101
+    assert executions("email", "send").count() == 0
 
 
 def test_one_tenants_backlog_does_not_starve_another_tenant(flows):
