@@ -195,11 +195,17 @@ def _connectors_get(request: ConsoleRequest) -> HttpResponse:
     return _page(request)
 
 
-def _answer(request: ConsoleRequest, *, status: int = 200, error: str = "", notice: str = "") -> HttpResponse:
-    """For htmx: the region as it is now and the result as a message (out of band). Without
-    JavaScript: the page again with the message (an error), or back to the page (done)."""
+def _answer(request: ConsoleRequest, *, status: int = 200, error: str = "", notice: str = "",
+            spend: bool = False) -> HttpResponse:
+    """For htmx: the region as it is now (the connectors', or with ``spend`` the spend limits')
+    and the result as a message (out of band). Without JavaScript: the page again with the
+    message (an error), or back to the page at the region (done)."""
     if request.htmx:
-        html = render_to_string("console/connectors_live.html", _connectors_context(request.user, {}), request=request)
+        if spend:
+            html = spend_fragment(request.user, request=request)
+        else:
+            html = render_to_string("console/connectors_live.html", _connectors_context(request.user, {}),
+                                    request=request)
         return HttpResponse(html + message_oob(error=error, notice=notice), status=status)
     if status >= 400:
         if status == 400:
@@ -209,7 +215,8 @@ def _answer(request: ConsoleRequest, *, status: int = 200, error: str = "", noti
         messages.error(request, error)
         return _page(request, status=status)
     messages.success(request, notice)
-    return redirect(f"{reverse('console:connectors')}#{connector_anchor(str(request.POST.get('connector', '')))}")
+    anchor = SPEND_ANCHOR if spend else connector_anchor(str(request.POST.get("connector", "")))
+    return redirect(f"{reverse('console:connectors')}#{anchor}")
 
 
 def _connector_action(request: ConsoleRequest, action: str, form_class: type[ActionForm],
@@ -320,22 +327,6 @@ def spend_fragment(user: User, *, request: ConsoleRequest | None = None) -> str:
     return render_to_string("console/connectors_spend.html", _spend_context(user), request=request)
 
 
-def _spend_answer(request: ConsoleRequest, *, status: int = 200, error: str = "", notice: str = "") -> HttpResponse:
-    """As ``_answer``, with the spend limits' region."""
-    if request.htmx:
-        return HttpResponse(spend_fragment(request.user, request=request) + message_oob(error=error, notice=notice),
-                            status=status)
-    if status >= 400:
-        if status == 400:
-            return bad_request(request, error, title="Nothing was changed")
-        if status == 403:
-            raise PermissionDenied(error)
-        messages.error(request, error)
-        return _page(request, status=status)
-    messages.success(request, notice)
-    return redirect(f"{reverse('console:connectors')}#{SPEND_ANCHOR}")
-
-
 @action_view(SPEND_ACTION, "connector", id_kwarg="connector")
 def connector_spend_limit(request: ConsoleRequest) -> HttpResponse:
     """Set, raise, lower or remove a tenant's daily spend limit (``SpendLimitForm``): 400 naming
@@ -344,7 +335,7 @@ def connector_spend_limit(request: ConsoleRequest) -> HttpResponse:
     showed; audited)."""
     fields, problem = action_input(request, SpendLimitForm, SPEND_ACTION)
     if problem:
-        return _spend_answer(request, status=400, error=problem)
+        return _answer(request, status=400, error=problem, spend=True)
     tenant, connector = str(fields.get("tenant") or ""), str(fields.get("connector") or "")
     try:
         connector_spend_limit_act(actor_of(request), tenant=tenant, connector=connector,
@@ -352,7 +343,7 @@ def connector_spend_limit(request: ConsoleRequest) -> HttpResponse:
                                   expected=str(fields.get("expected") or "") or None)
     except (Denied, Incomplete, Refused) as exc:
         status = 403 if isinstance(exc, Denied) else 400 if isinstance(exc, Incomplete) else 409
-        return _spend_answer(request, status=status, error=str(exc))
+        return _answer(request, status=status, error=str(exc), spend=True)
     whose = spend_whose(tenant)
     if fields.get("amount") is None:
         notice = f"{whose} has no daily spend limit on {connector} any more; runs parked at it resume at the " \
@@ -360,4 +351,4 @@ def connector_spend_limit(request: ConsoleRequest) -> HttpResponse:
     else:
         notice = f"{whose}'s daily spend limit on {connector} is now {usd(fields['amount'])} usd; runs parked at " \
                  f"it resume at the sweeper's next pass once their tenant's spend today is under it."
-    return _spend_answer(request, notice=notice)
+    return _answer(request, notice=notice, spend=True)
