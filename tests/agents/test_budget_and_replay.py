@@ -103,3 +103,25 @@ def test_it_halts_a_replay_whose_code_changed_the_tool_calls(stack, change, aske
     assert executions("payments", "capture").count() == 1  # nothing ran twice...
     assert executions("email", "send").count() == 0  # ...nor went on past the mismatch
     assert (billed(), cached()) == (1, 0)
+
+
+def test_a_tenants_daily_spend_limit_on_the_model_parks_an_agent_before_its_next_request(stack):
+    """The agent's model turns count toward its tenant's day on ``"model"``: the turn that finds
+    the day spent is not sent (the gateway bills nothing more), and the run waits for a person
+    to raise the limit; then it goes on from that turn, billing none of the earlier ones again."""
+    from ledger import set_spend_limit
+
+    set_spend_limit(tenant="acme", connector="model", per_day="0.012", by="ops")  # two turns of 0.006
+    run = start("agent_order", {"script": script(CHECK)}, tenant="acme", max_cost=0.024)  # checks forever
+    stack.worker("w1", SAGAS_MODEL_PRICES=PRICES)
+    run = wait_status(run, RunStatus.NEEDS_ATTENTION)
+    assert run.status_reason == "spend_limit", (run.status_reason, run.error)
+    assert run.error["connector"] == "model" and run.error["tenant"] == "acme"
+    assert billed() == 2 and model_turns(run) == ["agent.model", "agent.model#2"]
+
+    set_spend_limit(tenant="acme", connector="model", per_day="0.018", by="ops")  # one more turn
+    wait_until(lambda: billed() == 3, timeout=60, what="the sweeper resuming the run under the raised limit")
+    run = wait_status(run, RunStatus.NEEDS_ATTENTION)
+    assert run.status_reason == "spend_limit", (run.status_reason, run.error)
+    assert billed() == 3 and model_turns(run) == ["agent.model", "agent.model#2", "agent.model#3"]
+    assert run.cost_used == Decimal("0.018")
