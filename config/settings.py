@@ -2,7 +2,8 @@
 
 Variables: DATABASE_URL, REDIS_URL, SECRET_KEY, DEBUG, ALLOWED_HOSTS, SAGAS_MODULES,
 SECURE_* / SESSION_COOKIE_SECURE / CSRF_* (README: "Deploying: settings from the environment"),
-SAGAS_LEASE_TTL, SAGAS_SWEEP_INTERVAL, SAGAS_DISPATCH_LISTEN, SAGAS_DISPATCH_THREADS, SAGAS_QUEUE,
+SAGAS_LEASE_TTL, SAGAS_SWEEP_INTERVAL, SAGAS_DISPATCH_LISTEN, SAGAS_DISPATCH_THREADS, SAGAS_DISPATCH_RQ_DELAY,
+SAGAS_QUEUE,
 SAGAS_CRASH_AT, SAGAS_WORKER_CONCURRENCY, SAGAS_MODEL_PRICES,
 SAGAS_ARCHIVE_URL, SAGAS_ARCHIVE_WRITER, SAGAS_RETENTION_DAYS, SAGAS_EFFECT_KEY_DAYS, SAGAS_ARCHIVE_INTERVAL,
 SAGAS_ARCHIVE_BATCH, SAGAS_ARCHIVE_PAUSE, CONSOLE_URL, NOTIFY_TIMEOUT.
@@ -282,6 +283,10 @@ SAGAS_DISPATCH_LISTEN = env_bool("SAGAS_DISPATCH_LISTEN", True)
 # Threads per worker process that take runs straight from those announcements, each with a database
 # connection of its own (at most the process's concurrency; the RQ threads take the rest).
 SAGAS_DISPATCH_THREADS = env_int("SAGAS_DISPATCH_THREADS", 1, minimum=1)
+# With SAGAS_DISPATCH_LISTEN on, start() sends a new run's RQ wake-up this many seconds after its
+# commit, from a thread of its own: an idle worker has taken the run from the announcement by then,
+# and neither start()'s caller nor that worker waits for Redis. 0: at once, in start().
+SAGAS_DISPATCH_RQ_DELAY = env_float("SAGAS_DISPATCH_RQ_DELAY", 0.05, minimum=0.0)
 # Crash points for tests, e.g. "after_step:charge" (see sagas/runtime/crashpoints.py).
 SAGAS_CRASH_AT = env_list("SAGAS_CRASH_AT")
 # Runs one worker process advances at once, one thread each (sagas_worker --concurrency overrides it).

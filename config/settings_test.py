@@ -101,6 +101,10 @@ PASSWORD_HASHERS = ["tests.harness.hashers.QuickPBKDF2PasswordHasher", *global_s
 
 SAGAS_LEASE_TTL = 3.0
 SAGAS_SWEEP_INTERVAL = 0.5
+# start() sends a new run's RQ wake-up at once, so a test sees the queue as start() left it; the
+# product's default (a moment after the commit, when workers listen) is tested where it matters
+# (tests/sagas/test_hot_path.py, test_dispatch_listen.py). Worker processes inherit the variable.
+SAGAS_DISPATCH_RQ_DELAY = env_float("SAGAS_DISPATCH_RQ_DELAY", 0.0)  # noqa: F405
 
 # The journal and the audit log refuse TRUNCATE (core/append_only.py), and pytest-django
 # empties the tables with TRUNCATE after every transactional test. The test harness, and

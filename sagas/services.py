@@ -149,7 +149,7 @@ def run_start(
     if started_by is not None:
         run.started_by = started_by
     # After commit (at once in autocommit, where the statement committed itself).
-    queue.enqueue_after_commit(run.id, run.definition_hash, priority=run.priority)
+    queue.enqueue_new_run_after_commit(run.id, run.definition_hash, priority=run.priority)
     send_run_changed(run.id, RunStatus.PENDING, cause=JournalKind.STARTED)
     run.created_now = True
     return run

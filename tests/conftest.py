@@ -88,8 +88,9 @@ def _no_session_left_at_the_end(django_db_setup, django_db_blocker):
 @pytest.fixture(autouse=True)
 def _clean_redis():
     """Each test starts with an empty Redis database (the tests' own, see settings_test)."""
-    from sagas.runtime.queue import redis_connection
+    from sagas.runtime.queue import drop_wakeups_due_later, redis_connection
 
+    drop_wakeups_due_later()  # an earlier test's, sent a moment after its commit (SAGAS_DISPATCH_RQ_DELAY)
     redis_connection().flushdb()
     yield
 

@@ -26,7 +26,12 @@ settings. Jobs are enqueued by this module only, after commit
 
 from __future__ import annotations
 
+import atexit
+import heapq
 import logging
+import os
+import threading
+import time
 from functools import lru_cache
 from uuid import UUID
 
@@ -134,6 +139,82 @@ def enqueue_after_commit(
     run = str(run_id)
     transaction.on_commit(
         lambda: enqueue_advance(run, definition_hash, compensating=compensating, priority=priority))
+
+
+class _Later:
+    """Wake-ups sent a moment after their commit, from one daemon thread per process, in the
+    order they were asked for. Left unsent only if the process dies within the delay: the
+    sweeper finds the run in PostgreSQL then, as for any lost wake-up. A clean exit sends what
+    is left at once (``atexit``)."""
+
+    def __init__(self) -> None:
+        self.cv = threading.Condition()
+        self.due: list[tuple[float, int, str, str, int]] = []
+        self.seq = 0
+        self.thread: threading.Thread | None = None
+
+    def add(self, delay: float, run_id: str, definition_hash: str, priority: int) -> None:
+        with self.cv:
+            self.seq += 1
+            heapq.heappush(self.due, (time.monotonic() + delay, self.seq, run_id, definition_hash, priority))
+            if self.thread is None or not self.thread.is_alive():
+                self.thread = threading.Thread(target=self._run, name="sagas-wake-later", daemon=True)
+                self.thread.start()
+            self.cv.notify()
+
+    def _take(self, *, all_of_them: bool) -> list[tuple[float, int, str, str, int]]:
+        now, out = time.monotonic(), []
+        while self.due and (all_of_them or self.due[0][0] <= now):
+            out.append(heapq.heappop(self.due))
+        return out
+
+    def _run(self) -> None:
+        while True:
+            with self.cv:
+                while not self.due or self.due[0][0] > time.monotonic():
+                    self.cv.wait(timeout=None if not self.due else max(0.0, self.due[0][0] - time.monotonic()))
+                ready = self._take(all_of_them=False)
+            for _, _, run_id, definition_hash, priority in ready:
+                enqueue_advance(run_id, definition_hash, priority=priority)
+
+    def flush(self) -> None:
+        with self.cv:
+            ready = self._take(all_of_them=True)
+        for _, _, run_id, definition_hash, priority in ready:
+            enqueue_advance(run_id, definition_hash, priority=priority)
+
+    def forget_in_child(self) -> None:  # a forked child has no thread; its parent sends these
+        self.cv, self.due, self.thread = threading.Condition(), [], None
+
+    def drop(self) -> None:
+        with self.cv:
+            self.due.clear()
+
+
+_later = _Later()
+atexit.register(_later.flush)
+os.register_at_fork(after_in_child=_later.forget_in_child)
+
+
+def drop_wakeups_due_later() -> None:
+    """Forget the wake-ups this process has yet to send (a test harness between tests: their
+    runs are gone with the test's database)."""
+    _later.drop()
+
+
+def enqueue_new_run_after_commit(run_id: str | UUID, definition_hash: str, *, priority: int = DEFAULT_PRIORITY) -> None:
+    """A new run's wake-up, after its commit. With workers listening for runs made runnable
+    (``SAGAS_DISPATCH_LISTEN``), an idle one takes the run from PostgreSQL's announcement within
+    milliseconds; RQ's job then only matters if none was free, so it goes
+    ``SAGAS_DISPATCH_RQ_DELAY`` later, from a thread of this process: the caller of ``start()``
+    does not wait for Redis, and the worker taking the run is not competing with RQ's wake-up of
+    a thread for the same run."""
+    delay = float(getattr(settings, "SAGAS_DISPATCH_RQ_DELAY", 0.0))
+    if delay <= 0 or not getattr(settings, "SAGAS_DISPATCH_LISTEN", False):
+        enqueue_after_commit(run_id, definition_hash, priority=priority)
+        return
+    run = str(run_id)
+    transaction.on_commit(lambda: _later.add(delay, run, definition_hash, priority))
 
 
 def clear_marker(run_id: str) -> None:

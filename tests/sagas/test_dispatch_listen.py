@@ -5,11 +5,12 @@ and a worker with no free thread leaves it to the queues."""
 from __future__ import annotations
 
 import pytest
+from django.test import override_settings
 
 from sagas import start
 from sagas.models import JournalEntry, RunStatus, WorkflowRun
 from sagas.runtime.queue import get_queue, queue_name_for, redis_connection
-from tests.procs import wait_until
+from tests.procs import run_python, wait_until, worker_env
 from tests.sagas import wf_engine  # noqa: F401
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -20,6 +21,7 @@ def claims(run_id) -> list[str]:
     return list(JournalEntry.objects.filter(run_id=run_id, kind="claimed").values_list("worker_id", flat=True))
 
 
+@override_settings(SAGAS_DISPATCH_RQ_DELAY=0.05)  # the product's default: RQ's job comes a moment later
 def test_an_idle_worker_takes_a_new_run_on_its_commit_and_claims_it_once(procs, step_calls):
     worker = procs.worker("w1", MODULES)
     wait_until(lambda: _listening() == ["sagas_worker w1"], timeout=30, what="the worker listening")
@@ -38,6 +40,7 @@ def test_an_idle_worker_takes_a_new_run_on_its_commit_and_claims_it_once(procs, 
     assert worker.alive()
 
 
+@override_settings(SAGAS_DISPATCH_RQ_DELAY=0.05)
 def test_a_busy_worker_leaves_announcements_to_the_queues(procs, step_calls):
     procs.worker("w1", MODULES)
     wait_until(lambda: _listening() == ["sagas_worker w1"], timeout=30, what="the worker listening")
@@ -59,3 +62,17 @@ def _listening() -> list[str]:
         cur.execute("SELECT application_name FROM pg_stat_activity WHERE datname = current_database() "
                     "AND query = 'LISTEN sagas_dispatch'")
         return [name for (name,) in cur.fetchall()]
+
+
+def test_a_script_that_starts_a_run_and_exits_at_once_leaves_its_wake_up_behind():
+    """start()'s RQ wake-up goes out a moment after the commit, from a thread; a script that
+    starts a run and exits sends it on its way out, not never (and not the sweeper's pass later)."""
+    code = ("import django; django.setup()\n"
+            "from sagas import start\n"
+            "print(start('five_steps', {}).id)\n")
+    done = run_python(["-c", code], env=worker_env(MODULES, SAGAS_DISPATCH_RQ_DELAY="30"), timeout=60)
+    assert done.returncode == 0, done.stderr
+    run_id = done.stdout.strip().splitlines()[-1]
+    assert WorkflowRun.objects.get(id=run_id).status == RunStatus.PENDING
+    assert redis_connection().exists(f"sagas:queued:{run_id}"), "the wake-up was not sent before the exit"
+    assert get_queue(queue_name_for(WorkflowRun.objects.get(id=run_id).definition_hash)).count == 1

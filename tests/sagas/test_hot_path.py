@@ -11,6 +11,7 @@ from decimal import Decimal
 
 import pytest
 from django.db import connection, transaction
+from django.test import override_settings
 from rq.job import Job
 
 from sagas import signal, start
@@ -28,6 +29,7 @@ from sagas.runtime.queue import (
 from sagas.runtime.rqworker import SagaWorker
 from sagas.store import systemdb
 from sagas.versions.registry import workflow
+from tests.procs import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -51,6 +53,7 @@ def _journal(run_id) -> list[tuple[int, str, str]]:
     return list(JournalEntry.objects.filter(run_id=run_id).order_by("seq").values_list("seq", "kind", "name"))
 
 
+@override_settings(SAGAS_DISPATCH_RQ_DELAY=0.05)  # the product's default
 def test_it_starts_a_run_with_its_started_entry_budgets_and_starter(django_user_model):
     ann = django_user_model.objects.create_user("ann", password="pw-ann-long-enough")
     run = start("hot_two_steps", {"order": 7, "note": "é"}, business_key="order-7", tenant="acme",
@@ -71,8 +74,17 @@ def test_it_starts_a_run_with_its_started_entry_budgets_and_starter(django_user_
         "business_key": "order-7", "tenant": "acme", "started_by": "ann", "started_via": "console",
     }
     assert started.created_at == stored.created_at
-    # The wake-up went out in the same call: the job on the version's queue and its marker.
-    assert get_queue(queue_name_for(stored.definition_hash)).count == 1
+    # The wake-up goes out a moment after the commit (SAGAS_DISPATCH_RQ_DELAY: workers listening
+    # take a new run from PostgreSQL's announcement first): the job on the version's queue and its marker.
+    wait_until(lambda: get_queue(queue_name_for(stored.definition_hash)).count == 1, timeout=5,
+               what="the run's RQ wake-up")
+    assert redis_connection().exists(marker_key(str(run.id)))
+
+
+@override_settings(SAGAS_DISPATCH_RQ_DELAY=0)
+def test_without_the_delay_the_wake_up_goes_out_in_the_same_call():
+    run = start("hot_two_steps", {"order": 8})
+    assert get_queue(queue_name_for(run.definition_hash)).count == 1
     assert redis_connection().exists(marker_key(str(run.id)))
 
 
@@ -97,6 +109,7 @@ def test_it_writes_and_wakes_nothing_when_the_callers_transaction_rolls_back():
         raise RuntimeError("the caller changed its mind")
     assert not WorkflowRun.objects.filter(business_key="rolled-back").exists()
     assert not JournalEntry.objects.filter(run_id=run.id).exists()
+    time.sleep(0.2)  # past SAGAS_DISPATCH_RQ_DELAY: a wake-up would have gone out by now
     assert not redis_connection().exists(marker_key(str(run.id)))
     assert get_queue(queue_name_for(run.definition_hash)).count == 0
     # The key is free again.
