@@ -238,17 +238,20 @@ def worker_beat(*, name: str, hostname: str, pid: int, started_at: datetime) -> 
         for d in registry.all_definitions() for h in sorted(d.accepted_hashes)
     ]
     now = timezone.now()
-    if WorkerProcess.objects.filter(name=name, started_at=started_at, stopped_at__isnull=False).exists():
-        # This process has said goodbye (``worker_stopped``) while a last beat was on its way:
-        # the beat must not mark a stopped worker alive again. A restart has a new started_at.
-        return
-    WorkerProcess.objects.update_or_create(
-        name=name,
-        defaults={
-            "hostname": hostname, "pid": pid, "definitions": definitions, "started_at": started_at,
-            "last_seen_at": now, "stopped_at": None,
-        },
-    )
+    with transaction.atomic():
+        # Holding the row: a goodbye (``worker_stopped``) comes wholly before or after this beat.
+        row = WorkerProcess.objects.select_for_update().filter(name=name).first()
+        if row is not None and row.started_at == started_at and row.stopped_at is not None:
+            # This process said goodbye while a last beat was on its way: the beat must not mark
+            # a stopped worker alive again. A restart has a new started_at.
+            return
+        WorkerProcess.objects.update_or_create(
+            name=name,
+            defaults={
+                "hostname": hostname, "pid": pid, "definitions": definitions, "started_at": started_at,
+                "last_seen_at": now, "stopped_at": None,
+            },
+        )
 
 
 def worker_stopped(*, name: str) -> None:

@@ -68,3 +68,24 @@ def test_it_keeps_the_ready_file_of_a_sigkilled_worker_with_a_pid_that_is_gone(p
     assert pid == worker.pid
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
+
+
+def test_a_last_beat_racing_the_goodbye_does_not_mark_a_stopped_worker_alive_again():
+    """A worker's background thread may beat while the process says goodbye on its way out
+    (SIGTERM). Whatever the order, the registry ends with the worker stopped; a restart under
+    the same name (a new start time) is alive again."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from sagas import services
+    from sagas.models import WorkerProcess
+
+    began = timezone.now()
+    services.worker_beat(name="w9", hostname="h", pid=1, started_at=began)
+    services.worker_stopped(name="w9")
+    services.worker_beat(name="w9", hostname="h", pid=1, started_at=began)  # the beat that was on its way
+    assert WorkerProcess.objects.get(name="w9").stopped_at is not None
+    services.worker_beat(name="w9", hostname="h", pid=2, started_at=began + timedelta(seconds=5))  # restarted
+    restarted = WorkerProcess.objects.get(name="w9")
+    assert restarted.stopped_at is None and restarted.pid == 2
