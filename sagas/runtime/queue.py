@@ -151,6 +151,7 @@ class _Later:
         self.cv = threading.Condition()
         self.due: list[tuple[float, int, str, str, int]] = []
         self.seq = 0
+        self.sending = 0  # taken off ``due`` by the thread and not sent yet
         self.thread: threading.Thread | None = None
 
     def add(self, delay: float, run_id: str, definition_hash: str, priority: int) -> None:
@@ -174,17 +175,28 @@ class _Later:
                 while not self.due or self.due[0][0] > time.monotonic():
                     self.cv.wait(timeout=None if not self.due else max(0.0, self.due[0][0] - time.monotonic()))
                 ready = self._take(all_of_them=False)
-            for _, _, run_id, definition_hash, priority in ready:
-                enqueue_advance(run_id, definition_hash, priority=priority)
+                self.sending += len(ready)
+            try:
+                for _, _, run_id, definition_hash, priority in ready:
+                    enqueue_advance(run_id, definition_hash, priority=priority)
+            finally:
+                with self.cv:
+                    self.sending -= len(ready)
+                    self.cv.notify_all()
 
-    def flush(self) -> None:
+    def flush(self, *, timeout: float = 10.0) -> None:
+        """Send what is due later now, and wait for what the thread is sending: at exit the
+        thread dies with the interpreter, and a wake-up it had taken but not sent would be lost
+        (the README's example lost one: the script's exit came just after the delay)."""
         with self.cv:
             ready = self._take(all_of_them=True)
         for _, _, run_id, definition_hash, priority in ready:
             enqueue_advance(run_id, definition_hash, priority=priority)
+        with self.cv:
+            self.cv.wait_for(lambda: self.sending == 0, timeout=timeout)
 
     def forget_in_child(self) -> None:  # a forked child has no thread; its parent sends these
-        self.cv, self.due, self.thread = threading.Condition(), [], None
+        self.cv, self.due, self.sending, self.thread = threading.Condition(), [], 0, None
 
     def drop(self) -> None:
         with self.cv:
