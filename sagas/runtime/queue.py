@@ -177,8 +177,7 @@ class _Later:
                 ready = self._take(all_of_them=False)
                 self.sending += len(ready)
             try:
-                for _, _, run_id, definition_hash, priority in ready:
-                    enqueue_advance(run_id, definition_hash, priority=priority)
+                self._send(ready)
             finally:
                 with self.cv:
                     self.sending -= len(ready)
@@ -190,10 +189,18 @@ class _Later:
         (the README's example lost one: the script's exit came just after the delay)."""
         with self.cv:
             ready = self._take(all_of_them=True)
-        for _, _, run_id, definition_hash, priority in ready:
-            enqueue_advance(run_id, definition_hash, priority=priority)
+        self._send(ready)
         with self.cv:
             self.cv.wait_for(lambda: self.sending == 0, timeout=timeout)
+
+    @staticmethod
+    def _send(ready: list[tuple[float, int, str, str, int]]) -> None:
+        """Enqueue each, in order, until Redis refuses one: the rest are left to the sweeper (their
+        runs are safe in PostgreSQL), so an outage costs one failed call per batch, not one per
+        run, and never holds a process's exit for a timeout per run."""
+        for _, _, run_id, definition_hash, priority in ready:
+            if not enqueue_advance(run_id, definition_hash, priority=priority):
+                return
 
     def forget_in_child(self) -> None:  # a forked child has no thread; its parent sends these
         self.cv, self.due, self.sending, self.thread = threading.Condition(), [], 0, None
