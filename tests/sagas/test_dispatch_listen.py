@@ -81,3 +81,33 @@ def test_a_script_that_starts_a_run_and_exits_at_once_leaves_its_wake_up_behind(
     assert WorkflowRun.objects.get(id=run_id).status == RunStatus.PENDING
     assert redis_connection().exists(f"sagas:queued:{run_id}"), "the wake-up was not sent before the exit"
     assert get_queue(queue_name_for(WorkflowRun.objects.get(id=run_id).definition_hash)).count == 1
+
+
+def test_a_slot_given_back_goes_to_the_queued_run_waiting_for_it_not_to_the_next_announcement():
+    """A saturated process: an RQ thread holds the job it dequeued (the oldest of the highest
+    priority) and waits for a slot. While it waits, announcements of new runs (10,000 started in
+    batches, say) must not take the slot that frees: they took most of them, and runs let go by
+    flow control, woken through the first queue, waited behind runs not started yet."""
+    import threading
+
+    from sagas.runtime.dispatch import Slots
+
+    slots = Slots(1)
+    slots.take()  # the process's one slot, busy with a run
+    got = threading.Event()
+
+    def rq_thread() -> None:
+        slots.take()
+        got.set()
+
+    waiter = threading.Thread(target=rq_thread, daemon=True)
+    waiter.start()
+    time.sleep(0.2)  # the RQ thread blocks in take()
+    assert not slots.try_take()  # an announcement while the slot is busy: RQ's queues decide
+    slots.give_back()  # the run finishes; an announcement arrives at once
+    assert not slots.try_take(), "an announcement took the slot the queued run was waiting for"
+    assert got.wait(5), "the RQ thread waiting with its job did not get the freed slot"
+    assert not slots.try_take()  # the RQ thread holds it now
+    slots.give_back()
+    assert slots.try_take()  # nobody waits: a free slot is the next announcement's
+    waiter.join(5)
