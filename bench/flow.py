@@ -289,6 +289,13 @@ def connector_setting(provider_rate: int, burst: int) -> tuple[float, int]:
     return float(provider_rate - burst - JITTER_HEADROOM), burst
 
 
+def burst_setting(size: dict) -> tuple[float, int]:
+    """The connector's (rate, burst) in the burst part: ``--connector-rate`` if given, else
+    ``connector_setting``'s."""
+    rate, burst = connector_setting(size["rate"], size["connector_burst"])
+    return float(size.get("connector_rate") or rate), burst
+
+
 def burst(size: dict, workers: Workers, trace: str | None = None) -> list[tuple[str, str, str]]:
     from django.db import transaction
 
@@ -299,13 +306,14 @@ def burst(size: dict, workers: Workers, trace: str | None = None) -> list[tuple[
     from sagas import start
 
     n, rate = size["burst_runs"], size["rate"]
-    connector_rate, connector_burst = connector_setting(rate, size["connector_burst"])
+    connector_rate, connector_burst = burst_setting(size)
+    unlimited = size.get("unlimited", False)
     truncate()
-    limits.limit("email", "send", rate)
+    limits.limit("email", "send", None if unlimited else rate)
     declared = Limits.of(ConnectorFlow.objects.get(connector="email.send"))
     connector_limits_set(connector="email.send", by="bench/flow.py",
-                         limits=dataclasses.replace(declared, rate=connector_rate, burst=connector_burst,
-                                                    max_in_flight=None))
+                         limits=dataclasses.replace(declared, rate=None if unlimited else connector_rate,
+                                                    burst=connector_burst, max_in_flight=None))
     sampler = GrantedSampler()
     began = time.perf_counter()
     for first in range(0, n, START_BATCH):
@@ -740,6 +748,11 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=None, help="runs in the burst")
     parser.add_argument("--connector-burst", type=int, default=None,
                         help="the connector's burst in the burst part (default 1, at 50/s; with 2 or more the rate is 50 - burst - 1)")
+    parser.add_argument("--connector-rate", type=float, default=None,
+                        help="the connector's rate in the burst part (default: the provider's 50, less headroom with burst > 1)")
+    parser.add_argument("--unlimited", action="store_true",
+                        help="the burst part with no limit anywhere (provider and connector): what the machine does "
+                             "with the same runs, the floor of the limited burst's time")
     parser.add_argument("--pg", choices=("private", "shared"), default=None,
                         help="PostgreSQL: a private server (default for the full size) or the shared one (the smoke's)")
     parser.add_argument("--trace", default=None, help="write the burst's per-second figures to this CSV file")
@@ -750,6 +763,10 @@ def main() -> int:
         size["burst_runs"] = args.runs
     if args.connector_burst:
         size["connector_burst"] = args.connector_burst
+    if args.connector_rate:
+        size["connector_rate"] = args.connector_rate
+    if args.unlimited:
+        size["unlimited"] = True
     log_dir = Path(tempfile.mkdtemp(prefix="bench-flow-"))
     calls_dir = log_dir / "calls"
     calls_dir.mkdir()
@@ -779,8 +796,10 @@ def main() -> int:
         rows: list[tuple[str, ...]] = [("figure", "value", "target / note")]
         timeline = None
         if "1" in args.parts:
-            c_rate, c_burst = connector_setting(size["rate"], size["connector_burst"])
-            rows.append((f"**1. burst: {size['burst_runs']:,} runs, provider at {size['rate']} in any second, "
+            c_rate, c_burst = burst_setting(size)
+            rows.append((f"**1. burst: {size['burst_runs']:,} runs, no limit anywhere (the machine's floor)**", "", "")
+                        if size.get("unlimited") else
+                        (f"**1. burst: {size['burst_runs']:,} runs, provider at {size['rate']} in any second, "
                          f"connector at {c_rate:g}/s burst {c_burst}**",
                          "", ""))
             rows += burst(size, workers, args.trace)

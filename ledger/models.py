@@ -64,9 +64,6 @@ class EffectRecord(models.Model):
     # The flow-control key the effect's limits are kept per (``ConnectorFlow.key_field``), "" for one
     # set per connector; fixed at the intent, so a call is counted in the bucket it waited in.
     flow_key = models.CharField(max_length=200, blank=True, default="", db_default="")
-    # Not stored: when (``time.monotonic()``) the rate token the gate reserved for this call in
-    # the intent's commit comes; the dispatch waits for it in its thread (``ledger.flow.gate``).
-    flow_token_at: float | None = None
 
     status = models.CharField(max_length=20, choices=EffectStatus.choices, default=EffectStatus.PENDING)
     result = models.JSONField(null=True, blank=True)

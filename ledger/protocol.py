@@ -218,8 +218,6 @@ def _record_intent(
         effect.status = EffectStatus.IN_PROGRESS if mark_now else EffectStatus.PENDING
         effect.attempts, effect.dispatched_at = (1, now) if mark_now else (0, None)
         effect.save(force_insert=True)  # held: PENDING, and the dispatch mark asks the gate again
-        if decision is not None and decision.retry_in is not None:  # a token reserved in this commit
-            effect.flow_token_at = time.monotonic() + decision.retry_in
     return effect, True, None
 
 
@@ -267,17 +265,12 @@ def _mark_dispatched(journal: Journal, op: Operation, effect: EffectRecord) -> N
     """PENDING/UNKNOWN/IN_PROGRESS -> IN_PROGRESS (attempt +1) under the run's fence, once flow
     control lets the call go (``ledger.flow.gate``). A call it holds back stays as it is (never
     sent) with a ticket in the queue, and the caller stops: ``journal.hold`` does not return.
-    A short wait for a token the gate reserved (here or in the intent's commit,
-    ``flow_token_at``) is spent here, in the thread, and the call then goes at its token's time."""
-    token_at: float | None = getattr(effect, "flow_token_at", None)
-    effect.flow_token_at = None
+    A short wait for a token is spent here, in the thread."""
     while True:
-        if token_at is not None:
-            time.sleep(max(0.0, token_at - time.monotonic()))
         hold: Hold | None = None
         with transaction.atomic():
             journal.check_fence()
-            decision = gate.admit(effect, deadline_seconds=op.deadline_seconds, reserved=token_at is not None)
+            decision = gate.admit(effect, deadline_seconds=op.deadline_seconds)
             if decision.go:
                 effect_transition(effect, EffectStatus.IN_PROGRESS, dispatched=True)
                 return
@@ -286,7 +279,7 @@ def _mark_dispatched(journal: Journal, op: Operation, effect: EffectRecord) -> N
         if hold is not None:
             journal.hold(hold)
             raise AssertionError("Journal.hold returned")  # its contract: it stops the caller
-        token_at = time.monotonic() + min(decision.retry_in or 0.0, gate.IN_THREAD_SECONDS)
+        time.sleep(min(decision.retry_in or 0.0, gate.IN_THREAD_SECONDS))
 
 
 def _recover(journal: Journal, op: Operation, name: str, effect: EffectRecord, payload: Any) -> Any:

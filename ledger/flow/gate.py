@@ -11,18 +11,8 @@ with another call as the trial); calls queue for its limits already (a newcomer 
 of the queue, ``FlowTicket``); too many calls are out (``max_in_flight``); the rate limiter has no
 token (GCRA on ``FlowBucket.tat``). A held call gets a ticket and the caller stops (the engine
 suspends the run, holding no worker); ``ledger.flow.pump`` lets tickets go in fair order and
-wakes their runs.
-
-A call whose token comes soon (within ``IN_THREAD_SECONDS`` for a ticket that was let go,
-``IN_THREAD_NEW_SECONDS`` for a newcomer with nobody queued) **reserves** it: the token's time
-is taken from the bucket in this transaction, the caller waits for it in its thread and comes
-back with ``reserved=True``, when everything but the rate is checked again (a pause or an open
-circuit still holds it; the token is then lost, never lent twice). Calls reserved back to back
-leave exactly one interval apart, whatever each one's thread and transaction cost: a call that
-came a few ms late to a token that was merely "free now" lost that lateness for good, and a 50/s
-burst came out at 35 to 41 calls a second. A newcomer waits in its thread only briefly: the
-tickets are the queue that keeps tenants fair, and calls waiting in threads would queue in the
-order their runs were claimed instead (one tenant's backlog ahead of everyone).
+wakes their runs. A ticket that was let go (GRANTED) may wait in its thread for its token, up to
+``IN_THREAD_SECONDS``.
 
 Cost on a connector without limits, pause or open circuit: one indexed read in a transaction
 that is open anyway, no write.
@@ -40,11 +30,10 @@ from django.utils import timezone
 from ledger.models import CircuitChange, CircuitState, EffectRecord, FlowTicket, HoldReason, TicketState
 from ledger.signals import send_circuit_changed
 
-# A call let go by the pump whose token comes within this many seconds reserves it and waits
-# for it in its thread.
+# A call let go by the pump whose token comes within this many seconds waits in its thread.
 IN_THREAD_SECONDS = 1.0
-# A new call, with nobody queued, whose token comes within this many seconds reserves it and
-# waits in its thread rather than suspending its run (a suspension and wake-up cost more).
+# A new call, with nobody queued, whose token comes within this many seconds waits in its thread
+# rather than suspending its run (a suspension and wake-up cost more than that).
 IN_THREAD_NEW_SECONDS = 0.05
 # A held run is woken by then at the latest, to look again, whatever else happens (lost wake-ups).
 SAFETY_WAKE_SECONDS = 300.0
@@ -53,8 +42,7 @@ SAFETY_WAKE_SECONDS = 300.0
 @dataclass(frozen=True)
 class Decision:
     """What the gate says about one dispatch: go, or wait (``retry_in`` seconds in the
-    thread for the token it reserved, then ask again with ``reserved=True``; or, with
-    ``retry_in`` None, held: the caller stops until its ticket is let go)."""
+    thread, or, with ``retry_in`` None, held: the caller stops until its ticket is let go)."""
 
     go: bool
     reason: str = ""
@@ -113,14 +101,12 @@ def key_field_of(connector: str) -> str:
     return row[0] if row else ""
 
 
-def admit(effect: EffectRecord, *, deadline_seconds: float, new: bool = False, reserved: bool = False) -> Decision:
+def admit(effect: EffectRecord, *, deadline_seconds: float, new: bool = False) -> Decision:
     """May ``effect`` be dispatched now? Call inside the transaction that records the dispatch.
 
     GO takes what the call uses (a rate token; the in-flight count is the IN_PROGRESS records
     themselves) and drops its ticket if it had one. ``new``: the effect's record is being
     created in this transaction (it has no ticket and cannot be a circuit's trial yet).
-    ``reserved``: the caller waited out a ``retry_in`` this gate gave it, whose token it holds
-    already (the rate is not asked again, nor the queue it was ahead of; the rest is).
     """
     now = timezone.now()
     with connection.cursor() as cur:
@@ -140,7 +126,7 @@ def admit(effect: EffectRecord, *, deadline_seconds: float, new: bool = False, r
             return Decision(False, HoldReason.CIRCUIT)
     elif circuit == CircuitState.HALF_OPEN and (new or trial != effect.pk):
         return Decision(False, HoldReason.CIRCUIT)
-    if waiting and not granted and not reserved:
+    if waiting and not granted:
         return Decision(False, _queue_reason(rate, max_in_flight))
     if rate is None and max_in_flight is None:
         if mine is not None:
@@ -149,19 +135,21 @@ def admit(effect: EffectRecord, *, deadline_seconds: float, new: bool = False, r
     tat = _lock_bucket(effect.connector, effect.flow_key)
     if max_in_flight is not None and _in_flight(effect, now, deadline_seconds) >= max_in_flight:
         return Decision(False, HoldReason.CONCURRENCY)
-    if rate is not None and not reserved:
+    if rate is not None:
         interval = 1.0 / rate
         start = max(tat or now, now)
         wait = (start - now).total_seconds() - (burst - 1) * interval
-        if wait > (IN_THREAD_SECONDS if granted else IN_THREAD_NEW_SECONDS):
+        if wait > 0:
+            if granted:
+                return Decision(False, HoldReason.RATE, retry_in=wait)
+            if wait <= IN_THREAD_NEW_SECONDS and not waiting:
+                return Decision(False, HoldReason.RATE, retry_in=wait)
             return Decision(False, HoldReason.RATE)
         with connection.cursor() as cur:
             cur.execute(
                 "UPDATE ledger_flowbucket SET tat = %s WHERE connector = %s AND key = %s",
                 [start + timedelta(seconds=interval), effect.connector, effect.flow_key],
             )
-        if wait > 0:  # the token is this call's from now on: it comes back for it (``reserved``)
-            return Decision(False, HoldReason.RATE, retry_in=wait)
     if mine is not None:
         FlowTicket.objects.filter(id=mine).delete()
     return GO

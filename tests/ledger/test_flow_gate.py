@@ -11,13 +11,12 @@ import time
 from datetime import timedelta
 
 import pytest
-from django.db import transaction
 from django.utils import timezone
 
 from demo.providers import limits
 from demo.providers.faults import inject
 from demo.providers.selectors import executions
-from ledger.flow import gate, pump, services
+from ledger.flow import pump, services
 from ledger.flow.services import InvalidFlowSetting, Limits
 from ledger.models import CircuitChange, ConnectorFlow, EffectRecord, EffectStatus, FlowBucket, FlowTicket
 from ledger.protocol import run_effect
@@ -139,40 +138,6 @@ def test_the_pump_lets_calls_go_at_the_rate_while_those_let_go_are_still_on_thei
     # At most two seconds of the rate (101) on their way, however many wait.
     assert FlowTicket.objects.filter(state="granted").count() == 101
     assert executions("email", "send").count() == 0
-
-
-def _admit(effect: EffectRecord, **kwargs) -> gate.Decision:
-    with transaction.atomic():
-        return gate.admit(effect, deadline_seconds=30.0, **kwargs)
-
-
-def test_calls_let_go_reserve_their_tokens_back_to_back_so_a_late_thread_costs_the_rate_nothing(flows):
-    """At 10/s each call let go takes the next token in line, 0.1 s after the one before, and
-    waits for it in its thread: its token is its own however late the thread comes back for it.
-    When a token was only "free from now", every call that came a few ms late lost that lateness
-    for good, and a 50/s burst came out at 35 to 41 calls a second. A pause still holds a call
-    that has a token (the token is lost, never lent twice)."""
-    services.connector_pause(connector="email.send", by="ops", reason="hold to build a queue")
-    for i in range(4):
-        held(ListJournal(), "mail", "email.send", {**EMAIL, "to": f"r{i}@x.org"})
-    services.connector_limits_set(connector="email.send", by="ops",
-                                  limits=limits_of("email.send", rate=10.0, burst=1))
-    services.connector_resume(connector="email.send", by="ops", reason="relay back")
-    assert pump.pump() == 3  # a quarter second's tokens and the burst
-    first, second, third = EffectRecord.objects.filter(flow_ticket__state="granted").order_by("id")
-
-    assert _admit(first).go
-    waits = [_admit(second).retry_in, _admit(third).retry_in]
-    assert waits[0] is not None and waits[1] is not None
-    assert 0.05 < waits[0] <= 0.1 and 0.09 <= waits[1] - waits[0] <= 0.11, waits  # back to back
-    time.sleep(0.35)  # both threads come back late, past both tokens
-    assert _admit(second, reserved=True).go
-    services.connector_pause(connector="email.send", by="ops", reason="relay down again")
-    held_back = _admit(third, reserved=True)
-    assert not held_back.go and held_back.retry_in is None and held_back.reason == "paused"
-    # Their lateness was not carried forward: the bucket's clock is where the reservations put it.
-    tat = FlowBucket.objects.get(connector="email.send", key="").tat
-    assert tat < timezone.now(), "a late thread pushed the next token back"
 
 
 def test_one_tenants_backlog_does_not_starve_another_tenant(flows):
