@@ -1,7 +1,8 @@
 """Issue 17: the console meets WCAG 2.2 AA as far as a machine can tell, in a real browser.
 
 axe-core (tests/browser/a11y.py, vendored in tests/browser/vendor/) checks every console page each
-role can see, in the states that matter, built with real runs: a run needing attention (an
+role can see (an approver's only where it differs from a viewer's: the approval controls), in
+the states that matter, built with real runs: a run needing attention (an
 UNKNOWN effect), a run waiting for an approval, a compensated run, a completed run with a hostile
 payload, a run cancelled by a bulk batch, an archived run, a paused connector and one whose
 limits were changed, spend limits (one reached, for a hostile tenant), a form refused with its error (login, compensation, a stale cancel, a
@@ -51,6 +52,9 @@ from tests.sagas import wf_retention  # noqa: F401  (registers ret_order, archiv
 pytestmark = pytest.mark.django_db(transaction=True)
 
 HOSTILE = "<script>alert('a11y')</script><img src=x onerror=alert(1)>"
+# An approver sees what a viewer sees (every page is swept as a viewer), plus the approval
+# controls on these: swept as an approver too. The operator and staff, who see the most, sweep all.
+APPROVER_PAGES = frozenset({"overview", "approvals", "run waiting for an approval"})
 
 
 def status(run) -> str:
@@ -162,6 +166,8 @@ class States:
             pages += [("API keys, refused (403)", "/api-keys/", 403)]
         if role == "operator":
             pages += [("bulk preview (a draft batch)", f"/bulk/{self.draft.token}/", 200)]
+        if role == "approver":  # a viewer's pages, and the approval controls on these three
+            pages = [page for page in pages if page[0] in APPROVER_PAGES]
         return pages
 
 

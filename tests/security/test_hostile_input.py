@@ -8,7 +8,7 @@ GET sends the parameters its view reads (the fields of its form) one at a time, 
 parameter any console view reads all at once (a page whose form was fuzzed field by field gets
 that one only with hostile markup, all it could add); each action is POSTed with one form field
 at a time set to each hostile string and the others valid, so the hostile one reaches as deep as
-it can. Operators, approvers and users with no console role GET with the markup values only
+it can. Viewers, operators, approvers and users with no console role GET with the markup values only
 (``EVERY_GET_AS``). The live socket's parameters go to every live fragment's renderer.
 
 Each request runs in a savepoint that is rolled back, so every one meets the same data (an
@@ -83,9 +83,10 @@ EVERY_PARAM = sorted({
     "download", "filters", "batch",
 })
 # A page parses its query string with the same code whoever asks; a role changes which controls it
-# renders around what it echoes. So every hostile value goes into every GET as these roles (the
-# least and the most a page shows, and no login); the others GET with the markup, and POST all.
-EVERY_GET_AS = {"anonymous", "viewer", "superuser"}
+# renders around what it echoes. So every hostile value goes into every GET as these (the most a
+# page shows, and no login); the other roles GET with the markup (what a role's own controls
+# could echo unescaped), and POST all.
+EVERY_GET_AS = {"anonymous", "superuser"}
 NOT_POSTED = {"logout"}  # a POST would log the client out
 
 
