@@ -51,6 +51,7 @@ def pytest_collection_modifyitems(config, items):
     tryfirst: pytest-xdist's worker names the group in each node id (``<id>@<group>``) in its
     own pytest_collection_modifyitems, which must see these marks. That suffix is read by
     pytest up to 9.1 (pyproject.toml pins pytest below 9.2 for this reason)."""
+    items[:] = _interleaved(items, config.rootpath)
     for item in items:
         path = item.path.relative_to(config.rootpath).as_posix()
         if path.startswith("tests/bench/"):
@@ -61,6 +62,27 @@ def pytest_collection_modifyitems(config, items):
         defs = fixtures.name2fixturedefs.values() if fixtures is not None else ()
         if any(fixturedef.scope in ("module", "package") for chain in defs for fixturedef in chain):
             item.add_marker(pytest.mark.xdist_group(path))
+
+
+def _interleaved(items: list, root) -> list:
+    """The modules of tests/<area>/ taken in turns, one module of each area after another (a
+    module's tests stay together and in order). xdist hands ungrouped tests out in this order:
+    in path order the browser, security and demo modules, which keep both cores busy, all came in
+    the first half, and ledger, sagas and faults, which mostly wait for leases and processes, in
+    the second, where the two cores were 50 to 75 % busy (2026-12-07, 580.6 s)."""
+    modules: dict[str, list] = {}
+    for item in items:
+        modules.setdefault(item.path.relative_to(root).as_posix(), []).append(item)
+    areas: dict[str, list[list]] = {}
+    for path, tests in modules.items():
+        areas.setdefault(path.split("/")[1] if path.count("/") > 1 else "", []).append(tests)
+    ordered: list = []
+    queues = list(areas.values())
+    while queues:
+        for queue in queues:
+            ordered.extend(queue.pop(0))
+        queues = [queue for queue in queues if queue]
+    return ordered
 
 
 @pytest.fixture(scope="session", autouse=True)
