@@ -63,7 +63,11 @@ def all_settled(ids: list, timeout: float) -> Counter:
 
 
 def test_rate_and_concurrency_limits_hold_across_two_worker_processes_of_eight_threads(flows):
-    set_limits("email.send", rate=8.0, burst=1, max_in_flight=3)
+    """The limiter counts a call when it is marked sent, the provider when it arrives: a call
+    whose thread is slow between the two (a loaded machine) can arrive next to the one after it.
+    So the connector is set one call a second below the provider's limit, as the guide says to;
+    at the provider's own rate, beside the whole suite, 9 once arrived within a second."""
+    set_limits("email.send", rate=7.0, burst=1, max_in_flight=3)
     limits.limit("email", "send", 8)  # the provider refuses (429) a ninth request in any second
     inject("email", "send", "latency:0.3", times=1000)  # each call takes a while: slots matter
     ids = [start("email_only", {"id": f"lim-{i:02d}"}).id for i in range(40)]
@@ -75,11 +79,14 @@ def test_rate_and_concurrency_limits_hold_across_two_worker_processes_of_eight_t
     took = time.monotonic() - began
     sent = list(executions("email", "send").values_list("created_at", flat=True))
     assert len(sent) == 40
+    # Where the limiter counts (the dispatch marks, across both processes): 7/s and a burst of 1.
+    marks = list(EffectRecord.objects.filter(connector="email.send").values_list("dispatched_at", flat=True))
+    assert len(marks) == 40 and most_in_one_second(marks) <= 8
     assert most_in_one_second(sent) <= 8
     assert limits.refused("email", "send") == 0, "the provider had to refuse calls over its limit"
     assert 1 <= limits.peak_in_flight("email", "send") <= 3
     # 16 threads would have sent all 40 in about a second; the limit spread them over 5.
-    assert took >= 39 / 8
+    assert took >= 39 / 7
 
 
 def test_a_storm_of_429s_opens_the_circuit_and_no_call_becomes_unknown(flows):
