@@ -245,13 +245,14 @@ def worker_beat(*, name: str, hostname: str, pid: int, started_at: datetime) -> 
             # This process said goodbye while a last beat was on its way: the beat must not mark
             # a stopped worker alive again. A restart has a new started_at.
             return
-        WorkerProcess.objects.update_or_create(
-            name=name,
-            defaults={
-                "hostname": hostname, "pid": pid, "definitions": definitions, "started_at": started_at,
-                "last_seen_at": now, "stopped_at": None,
-            },
-        )
+        fields = {"hostname": hostname, "pid": pid, "definitions": definitions, "started_at": started_at,
+                  "last_seen_at": now, "stopped_at": None}
+        if row is None:
+            WorkerProcess.objects.create(name=name, **fields)
+            return
+        for field, value in fields.items():  # the row read (and locked) above: no second read
+            setattr(row, field, value)
+        row.save(update_fields=list(fields))
 
 
 def worker_stopped(*, name: str) -> None:

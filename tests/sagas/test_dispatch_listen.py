@@ -102,7 +102,8 @@ def test_a_slot_given_back_goes_to_the_queued_run_waiting_for_it_not_to_the_next
 
     waiter = threading.Thread(target=rq_thread, daemon=True)
     waiter.start()
-    time.sleep(0.2)  # the RQ thread blocks in take()
+    time.sleep(0.2)  # the RQ thread blocks in take() (and is counted as waiting, where that is counted)
+    wait_until(lambda: getattr(slots, "_waiting", 1) >= 1, timeout=10, what="the RQ thread waiting for a slot")
     assert not slots.try_take()  # an announcement while the slot is busy: RQ's queues decide
     slots.give_back()  # the run finishes; an announcement arrives at once
     assert not slots.try_take(), "an announcement took the slot the queued run was waiting for"
