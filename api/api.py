@@ -122,7 +122,7 @@ def _unexpected(request: HttpRequest, exc: Exception) -> HttpResponse:
 
 
 def _routers() -> None:
-    from api.routes import approvals, connectors, effects, hooks, run_read, runs, spend_limits, workflows
+    from api.routes import approvals, connectors, effects, hooks, run_read, runs, schedules, spend_limits, workflows
 
     api.add_router("/runs", runs.router)
     api.add_router("/runs", run_read.router)  # GET /runs/{id} (?wait=): its own module
@@ -130,6 +130,7 @@ def _routers() -> None:
     api.add_router("/effects", effects.router)
     api.add_router("/hooks", hooks.router)
     api.add_router("/workflows", workflows.router)
+    api.add_router("/schedules", schedules.router)
     api.add_router("/connectors", connectors.router)
     api.add_router("/spend-limits", spend_limits.router)
 

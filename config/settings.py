@@ -277,6 +277,9 @@ RQ_QUEUES: dict[str, dict[str, Any]] = {
 SAGAS_LEASE_TTL = env_float("SAGAS_LEASE_TTL", 15.0, minimum=1.0)
 # How often the sweeper (standalone or inside workers) looks for lost work.
 SAGAS_SWEEP_INTERVAL = env_float("SAGAS_SWEEP_INTERVAL", 2.0, minimum=0.1)
+# A schedule's tick found more than this many seconds past its due time was missed (no sweeper
+# ran): its schedule's catch-up mode decides whether it still fires (sagas/schedules).
+SAGAS_SCHEDULE_GRACE = env_float("SAGAS_SCHEDULE_GRACE", 60.0, minimum=1.0)
 # Workers LISTEN for runs made runnable and take them at once when a thread is free
 # (sagas/runtime/dispatch.py); off: only RQ wakes them (one more connection per worker process on).
 SAGAS_DISPATCH_LISTEN = env_bool("SAGAS_DISPATCH_LISTEN", True)

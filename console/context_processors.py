@@ -11,6 +11,7 @@ NAV = [
     ("Runs", "console:runs"),
     ("Ambiguous effects", "console:effects"),
     ("Approvals", "console:approvals"),
+    ("Schedules", "console:schedules"),
     ("Versions", "console:versions"),
     ("Workers", "console:workers"),
     ("Connectors", "console:connectors"),

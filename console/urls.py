@@ -20,6 +20,7 @@ from console.views import (
     run_detail,
     run_history,
     run_list,
+    schedules,
     versions,
     workers,
 )
@@ -61,6 +62,13 @@ urlpatterns = [
     # A workflow's pause (the workflow's name is a form field: names may hold any character).
     path("versions/pause/", versions.workflow_pause, name="workflow_pause"),
     path("versions/resume/", versions.workflow_resume, name="workflow_resume"),
+    path("schedules/", schedules.schedules, name="schedules"),
+    path("schedules/<str:name>/", schedules.schedule_detail, name="schedule"),
+    path("schedules/<str:name>/pause/", schedules.schedule_pause, name="schedule_pause"),
+    path("schedules/<str:name>/resume/", schedules.schedule_resume, name="schedule_resume"),
+    path("schedules/<str:name>/trigger/", schedules.schedule_trigger, name="schedule_trigger"),
+    path("schedules/<str:name>/backfill/", schedules.schedule_backfill, name="schedule_backfill"),
+    path("schedules/<str:name>/delete/", schedules.schedule_delete, name="schedule_delete"),
     path("workers/", workers.workers, name="workers"),
     # Flow control per connector: the page, and its actions (the connector's name is a form field).
     path("connectors/", connectors.connectors, name="connectors"),

@@ -31,6 +31,13 @@ the run first, so two people acting on one run queue instead of racing)::
     retry(run_id=run.id, reason="...")
     workers()
 
+Schedules (``sagas.schedules``): ``@workflow(..., schedules=[schedule("nightly", cron="0 2 * * *",
+timezone="Europe/Berlin")])`` in code, or at run time::
+
+    create_schedule("settlement", schedule("nightly", cron="0 2 * * *", timezone="Europe/Berlin"))
+    pause_schedule("nightly", reason="..."); resume_schedule("nightly"); trigger_schedule("nightly")
+    backfill_preview("nightly", start=..., end=...); backfill_schedule("nightly", start=..., end=...)
+
 Agents (pydantic-ai): ``run_agent(ctx, agent, prompt)`` inside a workflow
 journals each model request (keyed by run and turn) and each tool call; ``effect_tool("connector")``
 makes a tool a ledgered effect; approval-required tools wait in the console's inbox.
@@ -71,6 +78,7 @@ from sagas.errors import (
     WaitTimedOut,
     WorkflowNotRegistered,
 )
+from sagas.schedules.spec import DEFAULT_BUSINESS_KEY, ScheduleSpec
 from sagas.versions.registry import workflow
 
 if TYPE_CHECKING:
@@ -78,11 +86,12 @@ if TYPE_CHECKING:
 
     from ledger.models import EffectRecord
     from sagas.compensation import PlannedItem
-    from sagas.models import ApprovalRequest, RunStatus, WorkflowRun
+    from sagas.models import ApprovalRequest, RunStatus, Schedule, ScheduleTick, WorkflowRun
     from sagas.repair import ForkPlan
     from sagas.replay.check import CheckReport
     from sagas.replay.context import Context
     from sagas.runtime.readiness import WorkerStatus
+    from sagas.schedules.services import BackfillItem
 
 __all__ = [
     "ActionNotAllowed",
@@ -97,6 +106,7 @@ __all__ = [
     "RunFinished",
     "RunStatus",
     "SagaError",
+    "ScheduleSpec",
     "StartConflict",
     "StepFailed",
     "StorageUnavailable",
@@ -104,9 +114,13 @@ __all__ = [
     "WorkflowNotRegistered",
     "approvals",
     "approve",
+    "backfill_preview",
+    "backfill_schedule",
     "cancel",
     "compensate",
     "compensation_preview",
+    "create_schedule",
+    "delete_schedule",
     "effect_tool",
     "effects",
     "fork",
@@ -114,16 +128,22 @@ __all__ = [
     "get_run",
     "move",
     "pause",
+    "pause_schedule",
     "pause_workflow",
     "redrive",
     "reject",
     "replay_check",
     "resume",
+    "resume_schedule",
     "resume_workflow",
     "retry",
     "run_agent",
+    "schedule",
+    "schedule_ticks",
+    "schedules",
     "signal",
     "start",
+    "trigger_schedule",
     "workers",
     "workflow",
 ]
@@ -440,6 +460,113 @@ def replay_check(
 
     definition = definition_for(name, version, module=module)
     return check(definition, runs_to_check(name, version=runs_of_version, sample=sample, run_ids=runs))
+
+
+# --- schedules ----------------------------------------------------------------------
+
+
+def schedule(
+    name: str,
+    *,
+    cron: str = "",
+    every: timedelta | None = None,
+    timezone: str = "UTC",
+    input: Any = None,
+    tenant: str = "default",
+    business_key: str = DEFAULT_BUSINESS_KEY,
+    jitter: timedelta = timedelta(0),
+    catch_up: str = "last",
+    catch_up_window: timedelta = timedelta(hours=1),
+    overlap: str = "skip",
+) -> ScheduleSpec:
+    """A schedule, for ``@workflow(..., schedules=[...])`` or ``create_schedule``: ``cron`` (five
+    fields, in ``timezone``) or ``every`` (a ``timedelta``, ticks at multiples of it since
+    1970-01-01 UTC). ``ScheduleSpec``'s docstring says what each option does; the defaults are
+    "fire only the last missed tick, within an hour" and "skip a tick while the previous run is
+    still going". ``InvalidArgument`` (a ``ValueError``) for a malformed one."""
+    return ScheduleSpec(
+        name=name, cron=cron, every=every, timezone=timezone, input=input, tenant=tenant,
+        business_key=business_key, jitter=jitter, catch_up=catch_up, catch_up_window=catch_up_window,
+        overlap=overlap,
+    ).checked()
+
+
+def create_schedule(workflow: str, spec: ScheduleSpec) -> Schedule:
+    """Create schedule ``spec`` (``schedule(...)``) of workflow ``workflow`` and return it; its
+    first tick is the first one after now. ``InvalidArgument`` if the name is taken;
+    ``WorkflowNotRegistered`` if this process does not have the workflow."""
+    import dataclasses
+
+    from sagas.schedules.services import schedule_create
+
+    return schedule_create(spec=dataclasses.replace(spec, workflow=workflow))
+
+
+def schedules() -> list[Schedule]:
+    """Every schedule, by name: its spec, ``paused``, ``next_tick_at`` and ``due_at``."""
+    from sagas.models import Schedule
+
+    return list(Schedule.objects.order_by("name"))
+
+
+def schedule_ticks(name: str, *, limit: int = 50) -> list[ScheduleTick]:
+    """The newest ``limit`` ticks of schedule ``name`` handled so far, newest first: ``tick_at``,
+    ``outcome`` (started, skipped, buffered, missed, failed), ``how`` (schedule, catch_up,
+    trigger, backfill), ``run_id``, ``note``, ``handled_at``."""
+    from sagas.models import ScheduleTick
+
+    return list(ScheduleTick.objects.filter(schedule__name=name).order_by("-tick_at")[:limit])
+
+
+def pause_schedule(name: str, *, reason: str, user: User | None = None) -> Schedule:
+    """Stop schedule ``name`` firing; ticks that fall while it is paused are never fired.
+    ``ActionNotAllowed`` if it is paused already or the reason is empty."""
+    from sagas.schedules.services import schedule_pause
+    from sagas.validation import actor_label
+
+    return schedule_pause(name=name, reason=reason, actor=actor_label(user))
+
+
+def resume_schedule(name: str) -> Schedule:
+    """Fire schedule ``name`` again, from its first tick after now."""
+    from sagas.schedules.services import schedule_resume
+
+    return schedule_resume(name=name)
+
+
+def trigger_schedule(name: str, *, overlap: str | None = None, user: User | None = None) -> ScheduleTick:
+    """Fire schedule ``name`` once now (a paused one too), under its overlap policy or
+    ``overlap``; returns the tick, whose ``outcome`` says what happened."""
+    from sagas.schedules.services import schedule_trigger
+    from sagas.validation import actor_label
+
+    return schedule_trigger(name=name, overlap=overlap, actor=actor_label(user))
+
+
+def backfill_preview(name: str, *, start: Any, end: Any) -> list[BackfillItem]:
+    """The ticks of schedule ``name`` in ``[start, end]`` that ``backfill_schedule`` would fire,
+    with each run's business key and the ticks already handled (left alone). Writes nothing."""
+    from sagas.schedules.services import backfill_preview as preview
+
+    return preview(name=name, start=start, end=end)
+
+
+def backfill_schedule(name: str, *, start: Any, end: Any, overlap: str = "allow_all",
+                      user: User | None = None) -> list[ScheduleTick]:
+    """Fire each tick of schedule ``name`` in ``[start, end]`` (at most 1,000) not handled yet,
+    oldest first; returns those ticks."""
+    from sagas.schedules.services import schedule_backfill
+    from sagas.validation import actor_label
+
+    return schedule_backfill(name=name, start=start, end=end, overlap=overlap, actor=actor_label(user))
+
+
+def delete_schedule(name: str) -> None:
+    """Delete schedule ``name`` and its record of ticks; the runs it started stay. A schedule
+    declared in code comes back when the next worker starts unless it is removed from the code."""
+    from sagas.schedules.services import schedule_delete
+
+    schedule_delete(name=name)
 
 
 # --- workers ------------------------------------------------------------------------

@@ -30,6 +30,8 @@ from sagas.models import (
     JournalEntry,
     RunCount,
     RunCountDelta,
+    Schedule,
+    ScheduleTick,
     WorkerProcess,
     WorkflowPause,
     WorkflowRun,
@@ -174,3 +176,18 @@ class ArchivedRunAdmin(ExactRunSearch):
     search_help_text = "A run id, or a business key (exact)."
     text_field = "business_key"
     show_full_result_count = False
+
+
+@admin.register(Schedule)
+class ScheduleAdmin(ReadOnlyAdmin):
+    """Read-only: schedules change through the console or the API, which audit each change."""
+
+    list_display = ("name", "workflow_name", "tenant", "cron", "timezone", "every", "overlap", "catch_up", "paused",
+                    "due_at")
+    search_fields = ("name", "workflow_name")
+
+
+@admin.register(ScheduleTick)
+class ScheduleTickAdmin(ReadOnlyAdmin):
+    list_display = ("schedule", "tick_at", "outcome", "how", "run_id", "handled_at")
+    list_filter = ("outcome", "how")

@@ -28,6 +28,11 @@ move. The other extension modules are ``sagas.models`` (the tables, to read), ``
   ``KEY_GRAMS_EXACT_UP_TO`` characters and at least ``KEY_GRAMS_SHORTEST`` is answered
   exactly).
 * Checks of what callers pass: ``checked_text``, ``SIGNAL_NAME_CHARS``.
+* Schedules (``sagas.schedules``): ``ScheduleSpec`` and its choices (``CATCH_UP_CHOICES``,
+  ``OVERLAP_CHOICES``, ``DEFAULT_BUSINESS_KEY``, ``SCHEDULE_NAME``: the pattern of a name); the
+  writes, each locking the schedule's row (``schedule_lock``) first: ``schedule_create``,
+  ``schedule_pause``, ``schedule_resume``, ``schedule_trigger``, ``schedule_backfill``,
+  ``schedule_delete``; ``backfill_preview`` (``BackfillItem``s) and ``next_fire_times``.
 """
 
 from __future__ import annotations
@@ -49,6 +54,20 @@ from sagas.replay.continuation import CONTINUED_AS_NEW, chain_place
 from sagas.retention.archiving import ArchivedBatch, runs_archived
 from sagas.retention.store import run_lines, store_for_location
 from sagas.runtime.queue import compensation_queue_name, get_queue, redis_connection
+from sagas.schedules.firing import next_fire_times
+from sagas.schedules.services import (
+    BackfillItem,
+    backfill_preview,
+    schedule_backfill,
+    schedule_create,
+    schedule_delete,
+    schedule_lock,
+    schedule_pause,
+    schedule_resume,
+    schedule_trigger,
+)
+from sagas.schedules.spec import CATCH_UP_CHOICES, DEFAULT_BUSINESS_KEY, OVERLAP_CHOICES, ScheduleSpec
+from sagas.schedules.spec import NAME as SCHEDULE_NAME
 from sagas.services import run_cancel, run_retry
 from sagas.store.counts import in_flight_counts, run_counts
 from sagas.store.key_grams import EXACT_UP_TO as KEY_GRAMS_EXACT_UP_TO
@@ -60,15 +79,22 @@ from sagas.validation import SIGNAL_NAME_CHARS, checked_text
 from sagas.waits import approval_decide, signal_send
 
 __all__ = [
+    "CATCH_UP_CHOICES",
     "CONTINUED_AS_NEW",
+    "DEFAULT_BUSINESS_KEY",
     "ERROR_KEY",
     "KEY_GRAMS_EXACT_UP_TO",
     "KEY_GRAMS_SHORTEST",
+    "OVERLAP_CHOICES",
     "REDRIVABLE_REASONS",
+    "SCHEDULE_NAME",
     "SIGNAL_NAME_CHARS",
     "ArchivedBatch",
+    "BackfillItem",
+    "ScheduleSpec",
     "approval_decide",
     "approval_lock",
+    "backfill_preview",
     "chain_place",
     "check_run",
     "checked_text",
@@ -82,6 +108,7 @@ __all__ = [
     "in_flight_counts",
     "key_holds_grams",
     "movable_versions",
+    "next_fire_times",
     "redis_connection",
     "replay_check",
     "run_cancel",
@@ -98,6 +125,13 @@ __all__ = [
     "run_retry",
     "runs_archived",
     "runs_to_check",
+    "schedule_backfill",
+    "schedule_create",
+    "schedule_delete",
+    "schedule_lock",
+    "schedule_pause",
+    "schedule_resume",
+    "schedule_trigger",
     "shutdown_requested",
     "signal_send",
     "store_for_location",

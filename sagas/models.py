@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from datetime import timedelta
 
 from django.conf import settings
 from django.contrib.postgres.indexes import GinIndex
@@ -541,3 +542,86 @@ class ArchivedRun(models.Model):
 
     def __str__(self) -> str:
         return f"{self.workflow_name} v{self.version} {self.run_id} [archived {self.archived_at:%Y-%m-%d}]"
+
+
+class TickOutcome(models.TextChoices):
+    """What became of one tick of a schedule (``sagas.schedules``)."""
+
+    STARTED = "started"  # a run was started for it (``run_id``)
+    SKIPPED = "skipped"  # the previous tick's run was still going (overlap "skip"), or a tick was already buffered
+    BUFFERED = "buffered"  # waits for the previous tick's run to finish (overlap "buffer_one")
+    MISSED = "missed"  # due while nothing fired ticks, and the catch-up mode or window left it out
+    FAILED = "failed"  # the start was refused (``note`` says why); the schedule goes on
+
+
+class Schedule(models.Model):
+    """A workflow started on a calendar (``sagas.schedules``): its spec, and where firing is.
+
+    ``next_tick_at`` is the oldest tick not handled yet; ``due_at`` is when it fires (the tick
+    plus its jitter). Firing a tick locks this row, so one process handles each tick; the unique
+    ``(schedule, tick_at)`` of ``ScheduleTick`` and the run's business key make sure of it."""
+
+    name = models.CharField(max_length=200, unique=True)
+    workflow_name = models.CharField(max_length=200)
+    tenant = models.CharField(max_length=100, default="default")
+    cron = models.CharField(max_length=200, blank=True, default="")
+    timezone = models.CharField(max_length=64, default="UTC")
+    every = models.DurationField(null=True, blank=True)
+    input = models.JSONField(null=True, blank=True)
+    business_key = models.CharField(max_length=200)
+    jitter = models.DurationField()
+    catch_up = models.CharField(max_length=10)
+    catch_up_window = models.DurationField()
+    overlap = models.CharField(max_length=20)
+    source = models.CharField(max_length=10, help_text='"code" (declared in @workflow) or "api"')
+    paused = models.BooleanField(default=False)
+    paused_reason = models.TextField(blank=True, default="")
+    next_tick_at = models.DateTimeField(null=True, blank=True)
+    due_at = models.DateTimeField(null=True, blank=True)
+    buffered_tick_at = models.DateTimeField(null=True, blank=True)
+    last_run_id = models.UUIDField(null=True, blank=True, help_text="the run of the newest tick started")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["due_at"], condition=Q(paused=False), name="schedule_due"),
+            models.Index(fields=["buffered_tick_at"], condition=Q(buffered_tick_at__isnull=False),
+                         name="schedule_buffered"),
+        ]
+
+    def __str__(self) -> str:
+        return f"schedule {self.name} ({self.cron or self.every}) -> {self.workflow_name}"
+
+    @property
+    def timing(self) -> str:
+        """The schedule's calendar in words: ``0 2 * * * (Europe/Berlin)`` or ``every 0:15:00``."""
+        return f"{self.cron} ({self.timezone})" if self.cron else f"every {self.every}"
+
+
+class ScheduleTick(models.Model):
+    """One tick of a schedule that was handled: started, skipped, buffered, missed or failed."""
+
+    schedule = models.ForeignKey(Schedule, on_delete=models.CASCADE, related_name="ticks")
+    tick_at = models.DateTimeField()
+    outcome = models.CharField(max_length=10, choices=TickOutcome.choices)
+    how = models.CharField(max_length=10, help_text="schedule, catch_up, trigger or backfill")
+    run_id = models.UUIDField(null=True, blank=True)
+    note = models.TextField(blank=True, default="")
+    handled_at = models.DateTimeField()
+    actor_label = models.CharField(max_length=200, blank=True, default="")
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["schedule", "tick_at"], name="schedule_tick_once")]
+        indexes = [
+            models.Index(fields=["schedule", "-tick_at"], name="schedule_tick_recent"),
+            models.Index(fields=["run_id"], name="schedule_tick_run", condition=Q(run_id__isnull=False)),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.schedule_id}@{self.tick_at:%Y-%m-%d %H:%M:%S} {self.outcome}"
+
+    @property
+    def late_by(self) -> timedelta:
+        """How long after its tick it was handled (its jitter included)."""
+        return self.handled_at - self.tick_at

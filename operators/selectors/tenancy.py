@@ -24,7 +24,7 @@ from django.db.models import Model, QuerySet
 
 from ledger.models import EffectRecord
 from operators.models import TenantScope
-from sagas.models import ApprovalRequest, WorkflowRun
+from sagas.models import ApprovalRequest, Schedule, WorkflowRun
 
 M = TypeVar("M", bound=Model)
 User = auth_models.User | auth_models.AnonymousUser
@@ -70,8 +70,8 @@ def scope_runs(qs: QuerySet[WorkflowRun], user: User) -> QuerySet[WorkflowRun]:
 
 def object_tenant(object_type: str, object_id: Any) -> str | None:
     """The tenant of the object an action or an audit entry is about ("run", "effect",
-    "approval"); "" for other kinds (they belong to no tenant); None for an id that names
-    nothing."""
+    "approval", "schedule": the tenant of the runs it starts); "" for other kinds (they belong
+    to no tenant); None for an id that names nothing."""
     try:
         if object_type == "run":
             found = WorkflowRun.objects.filter(id=object_id).values_list("tenant", flat=True).first()
@@ -79,6 +79,9 @@ def object_tenant(object_type: str, object_id: Any) -> str | None:
             found = EffectRecord.objects.filter(id=int(object_id)).values_list("tenant", flat=True).first()
         elif object_type == "approval":
             found = ApprovalRequest.objects.filter(id=int(object_id)).values_list("run__tenant", flat=True).first()
+        elif object_type == "schedule":
+            found = (Schedule.objects.filter(name=str(object_id)).values_list("tenant", flat=True).first()
+                     if "\x00" not in str(object_id) else None)
         else:
             return ""
     except (ValidationError, ValueError, TypeError, OverflowError):  # a malformed id names nothing

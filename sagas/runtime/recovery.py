@@ -15,6 +15,8 @@ PostgreSQL is the truth; Redis only carries wake-ups. One pass:
   after it lost the run), for an escalated approval no longer open, or for a budget that
   has room again: ``resumed``. No run stays parked for a reason that no longer holds;
 * wakes WAITING runs whose timer or deadline is due: ``woken``;
+* fires the schedules' ticks that are due, and the buffered ones whose previous run finished
+  (``sagas.schedules.firing``): ``scheduled`` (runs started);
 * lets calls held by flow control go where there is capacity (``ledger.flow.pump``, which the
   workers also run more often): ``released``;
 * leaves paused runs alone (``sagas.pausing``): resuming them wakes them;
@@ -43,6 +45,7 @@ from ledger.reconcile import reconcile_due
 from sagas import events, resolutions, selectors, services, waits
 from sagas.models import LEASED_STATUSES, RunStatus
 from sagas.runtime import queue
+from sagas.schedules import firing
 from sagas.store import counts
 from sagas.store.systemdb import PAUSED
 
@@ -61,17 +64,19 @@ class SweepReport:
     reconciled: int = 0
     woken: int = 0
     released: int = 0
+    scheduled: int = 0
 
     def __str__(self) -> str:
         return (
             f"expired={self.expired} orphaned={self.orphaned} parked={self.parked} resumed={self.resumed} "
-            f"reconciled={self.reconciled} woken={self.woken} released={self.released}"
+            f"reconciled={self.reconciled} woken={self.woken} released={self.released} "
+            f"scheduled={self.scheduled}"
         )
 
     @property
     def total(self) -> int:
         return (self.expired + self.orphaned + self.parked + self.resumed + self.reconciled + self.woken
-                + self.released)
+                + self.released + self.scheduled)
 
 
 def _rows(sql: str, params: list) -> list[tuple[str, str, str, int]]:
@@ -123,6 +128,7 @@ def sweep() -> SweepReport:
     report.resumed += len(resolutions.runs_resume_settled(limit=BATCH))
     report.resumed += len(resolutions.runs_resume_cleared(limit=BATCH))
     report.woken = waits.runs_wake_due()
+    report.scheduled = firing.fire_due().started
     report.released = pump.pump()  # the worker processes' pump threads do this more often
     reconciled = reconcile_due()
     report.reconciled = reconciled.succeeded + reconciled.not_executed

@@ -21,11 +21,12 @@ import importlib
 import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
 
-from sagas.errors import DuplicateWorkflow, WorkflowNotRegistered
+from sagas.errors import DuplicateWorkflow, InvalidArgument, WorkflowNotRegistered
+from sagas.schedules.spec import ScheduleSpec
 from sagas.summaries import Spec, summary_spec_check
 from sagas.versions.definition_hash import definition_hash, definition_source, function_source
 
@@ -59,6 +60,8 @@ class WorkflowDefinition:
     retention: timedelta | None = None
     # Which of its runs a saturated worker takes first, 1 (first) to 5; a start may say otherwise.
     priority: int = 3
+    # The schedules that start it (sagas.schedules), synced to the database when a worker starts.
+    schedules: tuple[ScheduleSpec, ...] = ()
 
     @property
     def accepted_hashes(self) -> frozenset[str]:
@@ -81,6 +84,7 @@ def workflow(
     summary: Spec | None = None,
     retention: timedelta | None = None,
     priority: int = 3,
+    schedules: list[ScheduleSpec] | tuple[ScheduleSpec, ...] = (),
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Register ``fn(ctx, input)`` as version ``version`` of workflow ``name``.
 
@@ -106,6 +110,11 @@ def workflow(
     ``priority``: which runs a worker with more work than threads takes first: 1 first, 5 last,
     3 by default (``start(..., priority=)`` may say otherwise per run). It orders the runs
     waiting for a worker, not the calls waiting at a connector's limits (``ledger.flow``).
+
+    ``schedules``: ``sagas.schedule(...)`` specs that start this workflow on a calendar; each
+    worker creates or updates them in the database when it starts (``sagas.schedules``). Only
+    the newest version of a workflow registered in a process declares its schedules. A
+    malformed one raises ``ValueError`` (``InvalidArgument``) here.
     """
     if not name or not isinstance(name, str):
         raise ValueError("workflow name must be a non-empty string")
@@ -118,6 +127,8 @@ def workflow(
         raise ValueError("retention must be a timedelta of zero or more")
     if isinstance(priority, bool) or priority not in (1, 2, 3, 4, 5):
         raise ValueError(f"priority must be a whole number from 1 (taken first) to 5, not {priority!r}")
+
+    declared = tuple(_schedule_check(name, spec) for spec in schedules)
 
     def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
         source = definition_source(fn)
@@ -137,6 +148,7 @@ def workflow(
             summary=summary_spec,
             retention=retention,
             priority=priority,
+            schedules=declared,
         )
         existing = _registry.get((name, version))
         if existing is not None and existing.definition_hash != definition.definition_hash:
@@ -149,6 +161,23 @@ def workflow(
         return fn
 
     return decorate
+
+
+def _schedule_check(name: str, spec: Any) -> ScheduleSpec:
+    if not isinstance(spec, ScheduleSpec):
+        raise InvalidArgument(f"workflow {name!r}: schedules takes sagas.schedule(...) specs, not {spec!r}")
+    if spec.workflow and spec.workflow != name:
+        raise InvalidArgument(f"workflow {name!r}: schedule {spec.name!r} starts {spec.workflow!r}")
+    return replace(spec, workflow=name).checked()
+
+
+def declared_schedules() -> list[ScheduleSpec]:
+    """The schedules of the newest version of each workflow registered here."""
+    newest: dict[str, WorkflowDefinition] = {}
+    for definition in _registry.values():
+        if definition.name not in newest or definition.version > newest[definition.name].version:
+            newest[definition.name] = definition
+    return [spec for d in sorted(newest.values(), key=lambda d: d.name) for spec in d.schedules]
 
 
 @contextmanager

@@ -29,11 +29,16 @@ ENDPOINTS = {
     "GET /api/v1/connectors", "GET /api/v1/connectors/{name}", "POST /api/v1/connectors/{name}/pause",
     "POST /api/v1/connectors/{name}/resume", "PUT /api/v1/connectors/{name}/limits",
     "GET /api/v1/spend-limits", "PUT /api/v1/spend-limits/{tenant}/{connector}",
+    "GET /api/v1/schedules", "POST /api/v1/schedules", "GET /api/v1/schedules/{name}",
+    "POST /api/v1/schedules/{name}/pause", "POST /api/v1/schedules/{name}/resume",
+    "POST /api/v1/schedules/{name}/trigger", "GET /api/v1/schedules/{name}/backfill",
+    "POST /api/v1/schedules/{name}/backfill", "POST /api/v1/schedules/{name}/delete",
 }
 
-# The run's own JSON, whatever the workflow makes of it: the only values without a type.
+# The run's own JSON, whatever the workflow makes of it (a schedule's input is its runs'): the
+# only values without a type.
 FREE_JSON = {"StartIn.input", "SignalIn.payload", "RunOut.input", "RunOut.result", "RunOut.error",
-             "HistoryEntry.payload"}
+             "HistoryEntry.payload", "ScheduleIn.input", "ScheduleOut.input"}
 
 
 def _untyped(schema: dict, components: dict, where: str) -> list[str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from datetime import timedelta
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -12,7 +13,16 @@ from django.utils import timezone
 from ledger.models import ConnectorFlow, EffectRecord, EffectStatus, SpendLimit
 from operators import roles
 from operators.models import AuditEntry
-from sagas.models import ApprovalRequest, ApprovalState, JournalEntry, RunStatus, WorkflowPause, WorkflowRun
+from sagas.models import (
+    ApprovalRequest,
+    ApprovalState,
+    JournalEntry,
+    RunStatus,
+    Schedule,
+    ScheduleTick,
+    WorkflowPause,
+    WorkflowRun,
+)
 from sagas.versions import registry
 from tests.sagas import wf_repair  # noqa: F401  (rm_order version 2, the move's target, in this process)
 
@@ -42,6 +52,11 @@ EXPECTED = {
     "connector.resume": (DENIED,  ALLOWED,  DENIED,   ALLOWED),
     "connector.limits": (DENIED,  ALLOWED,  DENIED,   ALLOWED),
     "connector.spend_limit": (DENIED, ALLOWED, DENIED,  ALLOWED),
+    "schedule.pause":   (DENIED,  ALLOWED,  DENIED,   ALLOWED),
+    "schedule.resume":  (DENIED,  ALLOWED,  DENIED,   ALLOWED),
+    "schedule.trigger": (DENIED,  ALLOWED,  DENIED,   ALLOWED),
+    "schedule.backfill": (DENIED, ALLOWED,  DENIED,   ALLOWED),
+    "schedule.delete":  (DENIED,  ALLOWED,  DENIED,   ALLOWED),
 }
 MATRIX = [(action, who, outcome) for action, row in EXPECTED.items() for who, outcome in zip(ROLE_USERS, row)]
 
@@ -49,6 +64,30 @@ MATRIX = [(action, who, outcome) for action, row in EXPECTED.items() for who, ou
 def _run(status: str, reason: str = "", **extra) -> WorkflowRun:
     fields = {"workflow_name": "matrix", "version": 1, "definition_hash": "0" * 64, "input": {}, **extra}
     return WorkflowRun.objects.create(status=status, status_reason=reason, last_seq=0, **fields)
+
+
+def _schedule(*, paused: bool = False) -> Schedule:
+    tick = timezone.now() + timedelta(hours=1)
+    return Schedule.objects.create(
+        name=f"matrix-{uuid.uuid4().hex[:6]}", workflow_name="rm_order", input={"id": "s"}, cron="0 * * * *",
+        business_key="{schedule}@{fire_time_utc}", jitter=timedelta(0), catch_up="last",
+        catch_up_window=timedelta(hours=1), overlap="allow_all", source="api", paused=paused, next_tick_at=tick,
+        due_at=tick)
+
+
+def _schedule_target(action: str) -> tuple[str, dict, callable]:
+    s = _schedule(paused=action == "schedule.resume")
+    url = f"/schedules/{s.name}/{action.split('.')[1]}/"
+    if action == "schedule.trigger":
+        return url, {"reason": "now"}, lambda: ScheduleTick.objects.filter(schedule=s, how="trigger").exists()
+    if action == "schedule.backfill":
+        return (url, {"start": "2026-01-01 00:00", "end": "2026-01-01 02:00", "reason": "missed"},
+                lambda: ScheduleTick.objects.filter(schedule=s, how="backfill").count() == 3)
+    if action == "schedule.delete":
+        return url, {"reason": "gone", "expected": "active"}, lambda: not Schedule.objects.filter(id=s.id).exists()
+    expected = "paused" if action == "schedule.resume" else "active"
+    return (url, {"reason": "why", "expected": expected},
+            lambda: Schedule.objects.get(id=s.id).paused == (action == "schedule.pause"))
 
 
 def _target(action: str, settings) -> tuple[str, dict, callable]:
@@ -68,6 +107,8 @@ def _target(action: str, settings) -> tuple[str, dict, callable]:
                 {"outcome": "succeeded", "downstream_ref": "txn-77", "note": "seen in the dashboard",
                  "expected": "UNKNOWN"},
                 lambda: EffectRecord.objects.get(id=effect.id).status == EffectStatus.SUCCEEDED)
+    if action.startswith("schedule."):
+        return _schedule_target(action)
     if action.startswith("approval."):
         run = _run(RunStatus.WAITING)
         approval = ApprovalRequest.objects.create(
@@ -183,7 +224,7 @@ def test_it_sends_an_anonymous_visitor_to_the_login_page_for_every_action(client
 
 
 # Actions only the HTTP API offers (the console has no button for them): tests/api/test_roles_matrix.py.
-API_ONLY = {"run.start", "run.signal"}
+API_ONLY = {"run.start", "run.signal", "schedule.create"}
 
 
 def test_it_checks_every_action_the_roles_table_knows():

@@ -9,7 +9,8 @@ parameter any console view reads all at once (a page whose form was fuzzed field
 that one only with hostile markup, all it could add); each action is POSTed with one form field
 at a time set to each hostile string and the others valid, so the hostile one reaches as deep as
 it can. Viewers, operators, approvers and users with no console role GET with the markup values only
-(``EVERY_GET_AS``). The live socket's parameters go to every live fragment's renderer.
+(``EVERY_GET_AS``), and POST the markup values only, but in the free text the role check audits
+(``EVERY_POST_AS``). The live socket's parameters go to every live fragment's renderer.
 
 Each request runs in a savepoint that is rolled back, so every one meets the same data (an
 action that succeeds does not turn the next ones into "already done"), and a database error
@@ -24,6 +25,7 @@ import uuid
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -36,7 +38,7 @@ from console.forms_queues import EffectFilterForm
 from console.history_forms import HistoryPageForm
 from console.models import BulkBatch, BulkItem, BulkState
 from operators.models import AuditEntry, AuditOutcome
-from sagas.models import RunStatus, WorkflowVersion
+from sagas.models import RunStatus, Schedule, ScheduleTick, WorkflowVersion
 from tests.console.conftest import client_for
 from tests.console.queue_data import make_approval, make_effect, make_run
 from tests.security.conftest import ROLES
@@ -68,6 +70,7 @@ MARKED = tuple(value for value in HOSTILE if any(m in value for m in MARKUP))
 # the audit page's filters with the same form: it gets them all at once, below.)
 READS: dict[str, tuple[str, ...]] = {
     "runs": (*RunFilterForm.PARAMS, "after"),
+    "schedule": ("start", "end"),
     "audit": (*AuditFilterForm.FILTERS, "after"),
     "effects": tuple(EffectFilterForm.base_fields),
     "run_history": tuple(HistoryPageForm.base_fields),
@@ -87,6 +90,12 @@ EVERY_PARAM = sorted({
 # page shows, and no login); the other roles GET with the markup (what a role's own controls
 # could echo unescaped), and POST all.
 EVERY_GET_AS = {"anonymous", "superuser"}
+# Who POSTs every hostile value in every field; the other roles, mostly refused by the role check
+# before the form is read, POST every hostile value in the free text that check audits (clipped)
+# and the markup values in the other fields.
+EVERY_POST_AS = {"superuser"}
+AUDITED_TEXT = {"reason", "comment", "note"}
+SCHEDULE = "nightly-settlement"
 NOT_POSTED = {"logout"}  # a POST would log the client out
 
 
@@ -103,9 +112,10 @@ class Objects:
     def ids(self, url_name: str, name: str) -> list[object]:
         """Path values for the kwarg ``name``: the real one, ones that match nothing, hostile ones."""
         real = {"run_id": self.run_id, "effect_id": self.effect_id, "approval_id": self.approval_id,
-                "entry_id": self.audit_id, "item_id": 1, "token": self.bulk_token,
+                "entry_id": self.audit_id, "item_id": 1, "token": self.bulk_token, "name": SCHEDULE,
                 "kind": {"audit_payload": "reason", "run_item_payload": "entry"}.get(url_name, "input")}.get(name)
-        unknown = [uuid.uuid4()] if name in ("run_id", "token") else [123456789, 2**63, 10**30]
+        unknown = ([uuid.uuid4()] if name in ("run_id", "token") else ["no-such-schedule"] if name == "name"
+                   else [123456789, 2**63, 10**30])
         return [v for v in (real, *unknown, *HOSTILE) if v is not None]
 
 
@@ -129,10 +139,23 @@ def objects() -> Objects:
                          "downstream_ref": ""},
         "notification_endpoints": {"name": "ops", "url": "https://hooks.example.com/x", "format": "generic",
                                    "kinds": "unknown_effect", "tenants": "acme", "active": "on"},
+        "schedule_pause": {"reason": "month-end freeze", "expected": "active"},
+        "schedule_resume": {"reason": "freeze over", "expected": "paused"},
+        "schedule_delete": {"reason": "not needed", "expected": "active"},
+        "schedule_trigger": {"reason": "rerun tonight's"},
+        "schedule_backfill": {"start": "2030-01-01 00:00", "end": "2030-01-01 03:00", "reason": "missed night"},
         # A wrong password: never a login, and the failure the throttle records is rolled back.
         "login": {"username": "vera", "password": "not-her-password"},
     }
     queries = {"version_diff": {"a": str(a.id), "b": str(b.id)}}  # two workflows: not comparable
+    schedule = Schedule.objects.create(
+        name=SCHEDULE, workflow_name=MARKED[0], tenant="default", cron="0 2 * * *", timezone="UTC",
+        input={"note": MARKED[1]}, business_key=MARKED[0] + "{fire_time_utc}", jitter=timedelta(0), catch_up="last",
+        catch_up_window=timedelta(hours=1), overlap="skip", source="api", next_tick_at=datetime(2030, 1, 1, 2, tzinfo=UTC),
+        due_at=datetime(2030, 1, 1, 2, tzinfo=UTC), paused_reason=MARKED[1])
+    ScheduleTick.objects.create(schedule=schedule, tick_at=datetime(2029, 12, 31, 2, tzinfo=UTC), outcome="failed",
+                                how="schedule", note=MARKED[0], handled_at=datetime(2029, 12, 31, 2, tzinfo=UTC),
+                                actor_label=MARKED[1])
     entry = AuditEntry.objects.create(actor_label="olga", action="run.cancel", object_type="run",
                                       object_id=str(run.id), outcome=AuditOutcome.OK, reason=MARKED[0])
     author = get_user_model().objects.create(username="bulk-author")
@@ -233,6 +256,8 @@ def fuzz(client: Client, role: str, objects: Objects) -> Probe:
             probe.send("POST", url, valid)
             for value in HOSTILE:
                 for param in valid:
+                    if role not in EVERY_POST_AS and param not in AUDITED_TEXT and value not in MARKED:
+                        continue
                     for htmx in (False, True) if value in MARKED else (False,):
                         probe.send("POST", url, {**valid, param: value}, htmx=htmx)
     return probe

@@ -16,6 +16,7 @@ from sagas.runtime import dispatch, queue, readiness, recovery
 from sagas.runtime.identity import set_worker_id, worker_id
 from sagas.runtime.rqworker import SagaWorker
 from sagas.runtime.worker import MAX_CONCURRENCY, BackgroundThread, WorkerPool
+from sagas.schedules.services import schedules_sync
 from sagas.versions import registry
 
 log = logging.getLogger("sagas.runtime.worker")
@@ -62,6 +63,7 @@ class Command(NoPageCommand):
         def register() -> list[str]:
             services.versions_sync_all()
             flow_services.sync_declared()  # the connectors' declared limits, unless staff changed them
+            schedules_sync(declared=registry.declared_schedules())  # the schedules in @workflow
             background.beat()
             return services.runs_resume_stranded(hashes={h for d in definitions for h in d.accepted_hashes})
 
