@@ -64,7 +64,7 @@ class TickRow:
 @dataclass(frozen=True)
 class ScheduleRow:
     s: Schedule
-    next_times: list[tuple[datetime, datetime]]  # (UTC, local) of the next fire times
+    next_times: list[tuple[datetime, str]]  # (UTC, local as text) of the next fire times
     last: list[TickRow]
 
 
@@ -74,9 +74,11 @@ def _visible(user: Any) -> Any:
     return schedules if seen is None else schedules.filter(tenant__in=seen)
 
 
-def _next_times(schedule: Schedule, count: int) -> list[tuple[datetime, datetime]]:
+def _next_times(schedule: Schedule, count: int) -> list[tuple[datetime, str]]:
+    """(UTC, the same time in the schedule's zone as text) of its next fire times. As text: the
+    template's ``date`` filter would show it in the console's zone again."""
     zone = ZoneInfo(schedule.timezone)
-    return [(t, t.astimezone(zone)) for t in next_fire_times(schedule, count)]
+    return [(t, t.astimezone(zone).strftime("%Y-%m-%d %H:%M %Z")) for t in next_fire_times(schedule, count)]
 
 
 def _tick_rows(ticks: list[ScheduleTick]) -> list[TickRow]:

@@ -15,6 +15,7 @@ rather than leave the schedule stuck behind it.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -30,7 +31,6 @@ from sagas.schedules.spec import ScheduleSpec, business_key, jitter_of, ticks_af
 
 log = logging.getLogger("sagas.schedules")
 
-BATCH = 200  # schedules handled per pass, per kind of work
 MAX_TICKS = 10_000  # ticks looked at for one schedule in one pass (a long outage of a 1 s schedule)
 MAX_BACKFILL = 1_000
 
@@ -91,11 +91,15 @@ class FireReport:
             self.skipped += 1
 
 
-def fire_due(*, now: datetime | None = None, limit: int = BATCH) -> FireReport:
-    """Handle every tick due at ``now`` (default: the clock (``firing.db_now``)), up to ``limit``
-    schedules, and start what a buffered tick was waiting for. One transaction per schedule."""
+def fire_due(*, now: datetime | None = None, budget: float | None = None) -> FireReport:
+    """Handle every tick due at ``now`` (default: the clock, read again for each schedule), and
+    start what a buffered tick was waiting for; one transaction per schedule. Goes on until
+    nothing is due or ``budget`` seconds have passed (default: one sweep interval, at least a
+    second), so 1,000 schedules sharing a tick are fired in one pass, not one batch per pass;
+    what is left is the next pass's (or the other sweepers', which skip the rows locked here)."""
     report = FireReport()
-    for _ in range(limit):
+    limit = time.monotonic() + (budget if budget is not None else max(1.0, settings.SAGAS_SWEEP_INTERVAL))
+    while time.monotonic() < limit:
         with transaction.atomic():
             at = now or db_now()
             schedule = (Schedule.objects.select_for_update(skip_locked=True)
@@ -103,7 +107,7 @@ def fire_due(*, now: datetime | None = None, limit: int = BATCH) -> FireReport:
             if schedule is None:
                 break
             _handle_due(schedule, at, report)
-    for _ in range(limit):
+    while time.monotonic() < limit:
         with transaction.atomic():
             at = now or db_now()
             schedule = _next_buffered()

@@ -36,6 +36,8 @@ from tests.procs import BENCH_OWN, run_python
                                     "turn after a continuation", "longest journal of a run"]),
         ("bench/replay_check.py", ["runs checked per second", "check, ms per run", "replay (load + replay), ms per run",
                                    "check / replay"]),
+        ("bench/schedules.py", ["ticks fired", "runs started (one per tick, none twice)",
+                                "tick lateness p50 / p95 / max"]),
         ("bench/partition.py", ["append statement, 1 client", "load_journal, one run (5",
                                 "history page, long run, first", "retention: one month",
                                 "retention: journal entries removed per second"]),

@@ -41,7 +41,8 @@ CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 SHOTS = ROOT / "test-artifacts" / "screenshots"
-MODULES = "tests.ledger.wf_sagas,tests.ledger.wf_orders,tests.sagas.wf_repair,tests.console.run_data"
+MODULES = ("tests.ledger.wf_sagas,tests.ledger.wf_orders,tests.sagas.wf_repair,tests.console.run_data,"
+           "tests.sagas.wf_schedules")
 PASSWORD = "correct-horse-battery"
 # The backend a session names: the one that loads the user of a request. The form's login goes
 # through axes' backend first, which authenticates nobody by itself (ModelBackend does).

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 import pytest
@@ -39,10 +39,11 @@ from operators.services.actions import Actor
 from operators.services.connectors import connector_limits_act, connector_pause_act, connector_spend_limit_act
 from operators.services.queues import approval_act, effect_manual_resolve
 from operators.services.runs import run_compensate_act
-from sagas import start
+from sagas import backfill_schedule, create_schedule, pause_schedule, schedule, start
 from sagas.models import ApprovalRequest, ApprovalState, ArchivedRun, RunStatus, WorkflowRun, WorkflowVersion
 from sagas.replay.engine import advance
 from sagas.retention.archiving import archive_due
+from sagas.testing import frozen_clock
 from tests.browser.a11y import Sweep, wait_live
 from tests.browser.conftest import _password_hash
 from tests.ledger import wf_orders, wf_sagas  # noqa: F401  (register the workflows here too)
@@ -117,6 +118,13 @@ class States:
                    and BulkBatch.objects.get(token=self.batch.token).state == BulkState.DONE
                    and status(self.cancelled) == RunStatus.CANCELLED, 60,
                    what="the compensation and the bulk cancel to finish")
+        # A schedule fired twice (a run, and a refused start), paused with a hostile reason.
+        with frozen_clock(datetime(2030, 4, 1, 12, tzinfo=UTC)):
+            create_schedule("email_only", schedule("nightly-a11y", cron="30 2 * * *", timezone="Europe/Berlin",
+                                                   input={"id": HOSTILE}, overlap="allow_all"))
+        backfill_schedule("nightly-a11y", start=datetime(2030, 3, 30, tzinfo=UTC),
+                          end=datetime(2030, 3, 30, 23, tzinfo=UTC), user=users["olga"])
+        pause_schedule("nightly-a11y", reason=HOSTILE, user=users["olga"])
         # The connectors page with a paused connector (Resume, a hostile reason) and changed limits
         # (Back to the declared defaults); connectors no run here uses.
         connector_pause_act(olga, name="model.complete", reason=HOSTILE, expected="running")
@@ -158,6 +166,9 @@ class States:
             ("bulk batches", "/bulk/", 200),
             ("bulk batch progress", f"/bulk/{self.batch.token}/", 200),
             ("notifications", "/notifications/", 200),
+            ("schedules", "/schedules/", 200),
+            ("paused schedule with its ticks and a backfill preview",
+             "/schedules/nightly-a11y/?start=2030-03-30T00:00&end=2030-04-01T23:00", 200),
             ("unknown run (404)", f"/runs/{uuid.uuid4()}/", 404),
         ]
         if role == "staff":

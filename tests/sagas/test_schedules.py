@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import re
 import threading
-from signal import SIGTERM
 from datetime import UTC, datetime, timedelta
+from signal import SIGTERM
 
 import pytest
 from django.db import connection
