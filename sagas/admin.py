@@ -32,6 +32,7 @@ from sagas.models import (
     RunCountDelta,
     Schedule,
     ScheduleTick,
+    SweepTurn,
     WorkerProcess,
     WorkflowPause,
     WorkflowRun,
@@ -191,3 +192,8 @@ class ScheduleAdmin(ReadOnlyAdmin):
 class ScheduleTickAdmin(ReadOnlyAdmin):
     list_display = ("schedule", "tick_at", "outcome", "how", "run_id", "handled_at")
     list_filter = ("outcome", "how")
+
+
+@admin.register(SweepTurn)
+class SweepTurnAdmin(ReadOnlyAdmin):
+    list_display = ("id", "swept_at")

@@ -625,3 +625,15 @@ class ScheduleTick(models.Model):
     def late_by(self) -> timedelta:
         """How long after its tick it was handled (its jitter included)."""
         return self.handled_at - self.tick_at
+
+
+class SweepTurn(models.Model):
+    """When the workers' sweep last ran (one row): a worker's background thread sweeps only when
+    a sweep interval has passed since, so N workers make one sweep per interval between them,
+    not N (``sagas.runtime.recovery.try_sweep_locked``)."""
+
+    id = models.PositiveSmallIntegerField(primary_key=True, default=1)
+    swept_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"last sweep {self.swept_at:%Y-%m-%d %H:%M:%S}"

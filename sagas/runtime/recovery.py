@@ -138,12 +138,24 @@ def sweep() -> SweepReport:
 
 
 def try_sweep_locked() -> SweepReport | None:
-    """Sweep unless another process is sweeping right now (session advisory lock)."""
+    """A worker's sweep: only if no process is sweeping right now (session advisory lock) and
+    none swept within the last sweep interval (``SweepTurn``, taken by one conditional UPDATE),
+    so N workers make about one sweep per interval between them instead of N. None when it was
+    another's turn. (``sagas_sweep`` sweeps every pass regardless.)"""
     with connection.cursor() as cur:
         cur.execute("SELECT pg_try_advisory_lock(%s)", [SWEEP_LOCK_ID])
         if not cur.fetchone()[0]:
             return None
         try:
+            cur.execute(  # the row is made by the first sweep (and again after a test empties the table)
+                """INSERT INTO sagas_sweepturn (id, swept_at) VALUES (1, clock_timestamp())
+                   ON CONFLICT (id) DO UPDATE SET swept_at = EXCLUDED.swept_at
+                   WHERE sagas_sweepturn.swept_at <= EXCLUDED.swept_at - make_interval(secs => %s::float8)
+                   RETURNING 1""",
+                [0.9 * settings.SAGAS_SWEEP_INTERVAL],
+            )
+            if cur.fetchone() is None:
+                return None
             return sweep()
         finally:
             cur.execute("SELECT pg_advisory_unlock(%s)", [SWEEP_LOCK_ID])
