@@ -189,12 +189,19 @@ def _handle_due(schedule: Schedule, now: datetime, report: FireReport) -> None:
 
 def _claim(schedule: Schedule, tick: datetime, outcome: str, how: str, now: datetime, *, note: str = "",
            run_id: Any = None, actor: str = "") -> int | None:
-    """Record ``tick`` as handled; None if it already was (by a trigger, a backfill, a race)."""
+    """Record ``tick`` as handled; None if it already was (by a trigger, a backfill, a race). A
+    backfill may take a tick recorded ``missed`` (nothing ran for it): that is what it is for."""
+    reclaim = how == "backfill"
     with connection.cursor() as cur:
         cur.execute(
-            """INSERT INTO sagas_scheduletick (schedule_id, tick_at, outcome, how, run_id, note, handled_at,
-                                               actor_label)
-               VALUES (%s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (schedule_id, tick_at) DO NOTHING RETURNING id""",
+            f"""INSERT INTO sagas_scheduletick (schedule_id, tick_at, outcome, how, run_id, note, handled_at,
+                                                actor_label)
+                VALUES (%s, %s, %s, %s, %s, %s, %s, %s)
+                ON CONFLICT (schedule_id, tick_at) DO {
+                    "UPDATE SET outcome = EXCLUDED.outcome, how = EXCLUDED.how, run_id = EXCLUDED.run_id, "
+                    "note = EXCLUDED.note, handled_at = EXCLUDED.handled_at, actor_label = EXCLUDED.actor_label "
+                    "WHERE sagas_scheduletick.outcome = 'missed'" if reclaim else "NOTHING"}
+                RETURNING id""",
             [schedule.id, tick, outcome, how, run_id, note, now, actor],
         )
         row = cur.fetchone()

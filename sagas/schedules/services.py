@@ -142,26 +142,30 @@ class BackfillItem:
 
 def backfill_preview(*, name: str, start: datetime, end: datetime) -> list[BackfillItem]:
     """What ``schedule_backfill`` would do with ``[start, end]``: each tick, the business key its
-    run would get, and whether it was handled already (those are left as they are). Writes
-    nothing. ``InvalidArgument`` for more than 1,000 ticks or an end before the start."""
+    run would get, and whether it was handled already (those are left as they are; a tick
+    recorded ``missed`` is not: a backfill fires it). Writes nothing. ``InvalidArgument`` for more
+    than 1,000 ticks or an end before the start."""
     schedule = Schedule.objects.get(name=name)
     ticks = backfill_ticks(schedule, start, end)
-    handled = {t.tick_at: t for t in ScheduleTick.objects.filter(schedule=schedule, tick_at__in=ticks)}
+    handled = {t.tick_at: t for t in ScheduleTick.objects.filter(schedule=schedule, tick_at__in=ticks)
+               .exclude(outcome=TickOutcome.MISSED)}
     spec = spec_of(schedule)
     return [BackfillItem(tick, business_key(spec, tick), handled.get(tick)) for tick in ticks]
 
 
 def schedule_backfill(*, name: str, start: datetime, end: datetime, actor: str = "api",
                       overlap: str = "allow_all") -> list[ScheduleTick]:
-    """Fire each tick of ``[start, end]`` not handled yet, oldest first, under ``overlap``
-    (default ``allow_all``: the backfilled runs go side by side). Returns the ticks handled now."""
+    """Fire each tick of ``[start, end]`` not handled yet (or recorded ``missed``), oldest first,
+    under ``overlap`` (default ``allow_all``: the backfilled runs go side by side). Returns the
+    ticks handled now."""
     if overlap not in ("skip", "buffer_one", "allow_all", "cancel_previous"):
         raise InvalidArgument("overlap must be one of skip, buffer_one, allow_all, cancel_previous")
     with transaction.atomic():
         schedule = schedule_lock(name=name)
         ticks = backfill_ticks(schedule, start, end)
         at = db_now()
-        done = set(ScheduleTick.objects.filter(schedule=schedule, tick_at__in=ticks).values_list("tick_at", flat=True))
+        done = set(ScheduleTick.objects.filter(schedule=schedule, tick_at__in=ticks)
+                   .exclude(outcome=TickOutcome.MISSED).values_list("tick_at", flat=True))
         fired = [t for t in ticks if t not in done]
         for tick in fired:
             fire_tick(schedule, tick, how="backfill", now=at, overlap=overlap, actor=actor)
@@ -202,4 +206,4 @@ def schedules_sync(*, declared: list[ScheduleSpec], now: datetime | None = None)
     return done
 
 
-__all__ = ["MAX_BACKFILL", "TickOutcome"]
+__all__ = ["MAX_BACKFILL"]

@@ -22,6 +22,24 @@ def waiting(page, approval: ApprovalRequest):
 
 
 FOCUSED_ROW = "() => { const row = document.activeElement.closest('tr'); return row ? row.id : null; }"
+# Where the focus went, event by event, and the websocket messages between (kept on the page, read
+# when an assertion on the focus fails: it failed once in the whole suite and never alone).
+FOCUS_LOG = """
+window.__focusLog = [];
+const note = (what) => window.__focusLog.push(`${Math.round(performance.now())} ${what}`);
+const describe = (el) => !el ? "null" : el === document.body ? "body"
+  : `${el.tagName.toLowerCase()}#${el.id || ""}[${el.getAttribute("aria-label") || el.textContent.trim().slice(0, 40)}]`
+    + ` in ${el.closest("tr") ? el.closest("tr").id : "-"}${el.isConnected ? "" : " (detached)"}`;
+document.addEventListener("focusin", (e) => note("focusin " + describe(e.target)), true);
+document.addEventListener("focusout", (e) => note("focusout " + describe(e.target)), true);
+document.addEventListener("htmx:wsBeforeMessage", () => note("ws message"));
+document.addEventListener("htmx:wsAfterMessage", () => note("ws message done, focus on " + describe(document.activeElement)));
+document.addEventListener("htmx:afterSettle", () => note("settled, focus on " + describe(document.activeElement)));
+"""
+
+
+def focus_story(page) -> str:
+    return "\n".join(page.evaluate("window.__focusLog || []")[-30:])
 
 
 def _approval(key: str, hours: int) -> ApprovalRequest:
@@ -35,7 +53,9 @@ def _approve_name(approval: ApprovalRequest) -> str:
 
 def test_it_moves_the_focus_to_the_next_approve_then_to_the_notice(console, users):
     first, second, third = (_approval(f"order-{n}", n) for n in (1, 2, 3))
-    page = console.page("ann", "/approvals/")
+    page = console.page("ann", None)
+    page.add_init_script(FOCUS_LOG)
+    page.goto("/approvals/")
     expect(page.locator("#live-status")).to_have_text("live", timeout=10_000)
     focused = page.locator(":focus")
 
@@ -55,7 +75,10 @@ def test_it_moves_the_focus_to_the_next_approve_then_to_the_notice(console, user
     late = _approval("order-9", 9)
     send_run_changed_now(late.run_id, RunStatus.WAITING, cause="waiting")
     expect(waiting(page, late)).to_have_count(1, timeout=10_000)
-    expect(focused).to_have_accessible_name(_approve_name(third))
+    try:
+        expect(focused).to_have_accessible_name(_approve_name(third))
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\nfocus and pushes, newest last:\n{focus_story(page)}") from None
 
     # The last actionable row above the newcomer: then the newcomer; and after it, the notice.
     page.keyboard.press("Enter")

@@ -139,6 +139,10 @@ def test_it_catches_up_after_a_ten_minute_outage_as_its_mode_says(mode, started,
     assert _pass(T0 + timedelta(minutes=12, seconds=2)).scheduled == 1
     assert _ticks("catchup")[-1] == (T0 + timedelta(minutes=12), TickOutcome.STARTED, "schedule")
     assert WorkflowRun.objects.filter(workflow_name="sched_quick").count() == 2 + started
+    # The missed ticks are not lost for good: a backfill of the outage fires them, and only them.
+    fired = backfill_schedule("catchup", start=T0 + timedelta(minutes=2), end=T0 + timedelta(minutes=11))
+    assert len(fired) == missed and all(t.outcome == TickOutcome.STARTED for t in fired)
+    assert WorkflowRun.objects.filter(workflow_name="sched_quick").count() == 12
 
 
 def test_it_records_ticks_older_than_the_catch_up_window_as_missed_without_firing_them():
