@@ -54,6 +54,17 @@ class PassLoopCommand(NoPageCommand):
     def interval(self) -> float:
         return self.default_interval
 
+    def wait_before_next(self, interval: float) -> float:
+        """Seconds to wait before the next pass (``interval`` unless the command knows of work
+        due sooner)."""
+        return interval
+
+    def _next_wait(self, interval: float) -> float:
+        try:
+            return self.wait_before_next(interval)
+        except Exception:  # noqa: BLE001  (a storage blip: the next pass says so)
+            return interval
+
     def handle(self, *args: Any, **options: Any) -> None:
         interval = options["interval"] or self.interval()
         stop = threading.Event()
@@ -82,7 +93,7 @@ class PassLoopCommand(NoPageCommand):
             else:
                 backoff = Backoff()
                 note_success()
-            if not options["loop"] or stop.wait(interval):
+            if not options["loop"] or stop.wait(self._next_wait(interval)):
                 break
         if options["loop"]:
             self.stdout.write(f"{self.stopped_label} stopped after {passes} pass(es)")

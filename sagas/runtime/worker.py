@@ -19,6 +19,7 @@ import os
 import signal
 import socket
 import threading
+import time
 from datetime import datetime
 from types import FrameType
 
@@ -34,6 +35,7 @@ from sagas.retention import archiving
 from sagas.runtime import recovery
 from sagas.runtime.identity import set_thread_worker_id
 from sagas.runtime.rqworker import ThreadWorker
+from sagas.schedules import firing
 
 log = logging.getLogger("sagas.runtime.worker")
 
@@ -60,15 +62,30 @@ class BackgroundThread(threading.Thread):
         if self.sweep:  # the scheduled retention pass, in a thread of its own (a pass may be long)
             archiving.ArchiveThread(stop=self.stop_event).start()
         FlowPumpThread(stop=self.stop_event).start()
+        wait, beaten = self.interval, 0.0
         try:
-            while not self.stop_event.wait(self.interval):
+            while not self.stop_event.wait(wait):
+                wait = self.interval
                 try:
-                    self.beat()
+                    if time.monotonic() - beaten >= 0.9 * self.interval:
+                        self.beat()
+                        beaten = time.monotonic()
                     note_success()  # "outage over" even when no job comes to say so
                     if self.sweep:
                         report = recovery.try_sweep_locked()
                         if report is not None and report.total:
                             log.info("sweep: %s", report)
+                        # A schedule's tick due before the next sweep: fire it on time, whoever's
+                        # turn the sweep is (firing skips the schedules another process holds).
+                        due = firing.seconds_until_due()
+                        if due is not None and due < self.interval:
+                            if due == 0.0:
+                                fired = firing.fire_due()
+                                if fired.started:
+                                    log.info("schedules: %s", fired)
+                                due = firing.seconds_until_due()
+                            if due is not None:
+                                wait = max(0.05, min(self.interval, due + 0.01))
                 except Exception as exc:
                     if is_storage_error(exc):  # one line per outage, not a traceback per pass
                         note_failure(exc, doing="sweeping")

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -25,12 +25,14 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
+from core.storage import is_storage_error
 from sagas.errors import ActionNotAllowed, InvalidArgument, RunFinished, SagaError
 from sagas.models import TERMINAL_STATUSES, Schedule, ScheduleTick, TickOutcome, WorkflowRun
 from sagas.schedules.spec import ScheduleSpec, business_key, jitter_of, ticks_after, ticks_between
 
 log = logging.getLogger("sagas.schedules")
 
+BATCH = 50  # schedules locked and handled per transaction
 MAX_TICKS = 10_000  # ticks looked at for one schedule in one pass (a long outage of a 1 s schedule)
 MAX_BACKFILL = 1_000
 
@@ -92,29 +94,57 @@ class FireReport:
 
 
 def fire_due(*, now: datetime | None = None, budget: float | None = None) -> FireReport:
-    """Handle every tick due at ``now`` (default: the clock, read again for each schedule), and
-    start what a buffered tick was waiting for; one transaction per schedule. Goes on until
-    nothing is due or ``budget`` seconds have passed (default: one sweep interval, at least a
-    second), so 1,000 schedules sharing a tick are fired in one pass, not one batch per pass;
-    what is left is the next pass's (or the other sweepers', which skip the rows locked here)."""
+    """Handle every tick due at ``now`` (default: the clock, read again for each batch), and
+    start what a buffered tick was waiting for. Schedules are locked ``BATCH`` at a time
+    (``SKIP LOCKED``: a second sweeper takes the next ones) and handled in one transaction, each
+    in a savepoint of its own, so one that fails is logged and retried next pass without holding
+    the others back. Goes on until nothing is due or ``budget`` seconds have passed (default:
+    one sweep interval, at least a second), so 1,000 schedules sharing a tick are fired in one
+    pass; what is left is the next pass's (or the other sweepers')."""
     report = FireReport()
     limit = time.monotonic() + (budget if budget is not None else max(1.0, settings.SAGAS_SWEEP_INTERVAL))
     while time.monotonic() < limit:
         with transaction.atomic():
             at = now or db_now()
-            schedule = (Schedule.objects.select_for_update(skip_locked=True)
-                        .filter(paused=False, due_at__lte=at).order_by("due_at").first())
-            if schedule is None:
-                break
-            _handle_due(schedule, at, report)
+            batch = list(Schedule.objects.select_for_update(skip_locked=True)
+                         .filter(paused=False, due_at__lte=at).order_by("due_at")[:BATCH])
+            for schedule in batch:
+                _guarded(_handle_due, schedule, at, report)
+        if len(batch) < BATCH:
+            break
     while time.monotonic() < limit:
         with transaction.atomic():
             at = now or db_now()
-            schedule = _next_buffered()
-            if schedule is None:
+            buffered = _next_buffered()
+            if buffered is None:
                 break
-            _start_buffered(schedule, at, report)
+            _guarded(_start_buffered, buffered, at, report)
     return report
+
+
+def _guarded(handle: Callable[[Schedule, datetime, FireReport], None], schedule: Schedule, at: datetime,
+             report: FireReport) -> None:
+    """``handle(schedule, at, report)`` in a savepoint: a schedule whose handling fails (not a
+    storage error: that ends the pass) is logged and left for the next pass."""
+    try:
+        with transaction.atomic():
+            handle(schedule, at, report)
+    except Exception as exc:
+        if is_storage_error(exc):
+            raise
+        log.exception("schedule %s: its due ticks could not be handled; retrying next pass", schedule.name)
+
+
+def seconds_until_due() -> float | None:
+    """How long until the next schedule is due (0 if one is), or None if none is coming: a
+    sweeper loop waits no longer than this, so a tick fires on time rather than at its next
+    pass."""
+    with connection.cursor() as cur:
+        cur.execute("SELECT min(due_at) FROM sagas_schedule WHERE NOT paused")
+        due = cur.fetchone()[0]
+    if due is None:
+        return None
+    return max(0.0, (due - db_now()).total_seconds())
 
 
 def _next_buffered() -> Schedule | None:
@@ -257,10 +287,9 @@ def _start(schedule: Schedule, tick: datetime, tick_id: int, *, note: str = "") 
     from sagas.services import run_start
 
     spec = spec_of(schedule)
-    try:
-        with transaction.atomic():
-            run = run_start(name=schedule.workflow_name, input=schedule.input, tenant=schedule.tenant,
-                            business_key=business_key(spec, tick), started_via="schedule")
+    try:  # what run_start refuses, it refuses before writing (no savepoint needed: _guarded has one)
+        run = run_start(name=schedule.workflow_name, input=schedule.input, tenant=schedule.tenant,
+                        business_key=business_key(spec, tick), started_via="schedule")
     except (SagaError, InvalidArgument) as exc:
         log.warning("schedule %s: the tick at %s did not start: %s", schedule.name, tick, exc)
         return _settle(tick_id, TickOutcome.FAILED, note=f"not started: {exc}")

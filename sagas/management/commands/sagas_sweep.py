@@ -4,6 +4,7 @@ from django.conf import settings
 
 from core.commands import PassLoopCommand
 from sagas.runtime import recovery
+from sagas.schedules import firing
 
 
 class Command(PassLoopCommand):
@@ -12,6 +13,11 @@ class Command(PassLoopCommand):
 
     def interval(self) -> float:
         return settings.SAGAS_SWEEP_INTERVAL
+
+    def wait_before_next(self, interval: float) -> float:
+        """Sooner than the interval when a schedule's tick falls due before it (it fires on time)."""
+        due = firing.seconds_until_due()
+        return interval if due is None else max(0.05, min(interval, due + 0.01))
 
     def run_pass(self) -> tuple[recovery.SweepReport, bool]:
         report = recovery.sweep()
