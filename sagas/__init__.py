@@ -519,7 +519,8 @@ def schedule_ticks(name: str, *, limit: int = 50) -> list[ScheduleTick]:
 
 
 def pause_schedule(name: str, *, reason: str, user: User | None = None) -> Schedule:
-    """Stop schedule ``name`` firing; ticks that fall while it is paused are never fired.
+    """Stop schedule ``name`` firing; ticks that fall while it is paused are not fired (unless
+    backfilled).
     ``ActionNotAllowed`` if it is paused already or the reason is empty."""
     from sagas.schedules.services import schedule_pause
     from sagas.validation import actor_label

@@ -167,7 +167,7 @@ class ReasonIn(Schema):
 
 @router.post("/{name}/pause", response=ScheduleOut, summary="Pause a schedule")
 def pause_schedule(request: ApiRequest, name: str, body: StateIn) -> dict[str, Any]:
-    """Ticks that fall while it is paused are never fired."""
+    """Ticks that fall while it is paused are not fired (a backfill can fire them)."""
     with console_action("schedule", name):
         schedule_pause_act(actor_of(request), name=name, reason=body.reason, expected=body.expected.strip() or None)
     return _out(_get(request, name))

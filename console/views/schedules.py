@@ -183,7 +183,7 @@ def schedule_pause(request: ConsoleRequest, name: str) -> HttpResponse:
                 lambda f: schedule_pause_act(actor_of(request), name=name, reason=f["reason"],
                                              expected=f["expected"] or None),
                 lambda _: f"Schedule {name} paused: its ticks are not fired until it is resumed, and those that "
-                          f"fall meanwhile are not fired later.")
+                          f"fall meanwhile are not fired later (a backfill can fire them).")
 
 
 @require_POST

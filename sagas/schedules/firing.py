@@ -294,12 +294,15 @@ def _start(schedule: Schedule, tick: datetime, tick_id: int, *, note: str = "") 
         log.warning("schedule %s: the tick at %s did not start: %s", schedule.name, tick, exc)
         return _settle(tick_id, TickOutcome.FAILED, note=f"not started: {exc}")
     schedule.last_run_id = run.id
+    if not getattr(run, "created_now", True):  # a coarse key template: another tick's run has this key
+        return _settle(tick_id, TickOutcome.SKIPPED, note=f"run {run.id} already has the business key "
+                                                          f"{run.business_key!r}; nothing was started", run_id=run.id)
     ScheduleTick.objects.filter(id=tick_id).update(run_id=run.id, note=note)
     return TickOutcome.STARTED
 
 
-def _settle(tick_id: int, outcome: str, *, note: str) -> str:
-    ScheduleTick.objects.filter(id=tick_id).update(outcome=outcome, note=note)
+def _settle(tick_id: int, outcome: str, *, note: str, run_id: Any = None) -> str:
+    ScheduleTick.objects.filter(id=tick_id).update(outcome=outcome, note=note, run_id=run_id)
     return outcome
 
 

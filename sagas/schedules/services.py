@@ -90,8 +90,9 @@ def _apply(schedule: Schedule, spec: ScheduleSpec, now: datetime) -> bool:
 
 
 def schedule_pause(*, name: str, reason: str, actor: str = "api") -> Schedule:
-    """Stop firing until ``schedule_resume``. Ticks that fall during the pause are not fired,
-    on resume or later. ``ActionNotAllowed`` if it is paused already or no reason is given."""
+    """Stop firing until ``schedule_resume``. Ticks that fall during the pause are not fired on
+    resume (a backfill of the paused time can fire them). ``ActionNotAllowed`` if it is paused
+    already or no reason is given."""
     reason = required_reason(reason, "pause a schedule")
     with transaction.atomic():
         schedule = schedule_lock(name=name)

@@ -313,3 +313,15 @@ def test_it_delays_each_tick_by_its_jitter_the_same_in_every_process():
     assert _pass(made.due_at + timedelta(milliseconds=100)).scheduled == 1
     delays = [firing.jitter_of("spread", T0 + timedelta(minutes=m), timedelta(seconds=30)) for m in range(200)]
     assert len(set(delays)) > 150 and max(delays) <= timedelta(seconds=30)  # spread over the 30 s
+
+
+def test_it_records_a_tick_whose_key_another_run_already_has_as_skipped_not_as_started():
+    """A day-granular key: a trigger on the day of a scheduled tick finds that tick's run."""
+    _create("daily", every=timedelta(hours=1), business_key="daily-{fire_time:%Y-%m-%d-%H}")
+    _pass(T0 + timedelta(hours=1, seconds=1))
+    with frozen_clock(T0 + timedelta(hours=1, minutes=5)):
+        tick = trigger_schedule("daily")
+    [run] = _runs("daily")
+    assert tick.outcome == TickOutcome.SKIPPED and tick.run_id == run.id
+    assert "already has the business key 'daily-2030-01-07-10'" in tick.note
+    assert WorkflowRun.objects.filter(workflow_name="sched_quick").count() == 1
