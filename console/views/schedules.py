@@ -25,30 +25,45 @@ from zoneinfo import ZoneInfo
 from django import forms
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
+from django.db import transaction
 from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from console.forms import ActionForm
-from console.forms_schedules import ScheduleBackfillForm, ScheduleStateForm, ScheduleTriggerForm, utc_time
+from console.forms_schedules import (
+    ScheduleBackfillForm,
+    ScheduleCreateForm,
+    ScheduleStateForm,
+    ScheduleTriggerForm,
+    utc_time,
+)
 from console.templatetags.payloads import payload_text
 from console.views.base import ConsoleRequest, action_input, action_view, actor_of, bad_request, viewer_required
 from operators import roles
 from operators.selectors.tenancy import may_see, tenants_of
-from operators.services.actions import Denied, Incomplete, Refused
+from operators.services.actions import Denied, Incomplete, Refused, audit_denied
 from operators.services.schedules import (
     schedule_backfill_act,
+    schedule_create_act,
     schedule_delete_act,
     schedule_pause_act,
     schedule_resume_act,
     schedule_trigger_act,
 )
 from operators.services.tenancy import check_tenant
-from sagas.errors import InvalidArgument
+from sagas.errors import InvalidArgument, NotSerializable, WorkflowNotRegistered
+from sagas.integration import (
+    CATCH_UP_CHOICES,
+    DEFAULT_BUSINESS_KEY,
+    OVERLAP_CHOICES,
+    BackfillItem,
+    backfill_preview,
+    next_fire_times,
+)
 from sagas.integration import SCHEDULE_NAME as NAME
-from sagas.integration import BackfillItem, backfill_preview, next_fire_times
-from sagas.models import Schedule, ScheduleTick, TickOutcome, WorkflowRun
+from sagas.models import Schedule, ScheduleTick, TickOutcome, WorkflowRun, WorkflowVersion
 
 NEXT_SHOWN = 3  # next fire times per schedule on the list
 LAST_SHOWN = 5  # last ticks per schedule on the list
@@ -95,13 +110,43 @@ def _rows(user: Any) -> list[ScheduleRow]:
     return rows
 
 
-@require_GET
-@viewer_required
-def schedules(request: ConsoleRequest) -> HttpResponse:
+def _list(request: ConsoleRequest, *, status: int = 200, form: dict[str, str] | None = None) -> HttpResponse:
     return render(request, "console/schedules.html", {
         "rows": _rows(request.user), "may_act": roles.can(request.user, "schedule.pause"),
-        "outcomes": TickOutcome,
-    })
+        "may_create": roles.can(request.user, "schedule.create"), "outcomes": TickOutcome,
+        "workflows": sorted(set(WorkflowVersion.objects.values_list("name", flat=True))),
+        "form": form or {}, "catch_up_choices": CATCH_UP_CHOICES, "overlap_choices": OVERLAP_CHOICES,
+        "default_key": DEFAULT_BUSINESS_KEY,
+    }, status=status)
+
+
+@require_http_methods(["GET", "POST"])
+@action_view("schedule.create", "schedule", id_kwarg="name")
+def schedules(request: ConsoleRequest) -> HttpResponse:
+    """The list; a POST creates a schedule (the operator role, a tenant the user sees; audited)."""
+    if request.method != "POST":
+        return _list(request)
+    sent = {k: str(v)[:200] for k, v in request.POST.items() if k != "csrfmiddlewaretoken"}
+    actor = actor_of(request)
+    if not roles.can(request.user, "schedule.create"):
+        with transaction.atomic():
+            audit_denied(actor, "schedule.create", "schedule", sent.get("name", "")[:100],
+                         reason=str(request.POST.get("reason", "")))
+        raise PermissionDenied(f"{actor.label} may not create a schedule: it needs the operator role")
+    fields, problem = action_input(request, ScheduleCreateForm, "schedule.create")
+    if problem:
+        messages.error(request, problem)
+        return _list(request, status=400, form=sent)
+    try:
+        made = schedule_create_act(actor, spec=fields["spec"], reason=fields["reason"])
+    except Denied as exc:
+        raise PermissionDenied(str(exc)) from None
+    except (InvalidArgument, NotSerializable, WorkflowNotRegistered) as exc:
+        messages.error(request, f"{exc}. Nothing was created.")
+        return _list(request, status=409 if "already a schedule" in str(exc) else 400, form=sent)
+    messages.success(request, f"Schedule {made.name} created: its first tick is "
+                              f"{made.next_tick_at:%Y-%m-%d %H:%M:%S} UTC.")
+    return redirect(reverse("console:schedule", args=[made.name]))
 
 
 def _schedule_for_user(request: ConsoleRequest, name: str, *, action: str = "") -> Schedule:

@@ -129,12 +129,12 @@ def timezone_check(name: str) -> ZoneInfo:
 def cron_check(expression: str) -> None:
     if not isinstance(expression, str) or len(expression) > 200:
         raise InvalidArgument("a cron expression is a string of at most 200 characters")
+    if len(expression.split()) != 5:  # cronsim also takes a sixth (seconds): ticks are minutes here
+        raise InvalidArgument(f"cron expression {expression!r}: give five fields (minute hour day month weekday)")
     try:
         CronSim(expression, datetime(2026, 1, 1, tzinfo=UTC))
     except CronSimError as exc:
         raise InvalidArgument(f"cron expression {expression!r}: {exc}") from None
-    if len(expression.split()) != 5:
-        raise InvalidArgument(f"cron expression {expression!r}: five fields (minute hour day month weekday)")
 
 
 def template_check(name: str, template: str, spec: ScheduleSpec, zone: ZoneInfo) -> None:

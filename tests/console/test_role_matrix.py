@@ -52,6 +52,7 @@ EXPECTED = {
     "connector.resume": (DENIED,  ALLOWED,  DENIED,   ALLOWED),
     "connector.limits": (DENIED,  ALLOWED,  DENIED,   ALLOWED),
     "connector.spend_limit": (DENIED, ALLOWED, DENIED,  ALLOWED),
+    "schedule.create":  (DENIED,  ALLOWED,  DENIED,   ALLOWED),
     "schedule.pause":   (DENIED,  ALLOWED,  DENIED,   ALLOWED),
     "schedule.resume":  (DENIED,  ALLOWED,  DENIED,   ALLOWED),
     "schedule.trigger": (DENIED,  ALLOWED,  DENIED,   ALLOWED),
@@ -76,6 +77,10 @@ def _schedule(*, paused: bool = False) -> Schedule:
 
 
 def _schedule_target(action: str) -> tuple[str, dict, callable]:
+    if action == "schedule.create":
+        return ("/schedules/", {"name": "made-here", "workflow": "rm_order", "cron": "0 * * * *", "input": '{"id": "c"}',
+                                "overlap": "allow_all", "reason": "new report"},
+                lambda: Schedule.objects.filter(name="made-here").exists())
     s = _schedule(paused=action == "schedule.resume")
     url = f"/schedules/{s.name}/{action.split('.')[1]}/"
     if action == "schedule.trigger":
@@ -224,7 +229,7 @@ def test_it_sends_an_anonymous_visitor_to_the_login_page_for_every_action(client
 
 
 # Actions only the HTTP API offers (the console has no button for them): tests/api/test_roles_matrix.py.
-API_ONLY = {"run.start", "run.signal", "schedule.create"}
+API_ONLY = {"run.start", "run.signal"}
 
 
 def test_it_checks_every_action_the_roles_table_knows():

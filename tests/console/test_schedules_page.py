@@ -101,3 +101,38 @@ def test_a_user_limited_to_some_tenants_sees_only_their_schedules(people):
     assert not ScheduleTick.objects.exists()
     assert AuditEntry.objects.get(action="schedule.trigger").tenant == "globex"  # shown to that tenant's users
     assert olga.get("/schedules/no-such/").status_code == 404
+
+
+def test_an_operator_creates_a_schedule_from_the_page_and_a_bad_one_is_refused_with_what_was_typed(people):
+    from sagas.models import WorkflowVersion
+
+    WorkflowVersion.objects.create(name="sched_quick", version=1, definition_hash="q" * 64, module="m", source="")
+    olga = client_for(people["operator"])
+    form = {"name": "hourly-report", "workflow": "sched_quick", "cron": "0 * * * *", "timezone": "America/New_York",
+            "every_seconds": "", "input": '{"report": "hourly"}', "tenant": "", "business_key": "",
+            "jitter_seconds": "", "catch_up": "none", "catch_up_window_seconds": "", "overlap": "buffer_one",
+            "reason": "ops asked for it"}
+    page = olga.get("/schedules/").content.decode()
+    assert "New schedule…" in page and '<option value="sched_quick">' in page
+    made = olga.post("/schedules/", form)
+    assert made.status_code == 302 and made["Location"] == "/schedules/hourly-report/"
+    s = Schedule.objects.get(name="hourly-report")
+    assert (s.cron, s.timezone, s.input, s.catch_up, s.overlap, s.source) == (
+        "0 * * * *", "America/New_York", {"report": "hourly"}, "none", "buffer_one", "api")
+    assert AuditEntry.objects.get(action="schedule.create").reason == "ops asked for it"
+
+    for change, says, status in [
+        ({"cron": "0 * * *"}, "five fields", 400),
+        ({"cron": "", "every_seconds": ""}, "exactly one of cron and every", 400),
+        ({"input": "{not json"}, "not JSON", 400),
+        ({"business_key": "{fire_time:%Y}"}, "the same key", 400),
+        ({"name": "bad name"}, "letters, digits", 400),
+        ({}, "already a schedule named", 409),
+    ]:
+        answer = olga.post("/schedules/", {**form, **change})
+        text = answer.content.decode()
+        assert answer.status_code == status and says in text, (change, answer.status_code)
+        assert "ops asked for it" in text  # what was typed is still there
+    assert Schedule.objects.count() == 1
+    assert client_for(people["viewer"]).post("/schedules/", form).status_code == 403
+    assert "New schedule…" not in client_for(people["viewer"]).get("/schedules/").content.decode()
