@@ -24,7 +24,7 @@ from ledger.connectors import Operation, get_connector
 from ledger.errors import ConnectorNotRegistered, EffectFailed, OutcomeUnknown
 from ledger.models import EffectKind, EffectRecord, EffectStatus
 from ledger.protocol import run_operation
-from sagas.errors import ActionNotAllowed, CompensationStuck, EffectUnknown, RunFinished, StepFailed
+from sagas.errors import ActionNotAllowed, CompensationStuck, EffectUnknown, RunFinished, StepFailed, Suspend
 from sagas.events import send_run_changed
 from sagas.models import (
     OPEN_APPROVAL_STATES,
@@ -56,21 +56,52 @@ ItemState = CompensationItemState
 @dataclass(frozen=True)
 class PlannedItem:
     position: int
-    effect_id: int
+    effect_id: int | None
     step_name: str
     connector: str
     compensation_key: str
     reversible: bool
     why_not: str = ""
+    # A child run (sagas.children) undone by its own compensation: its id and status now.
+    child_run: str = ""
+    child_status: str = ""
+
+
+# A child in these statuses has something its parent's compensation must stop or undo.
+_CHILD_TO_UNDO = (RunStatus.PENDING, RunStatus.RUNNING, RunStatus.WAITING, RunStatus.NEEDS_ATTENTION,
+                  RunStatus.COMPENSATING, RunStatus.COMPLETED, RunStatus.FAILED)
+
+
+def _children_to_undo(run_id: object) -> list[WorkflowRun]:
+    """The run's attached children a compensation of it stops or undoes: in flight, being
+    compensated, completed, or failed with effects of their own still in place."""
+    kids = list(WorkflowRun.objects.filter(parent_run=run_id, detached=False, status__in=_CHILD_TO_UNDO)
+                .only("id", "workflow_name", "status", "finished_at", "created_at"))
+    return [k for k in kids if k.status != RunStatus.FAILED or needs_compensation(str(k.id))]
 
 
 def compensation_preview(*, run: WorkflowRun) -> list[PlannedItem]:
-    """What a compensation of ``run`` would do, newest effect first. Writes nothing."""
-    effects = EffectRecord.objects.filter(
+    """What a compensation of ``run`` would do, newest first: its succeeded effects and its
+    children (``sagas.children``: those still running are stopped first, as the newest), each
+    child undone by its own compensation. Writes nothing."""
+    effects = list(EffectRecord.objects.filter(
         run_id=run.id, kind=EffectKind.EFFECT, status=EffectStatus.SUCCEEDED
-    ).order_by("-completed_at", "-id")
+    ).order_by("-completed_at", "-id"))
+    now = timezone.now()
+    dated: list[tuple] = [(e.completed_at or now, e.id, e) for e in effects]
+    dated += [(k.finished_at if k.status in (RunStatus.COMPLETED, RunStatus.FAILED) and k.finished_at else now,
+               0, k) for k in _children_to_undo(run.id)]
+    dated.sort(key=lambda t: (t[0], t[1]), reverse=True)
     items = []
-    for position, effect in enumerate(effects):
+    for position, (_when, _id, thing) in enumerate(dated):
+        if isinstance(thing, WorkflowRun):
+            items.append(PlannedItem(
+                position=position, effect_id=None, step_name=f"child:{thing.workflow_name}",
+                connector="", compensation_key="", reversible=True, child_run=str(thing.id),
+                child_status=thing.status,
+            ))
+            continue
+        effect = thing
         try:
             conn = get_connector(effect.connector)
         except ConnectorNotRegistered:
@@ -103,7 +134,7 @@ def plan_create(*, run: WorkflowRun, reason: str, trigger: str, user: User | Non
     CompensationItem.objects.bulk_create(
         CompensationItem(
             plan=plan, position=item.position, effect_id=item.effect_id, step_name=item.step_name,
-            connector=item.connector, compensation_key=item.compensation_key,
+            connector=item.connector, compensation_key=item.compensation_key, child_run=item.child_run or None,
             state=ItemState.PENDING if item.reversible else ItemState.IRREVERSIBLE,
         )
         for item in preview
@@ -112,7 +143,8 @@ def plan_create(*, run: WorkflowRun, reason: str, trigger: str, user: User | Non
         str(run.id), kind=K.COMPENSATION_STARTED, name="", worker=actor,
         payload=dumps({
             "reason": reason, "trigger": trigger, "by": actor,
-            "items": [{"step": i.step_name, "connector": i.connector, "reversible": i.reversible, "why_not": i.why_not}
+            "items": [{"step": i.step_name, "connector": i.connector, "reversible": i.reversible, "why_not": i.why_not,
+                       **({"child_run": i.child_run} if i.child_run else {})}
                       for i in preview],
         }),
     )
@@ -176,6 +208,9 @@ def compensate_claimed(ctx: JournalCursor) -> None:
     for item in plan.items.order_by("position"):
         if item.state in (ItemState.SUCCEEDED, ItemState.IRREVERSIBLE):
             continue
+        if item.child_run is not None:
+            _undo_child(ctx, item)
+            continue
         original = EffectRecord.objects.get(id=item.effect_id)
         op = Operation(get_connector(item.connector), "compensation")
         payload = {"effect_id": original.id, "payload": original.request_payload, "result": original.result}
@@ -201,6 +236,53 @@ def compensate_claimed(ctx: JournalCursor) -> None:
         plan.state = CompensationState.COMPLETED
         plan.finished_at = timezone.now()
         plan.save(update_fields=["state", "finished_at"])
+
+
+def _undo_child(ctx: JournalCursor, item: CompensationItem) -> None:
+    """A child run in the plan: stop it (cancel, compensating) if it is in flight, or start
+    its compensation if it completed or failed with effects; done once it is COMPENSATED or
+    CANCELLED. Until then the compensation is handed back (``Suspend``), holding no worker;
+    the child's end wakes it (``sagas.children``), and a child whose own compensation needs a
+    person keeps it waiting, never skipped."""
+    from sagas import children
+
+    child = WorkflowRun.objects.get(id=item.child_run)
+    why = f"its parent run {ctx.run_id} is compensating"
+    if child.status in (RunStatus.COMPLETED, RunStatus.FAILED) and not child.detached:
+        child_compensation_start(child_id=str(child.id), reason=why, actor=f"parent {ctx.run_id}")
+    elif child.status in children.IN_FLIGHT:
+        from sagas.services import run_cancel
+
+        try:
+            run_cancel(run_id=str(child.id), user=None, reason=why, compensate=True, actor=f"parent {ctx.run_id}")
+        except (RunFinished, ActionNotAllowed):
+            pass  # it ended, or started compensating, meanwhile: looked at again below
+    child.refresh_from_db(fields=["status"])
+    if child.status not in (RunStatus.COMPENSATED, RunStatus.CANCELLED):
+        raise Suspend(f"waiting for child run {child.id} ({child.status}) to be undone", wake_at=None)
+    with transaction.atomic():
+        ctx.append(K.COMPENSATION_ITEM, f"compensate:{item.step_name}:{child.id}",
+                   dumps({"step": item.step_name, "state": ItemState.SUCCEEDED, "child_run": str(child.id),
+                          "child_status": child.status}))
+        item.state = ItemState.SUCCEEDED
+        item.save(update_fields=["state"])
+        send_run_changed(ctx.run_id, RunStatus.COMPENSATING, cause=K.COMPENSATION_ITEM)
+
+
+def child_compensation_start(*, child_id: str, reason: str, actor: str) -> CompensationPlan | None:
+    """A child run (completed, or failed with effects) is undone because its parent is
+    compensated: its own plan (its effects and its children, newest first), trigger "parent".
+    None if it is not in a state to start one (already compensating or compensated)."""
+    with transaction.atomic():
+        run = run_lock(run_id=child_id)
+        if run.status not in (RunStatus.COMPLETED, RunStatus.FAILED) or run.parent_run is None:
+            return None
+        if CompensationPlan.objects.filter(run=run).exists():
+            return None
+        check_transition(run.status, RunStatus.COMPENSATING)
+        plan = plan_create(run=run, reason=reason, trigger="parent", user=None, actor=actor)
+        run_move_to_compensating(run=run)
+    return plan
 
 
 def undo_before_fork(ctx: JournalCursor) -> None:
@@ -258,7 +340,11 @@ def _item_stuck(
 
 
 def needs_compensation(run_id: str) -> bool:
-    return EffectRecord.objects.filter(run_id=run_id, kind=EffectKind.EFFECT, status=EffectStatus.SUCCEEDED).exists()
+    """The run has something a compensation would undo: a succeeded effect, or an attached
+    child run in flight or finished with something of its own to undo."""
+    if EffectRecord.objects.filter(run_id=run_id, kind=EffectKind.EFFECT, status=EffectStatus.SUCCEEDED).exists():
+        return True
+    return bool(_children_to_undo(run_id))
 
 
 def plan_for_failure(ctx: JournalCursor, *, reason: str, trigger: str) -> None:

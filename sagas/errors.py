@@ -78,6 +78,28 @@ class StepFailed(SagaError):
         self.message = message
 
 
+class ChildFailed(SagaError):
+    """A child run (``ctx.start_child``) ended without completing: it failed, was cancelled, or
+    compensated itself. Raised by ``ctx.wait_child``/``ctx.gather`` identically on every replay;
+    unhandled, it fails the parent, which then compensates (on_failure="compensate"), its
+    finished children included. ``error`` is the child's own error, as its run records it."""
+
+    code = "child_failed"
+
+    def __init__(self, *, child_run_id: str, workflow: str, call: str, status: str, error: dict | None) -> None:
+        message = (error or {}).get("message") or status.lower()
+        super().__init__(f"child {workflow} ({call}, run {child_run_id}) ended {status}: {message}")
+        self.child_run_id = child_run_id
+        self.workflow = workflow
+        self.call = call
+        self.status = status
+        self.error = error or {}
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"code": self.code, "message": str(self), "child_run_id": self.child_run_id,
+                "workflow": self.workflow, "call": self.call, "status": self.status, "child_error": self.error}
+
+
 class ApprovalRejected(SagaError):
     """An approval was rejected (or expired with on_timeout="reject"). Unhandled, it fails
     the run, which then compensates (on_failure="compensate")."""

@@ -43,7 +43,9 @@ RUN_TRANSITIONS: dict[str, frozenset[str]] = {
     S.NEEDS_ATTENTION: frozenset({S.PENDING, S.COMPENSATING, S.FAILED, S.CANCELLED}),
     S.COMPENSATING: frozenset({S.COMPENSATING, S.NEEDS_ATTENTION, S.COMPENSATED}),
     S.COMPENSATED: frozenset(),
-    S.COMPLETED: frozenset(),
+    # COMPLETED -> COMPENSATING: only a child run, undone by its parent's compensation
+    # (sagas.children); a top-level run that completed is never compensated.
+    S.COMPLETED: frozenset({S.COMPENSATING}),
     # FAILED -> PENDING: redriven by an operator (sagas.repair), its effects still in place.
     S.FAILED: frozenset({S.COMPENSATING, S.PENDING}),
     S.CANCELLED: frozenset(),
@@ -125,6 +127,12 @@ class WorkflowRun(models.Model):
     # (its journal's seq) the new run executes from; the source's forks are found by this field.
     forked_from = models.UUIDField(null=True, blank=True, help_text="the run this one was re-run from")
     forked_at_seq = models.PositiveIntegerField(null=True, blank=True)
+    # A child run started by ``ctx.start_child`` (sagas.children): the run that started it. Plain
+    # id, as for chains. ``detached``: started to outlive its parent, which neither waits for it,
+    # cancels it nor compensates it.
+    parent_run = models.UUIDField(null=True, blank=True, help_text="the run that started this one as its child")
+    detached = models.BooleanField(default=False, db_default=False,
+                                   help_text="a child started to outlive its parent")
 
     class Meta:
         constraints = [
@@ -161,6 +169,10 @@ class WorkflowRun(models.Model):
                          condition=Q(status__in=["NEEDS_ATTENTION", "FAILED"]), name="run_attention"),
             # A run's re-runs from a step, for its page and the next re-run's checks (migration 0019).
             models.Index(fields=["forked_from"], condition=Q(forked_from__isnull=False), name="run_forked_from"),
+            # A run's children, oldest first, for its page, its compensation and the sweeper's
+            # catch-up; top-level runs (most) are not in it (migration 0034).
+            models.Index(fields=["parent_run", "created_at"], condition=Q(parent_run__isnull=False),
+                         name="run_children"),
             # The console's search by any part of a business key: every 3- and 4-character piece
             # of it (sagas.store.key_grams; migration 0029, which replaced 0010's trigram index).
             GinIndex(KeyGrams("business_key"), name="run_business_key_grams"),
@@ -246,6 +258,12 @@ class JournalKind(models.TextChoices):
     COMPENSATION_RESULT = COMPENSATION_KINDS.result
     COMPENSATION_REFUSED = COMPENSATION_KINDS.refused
     COMPENSATION_FINISHED = "compensation_finished"
+    # Child runs (sagas.children): started (a position), finished (an event on the parent,
+    # written when the child ends), joined (a position: what a wait_child/gather decided).
+    CHILD_STARTED = "child_started"
+    CHILD_FINISHED = "child_finished"
+    CHILDREN_JOINED = "children_joined"
+    CHILD_SIGNALLED = "child_signalled"
 
 
 # Kinds written by ``ctx`` calls in the workflow's own order. Replay matches them
@@ -264,6 +282,9 @@ CALL_KINDS = frozenset(
         JournalKind.APPROVAL_REQUESTED,
         JournalKind.TIMER_SET,
         JournalKind.SIGNAL_WAIT,
+        JournalKind.CHILD_STARTED,
+        JournalKind.CHILDREN_JOINED,
+        JournalKind.CHILD_SIGNALLED,
     }
 )
 
@@ -502,7 +523,9 @@ class CompensationItemState(models.TextChoices):
 class CompensationItem(models.Model):
     plan = models.ForeignKey(CompensationPlan, on_delete=models.PROTECT, related_name="items")
     position = models.PositiveIntegerField(help_text="0 = undone first (the newest effect)")
-    effect_id = models.BigIntegerField(help_text="the ledger record being undone")
+    effect_id = models.BigIntegerField(null=True, blank=True, help_text="the ledger record being undone")
+    # Or a child run (sagas.children): undone by its own compensation, which this item waits for.
+    child_run = models.UUIDField(null=True, blank=True, help_text="the child run being undone")
     step_name = models.CharField(max_length=200)
     connector = models.CharField(max_length=200)
     compensation_key = models.CharField(max_length=300, blank=True, default="")

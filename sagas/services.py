@@ -14,7 +14,7 @@ from django.contrib.auth.models import User
 from django.db import connection, transaction
 from django.utils import timezone
 
-from sagas import selectors
+from sagas import children, selectors
 from sagas.compensation import approvals_expire_open, needs_compensation, plan_create, run_move_to_compensating
 from sagas.errors import ActionNotAllowed, RunFinished, StartConflict
 from sagas.events import send_run_changed
@@ -259,13 +259,18 @@ def worker_stopped(*, name: str) -> None:
     WorkerProcess.objects.filter(name=name).update(stopped_at=timezone.now(), last_seen_at=timezone.now())
 
 
-def run_cancel(*, run_id: str, user: User | None, reason: str, compensate: bool) -> WorkflowRun:
+def run_cancel(*, run_id: str, user: User | None, reason: str, compensate: bool, actor: str = "") -> WorkflowRun:
     """Cancel a run. The fence moves on, so a worker advancing it stops at its next step
     boundary (its write is refused); a waiting run stops at once. With ``compensate`` and
     effects to undo, the run goes COMPENSATING instead of CANCELLED. Open approvals expire.
 
-    Locks in ``sagas.store.locks``' order: the run, its approvals, then the plan it creates."""
-    actor = user.get_username() if user is not None else "system"
+    Its child runs (``sagas.children``) still in flight are cancelled with it, the same way
+    (with ``compensate``, each undoes its own effects, and the run's plan waits for them and
+    undoes its finished children, newest first); detached children are left alone.
+
+    Locks in ``sagas.store.locks``' order: the run, its approvals, then the plan it creates;
+    children after their parent."""
+    actor = actor or (user.get_username() if user is not None else "system")
     checked_text(reason, what="reason", max_length=FREE_TEXT_CHARS)
     if not reason.strip():
         raise ActionNotAllowed("a reason is required to cancel a run")
@@ -280,6 +285,9 @@ def run_cancel(*, run_id: str, user: User | None, reason: str, compensate: bool)
             payload=dumps({"by": actor, "reason": reason, "compensate": compensate, "previous_status": run.status}),
         )
         approvals_expire_open(run=run, why="run cancelled", by=actor)
+        why_children = f"its parent run {run.id} was cancelled by {actor}: {reason}"
+        if compensate:
+            children.children_cancel(parent=run, actor=actor, reason=why_children, compensate=True)
         if compensate and needs_compensation(str(run.id)):
             check_transition(run.status, RunStatus.COMPENSATING)
             plan_create(run=run, reason=f"cancelled: {reason}", trigger="cancel", user=user, actor=actor)
@@ -292,6 +300,8 @@ def run_cancel(*, run_id: str, user: User | None, reason: str, compensate: bool)
                 error={"code": "cancelled", "message": f"cancelled by {actor}: {reason}"},
             )
             send_run_changed(run.id, RunStatus.CANCELLED, cause=JournalKind.CANCELLED)
+            children.children_cancel(parent=run, actor=actor, reason=why_children, compensate=False)
+    children.after_end(run.id)  # a child cancelled: its parent hears of it
     run.refresh_from_db()
     return run
 

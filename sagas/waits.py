@@ -160,7 +160,9 @@ def wait_for(ctx: JournalCursor, signal_name: str, timeout: timedelta) -> Any:
 # --- services (outside a run) -------------------------------------------------------
 
 
-def _wake(run: WorkflowRun, *, kind: str, name: str, payload: dict, actor: str, priority: int | None = None) -> None:
+def wake_locked(
+    run: WorkflowRun, *, kind: str, name: str, payload: dict, actor: str, priority: int | None = None
+) -> None:
     """Journal an event on a locked run and, if it waits, make it PENDING and enqueue it (at
     ``priority``, else the run's own)."""
     systemdb.append_event(str(run.id), kind=kind, name=name, payload=dumps(payload), worker=actor)
@@ -203,7 +205,7 @@ def approval_decide(
         request.decided_at = timezone.now()
         request.comment = comment
         request.save(update_fields=["state", "decided_by", "decided_by_label", "decided_at", "comment"])
-        _wake(
+        wake_locked(
             run, kind=K.APPROVAL_DECIDED, name=request.step, actor=user.get_username(),
             payload={"approved": approve, "by": user.get_username(), "comment": comment},
         )
@@ -224,14 +226,20 @@ def signal_send(*, run_id: str, name: str, payload: Any = None, actor: str = "ap
     checked_text(name, what="the signal name", max_length=SIGNAL_NAME_CHARS, required=True, one_line=True)
     payload = checked_json(payload, what="the signal's payload")
     with transaction.atomic():
-        run = run_lock(run_id=run_id)
-        for _hop in range(CHAIN_HOPS):
-            if run.status not in TERMINAL_STATUSES or run.continued_to is None:
-                break
-            run = run_lock(run_id=str(run.continued_to))  # locked oldest first, as continuation does
-        if run.status in TERMINAL_STATUSES:
-            raise RunFinished(f"run {run.id} is {run.status}; it takes no more signals")
-        _wake(run, kind=K.SIGNAL_RECEIVED, name=name, payload={"payload": payload, "by": actor}, actor=actor)
+        return signal_send_locked(run_id=run_id, name=name, payload=payload, actor=actor)
+
+
+def signal_send_locked(*, run_id: str, name: str, payload: Any, actor: str) -> str:
+    """``signal_send``'s writes, inside the caller's transaction (arguments already checked):
+    a parent signalling its child journals both in one commit (``sagas.children``)."""
+    run = run_lock(run_id=run_id)
+    for _hop in range(CHAIN_HOPS):
+        if run.status not in TERMINAL_STATUSES or run.continued_to is None:
+            break
+        run = run_lock(run_id=str(run.continued_to))  # locked oldest first, as continuation does
+    if run.status in TERMINAL_STATUSES:
+        raise RunFinished(f"run {run.id} is {run.status}; it takes no more signals")
+    wake_locked(run, kind=K.SIGNAL_RECEIVED, name=name, payload={"payload": payload, "by": actor}, actor=actor)
     return str(run.id)
 
 
@@ -259,7 +267,7 @@ def run_wake_if_due(run: WorkflowRun, *, actor: str) -> bool:
     ``timer_fired`` is journaled with how late it fires. False if nothing is due."""
     if run.status != RunStatus.WAITING or run.wake_at is None or run.wake_at > timezone.now():
         return False
-    _wake(run, kind=K.TIMER_FIRED, name="", actor=actor,
+    wake_locked(run, kind=K.TIMER_FIRED, name="", actor=actor,
           payload={"due": run.wake_at.isoformat(), "late_by_ms": int(
               (timezone.now() - run.wake_at).total_seconds() * 1000)})
     return True
@@ -283,7 +291,8 @@ def runs_wake_released(*, run_ids: list[str]) -> int:
             # Woken ahead of every run waiting for a worker (the first queue): the call was given
             # capacity at its provider, which lapses unused (GRANT_TTL) if the run queues behind a
             # backlog of runs not yet started. Its work from here is short: one call.
-            _wake(run, kind=K.FLOW_RELEASED, name="", payload={}, actor="flow control", priority=queue.PRIORITIES[0])
+            wake_locked(run, kind=K.FLOW_RELEASED, name="", payload={}, actor="flow control",
+                        priority=queue.PRIORITIES[0])
             woken += run.status == RunStatus.WAITING
             if run.status == RunStatus.COMPENSATING and run.lease_expires_at is None:  # handed back, held
                 queue.enqueue_after_commit(run.id, run.definition_hash, compensating=True, priority=run.priority)

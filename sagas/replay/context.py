@@ -33,7 +33,7 @@ from ledger.connectors import get_connector
 from ledger.errors import OutcomeUnknown, PayloadNotJSON, ReplayDiverged
 from ledger.flow import spend
 from ledger.protocol import run_effect
-from sagas import waits
+from sagas import children, waits
 from sagas.errors import (
     ContinueAsNew,
     EffectUnknown,
@@ -81,7 +81,8 @@ def _engine_call(method: F) -> F:
 
 class Context(JournalCursor):
     """What a workflow function receives: ``ctx.step``, ``ctx.effect``, ``ctx.approval``,
-    ``ctx.sleep``, ``ctx.wait_for``, ``ctx.now``/``random``/``uuid``, ``ctx.add_cost``; each is
+    ``ctx.sleep``, ``ctx.wait_for``, ``ctx.start_child``/``wait_child``/``gather``,
+    ``ctx.now``/``random``/``uuid``, ``ctx.add_cost``; each is
     journaled, and on replay returns what was recorded instead of acting again.
 
     Also the run's ``run_id``, ``workflow_name``, ``version``, ``tenant``, ``business_key``,
@@ -173,6 +174,40 @@ class Context(JournalCursor):
     def wait_for(self, signal_name: str, timeout: timedelta) -> Any:
         """Wait for a signal sent with ``sagas.waits.signal_send``; see ``sagas.waits.wait_for``."""
         return waits.wait_for(self, signal_name, timeout)
+
+    @_engine_call
+    def start_child(
+        self, workflow: str, input: Any = None, *, business_key: str = "", detached: bool = False,
+        max_cost: float | None = None, max_steps: int | None = None, priority: int | None = None,
+    ) -> children.ChildHandle:
+        """Start a run of ``workflow`` as this run's child; returns its handle at once.
+
+        The child's id comes from this run and the call (``child:<workflow>``, ``#n`` for the
+        n-th), so a replay or a crash never starts a second one. Same tenant and starter. Without
+        its own ``max_cost``, a child spends from this run's budget. ``detached``: the child
+        outlives this run (never cancelled or compensated with it). See ``sagas.children``."""
+        return children.start_child(
+            self, workflow, input, business_key=business_key, detached=detached, max_cost=max_cost,
+            max_steps=max_steps, priority=priority,
+        )
+
+    @_engine_call
+    def wait_child(self, handle: children.ChildHandle) -> Any:
+        """Wait (holding no worker) until the child ends; its result, or ``ChildFailed`` with
+        its error if it failed, was cancelled or compensated."""
+        return children.join(self, [handle], what="wait_child")[0]
+
+    @_engine_call
+    def gather(self, handles: list[children.ChildHandle]) -> list[Any]:
+        """Wait (holding no worker) for every child in ``handles``; their results in that order.
+        The first child (in that order) known not to have completed raises ``ChildFailed`` as
+        soon as it is known, without waiting for the others."""
+        return children.join(self, list(handles), what="gather")
+
+    @_engine_call
+    def signal_child(self, handle: children.ChildHandle, name: str, payload: Any = None) -> None:
+        """Send signal ``name`` to a child (its ``ctx.wait_for(name)`` takes it), once."""
+        children.signal_child(self, handle, name, payload)
 
     @_engine_call
     def effect(self, name: str, connector_name: str, payload: dict, key: str | None = None) -> Any:

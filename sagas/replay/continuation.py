@@ -87,6 +87,12 @@ def _chain_key(base: str, position: int) -> str:
     return base[: BUSINESS_KEY_CHARS - len(suffix)] + suffix
 
 
+def _parent_of(run_id: str) -> Any:
+    first = JournalEntry.objects.filter(run_id=uuid.UUID(str(run_id)), seq=1)
+    started = first.values_list("payload", flat=True).first()
+    return (started or {}).get("parent")
+
+
 def continue_claimed(run: ClaimedRun, *, owner: str, expect_last_seq: int, state: Any) -> str | None:
     """Finish the claimed ``run`` as continued and create its successor with ``state`` as input
     (one transaction, see the module); wake the successor after the commit. Returns the
@@ -110,7 +116,7 @@ def continue_claimed(run: ClaimedRun, *, owner: str, expect_last_seq: int, state
             raise LeaseLost(f"run {run.id} already continues as another run")
         old = WorkflowRun.objects.values(
             "business_key", "steps_used", "cost_used", "max_steps", "max_cost", "max_duration", "started_at",
-            "created_at", "started_by_id", "started_by__username",
+            "created_at", "started_by_id", "started_by__username", "parent_run", "detached",
         ).get(id=run.id)
         place = chain_place(run.id, business_key=old["business_key"])
         crash_point("continue_as_new_uncommitted", run.workflow_name)
@@ -126,6 +132,8 @@ def continue_claimed(run: ClaimedRun, *, owner: str, expect_last_seq: int, state
             started_at=old["started_at"] or old["created_at"],
             started_by_id=old["started_by_id"], started_via=STARTED_VIA, continued_from=run.id,
             priority=run.priority,  # the chain keeps its place
+            # A child's chain stays its parent's child (sagas.children): the parent waits for its end.
+            parent_run=old["parent_run"], detached=old["detached"],
         )
         business_key = _chain_key(successor.business_key, successor.position)
         if business_key:
@@ -143,6 +151,7 @@ def continue_claimed(run: ClaimedRun, *, owner: str, expect_last_seq: int, state
                 "input": state, "version": definition.version, "definition_hash": definition.definition_hash,
                 "business_key": business_key, "tenant": run.tenant, "started_by": old["started_by__username"],
                 "started_via": STARTED_VIA, "continued_from": run.id, "chain": successor.as_dict(),
+                **({"parent": _parent_of(run.id)} if old["parent_run"] else {}),
             },
         )
     crash_point("after_continue_as_new", run.workflow_name)

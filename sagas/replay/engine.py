@@ -23,7 +23,7 @@ from django.conf import settings
 from django.db import InterfaceError, OperationalError
 
 from core.storage import is_storage_error, note_failure, note_success, wait_for_database
-from sagas import events
+from sagas import children, events
 from sagas.compensation import compensate_claimed, needs_compensation, plan_for_failure, undo_before_fork
 from sagas.errors import (
     ApprovalRejected,
@@ -37,7 +37,7 @@ from sagas.errors import (
     VersionMismatch,
     Yield,
 )
-from sagas.models import JournalKind, RunStatus
+from sagas.models import TERMINAL_STATUSES, JournalKind, RunStatus
 from sagas.replay import continuation
 from sagas.replay.context import Context
 from sagas.replay.cursor import YIELD_PAUSED, YIELD_SHUTDOWN
@@ -104,7 +104,20 @@ def advance(run_id: str, *, owner: str | None = None) -> Outcome:
         if outcome == Outcome.YIELDED and run.status == RunStatus.COMPENSATING:
             after = RunStatus.COMPENSATING  # handed back, still compensating
         events.send_run_changed(run.id, after, cause=outcome.value)
+        if after in TERMINAL_STATUSES:
+            _tree_after_end(run.id)
     return outcome
+
+
+def _tree_after_end(run_id: str) -> None:
+    """Tell the run's parent it ended and close its attached children (``sagas.children``).
+    Our storage failing here loses nothing: the sweeper's ``children_catch_up`` does it later."""
+    try:
+        children.after_end(run_id)
+    except Exception as exc:
+        if not is_storage_error(exc):
+            raise
+        note_failure(exc, doing=f"reporting the end of run {run_id} to its tree")
 
 
 _STATUS_AFTER = {
@@ -284,7 +297,13 @@ def _fail(
             trigger = "rejection" if isinstance(exc, ApprovalRejected) else "automatic"
             plan_for_failure(ctx, reason=error["message"], trigger=trigger)
             log.warning("run %s: failed (%s); compensating", run.id, error["message"])
-            return _compensate(run, owner, ctx)
+            try:
+                return _compensate(run, owner, ctx)
+            except Suspend as wait:  # held by flow control, or waiting for a child to be undone
+                log.info("run %s: compensation waits (%s)", run.id, wait.reason)
+                systemdb.finish(run.id, fence=run.fence, status=RunStatus.COMPENSATING, kind=K.YIELDED,
+                                worker=owner, payload={"reason": wait.reason})
+                return Outcome.YIELDED
         systemdb.finish(
             run.id,
             fence=run.fence,

@@ -35,6 +35,7 @@ POINTS = frozenset({
     "before_step", "after_step", "after_step_record",  # sagas.replay.context: ctx.step
     "before_complete", "before_continue_as_new",  # sagas.replay.engine
     "continue_as_new_uncommitted", "after_continue_as_new",  # sagas.replay.continuation
+    "child_start_uncommitted", "after_child_start",  # sagas.children: ctx.start_child
     "before_compensation",  # sagas.compensation
     "before_intent", "after_intent", "after_dispatch", "after_outcome",  # ledger.protocol: ctx.effect
 })

@@ -19,6 +19,9 @@ PostgreSQL is the truth; Redis only carries wake-ups. One pass:
   (``sagas.schedules.firing``): ``scheduled`` (runs started);
 * lets calls held by flow control go where there is capacity (``ledger.flow.pump``, which the
   workers also run more often): ``released``;
+* reports child runs that ended to parents that did not hear of it, and cancels attached
+  children still in flight under a parent that ended (a process died between the two;
+  ``sagas.children``): ``children``;
 * leaves paused runs alone (``sagas.pausing``): resuming them wakes them;
 * re-queries UNKNOWN effects that have a lookup (the ledger's reconciler) and
   wakes their runs when the answer is conclusive: ``reconciled``;
@@ -42,7 +45,7 @@ from django.db import connection
 
 from ledger.flow import pump
 from ledger.reconcile import reconcile_due
-from sagas import events, resolutions, selectors, services, waits
+from sagas import children, events, resolutions, selectors, services, waits
 from sagas.models import LEASED_STATUSES, RunStatus
 from sagas.runtime import queue
 from sagas.schedules import firing
@@ -65,18 +68,19 @@ class SweepReport:
     woken: int = 0
     released: int = 0
     scheduled: int = 0
+    children: int = 0
 
     def __str__(self) -> str:
         return (
             f"expired={self.expired} orphaned={self.orphaned} parked={self.parked} resumed={self.resumed} "
             f"reconciled={self.reconciled} woken={self.woken} released={self.released} "
-            f"scheduled={self.scheduled}"
+            f"scheduled={self.scheduled} children={self.children}"
         )
 
     @property
     def total(self) -> int:
         return (self.expired + self.orphaned + self.parked + self.resumed + self.reconciled + self.woken
-                + self.released + self.scheduled)
+                + self.released + self.scheduled + self.children)
 
 
 def _rows(sql: str, params: list) -> list[tuple[str, str, str, int]]:
@@ -129,6 +133,7 @@ def sweep() -> SweepReport:
     report.resumed += len(resolutions.runs_resume_cleared(limit=BATCH))
     report.woken = waits.runs_wake_due()
     report.scheduled = firing.fire_due().started
+    report.children = children.children_catch_up(limit=BATCH)
     report.released = pump.pump()  # the worker processes' pump threads do this more often
     reconciled = reconcile_due()
     report.reconciled = reconciled.succeeded + reconciled.not_executed

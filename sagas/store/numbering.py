@@ -49,9 +49,9 @@ NEXT_SEQ = "(SELECT coalesce(max(j.seq), 0) + 1 FROM sagas_journalentry j WHERE 
 
 # Kinds that count as one step against the run's budget (the ones that pass ``steps=1``).
 _STEP_KINDS = "('step', 'effect_intent')"
-# Entries whose payload may carry a ``cost``: a step's (``ctx.add_cost``) and a call's outcome
-# (``Connector.cost``).
-_COST_KINDS = "('step', 'effect_result')"
+# Entries whose payload may carry a ``cost``: a step's (``ctx.add_cost``), a call's outcome
+# (``Connector.cost``) and a join of child runs whose spend the parent's budget covers (sagas.children).
+_COST_KINDS = "('step', 'effect_result', 'children_joined')"
 
 
 def _counted(new_last_seq: str) -> str:
