@@ -42,7 +42,7 @@ from django.db import transaction
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
-from sagas.errors import ActionNotAllowed, ChildFailed, InvalidArgument, RunFinished, Suspend
+from sagas.errors import ActionNotAllowed, ChildFailed, InvalidArgument, RunFinished, StartConflict, Suspend
 from sagas.events import send_run_changed
 from sagas.models import TERMINAL_STATUSES, JournalEntry, JournalKind, RunStatus, WorkflowRun
 from sagas.replay.cursor import JournalCursor
@@ -128,6 +128,11 @@ def start_child(
         ctx.append(K.CHILD_STARTED, call, dumps({**handle.as_dict(), "version": definition.version,
                                                  "budget": "parent" if budget_from_parent else "own"}))
         crash_point("child_start_uncommitted", call)
+        if business_key and WorkflowRun.objects.filter(tenant=ctx.tenant, workflow_name=definition.name,
+                                                       business_key=business_key).exists():
+            raise StartConflict(
+                f"cannot start child {definition.name}: a run with business key {business_key!r} already exists "
+                f"in tenant {ctx.tenant!r}; each child needs a key of its own (or none)")
         WorkflowRun.objects.create(
             id=new_id, workflow_name=definition.name, version=definition.version,
             definition_hash=definition.definition_hash, input=checked.input, summary=summary,
@@ -165,6 +170,7 @@ def join(ctx: JournalCursor, handles: list[ChildHandle], *, what: str) -> list[A
     entry = ctx.replay_next(K.CHILDREN_JOINED, name)
     if entry is not None:
         return _joined(ctx, handles, entry.payload.get("failed"))
+    ctx.before_live()  # past the journal: a replay check stops here, writing nothing
     ended = {h.call: ctx.recorded_event(K.CHILD_FINISHED, h.call) for h in handles}
     missing = [h for h in handles if ended[h.call] is None]
     if missing and _report_ended(ctx.run_id, missing):
@@ -175,7 +181,6 @@ def join(ctx: JournalCursor, handles: list[ChildHandle], *, what: str) -> list[A
                    and ended[h.call].payload["status"] != RunStatus.COMPLETED), None)
     if failed is None and missing:
         raise Suspend(f"{what}: waiting for {len(missing)} of {len(handles)} child run(s)", wake_at=None)
-    ctx.before_live()
     cost = sum(float(ended[h.call].payload.get("cost") or 0) for h in handles
                if ended[h.call] is not None and ended[h.call].payload.get("budget") == "parent")
     payload: dict[str, Any] = {"calls": [h.call for h in handles], "failed": failed.call if failed else None}

@@ -105,6 +105,7 @@ def advance(run_id: str, *, owner: str | None = None) -> Outcome:
             after = RunStatus.COMPENSATING  # handed back, still compensating
         events.send_run_changed(run.id, after, cause=outcome.value)
         if after in TERMINAL_STATUSES:
+            crash_point("before_tree_report", run.workflow_name)
             _tree_after_end(run.id)
     return outcome
 

@@ -138,9 +138,23 @@ SELECT r.id, r.workflow_name, r.version, r.tenant, r.business_key, r.status, r.c
    AND r.finished_at < %(cutoff)s
    AND {names}
    AND NOT EXISTS (SELECT 1 FROM ledger_effectrecord e WHERE e.run_id = r.id AND e.status = ANY(%(open)s))
+   AND (r.parent_run IS NULL OR r.detached OR NOT EXISTS ({ancestor_in_flight}))
  ORDER BY r.finished_at
  LIMIT %(limit)s
    FOR UPDATE OF r SKIP LOCKED
+"""
+
+
+# A child run (sagas.children) is kept while a run above it is in flight: that run's compensation
+# may still have to undo it. Its parents are followed up the tree (a few levels in practice).
+_ANCESTOR_IN_FLIGHT = """
+WITH RECURSIVE up(id, depth) AS (
+    SELECT r.parent_run, 1
+    UNION ALL
+    SELECT p.parent_run, up.depth + 1 FROM sagas_workflowrun p JOIN up ON p.id = up.id
+     WHERE p.parent_run IS NOT NULL AND NOT p.detached AND up.depth < 100
+)
+SELECT 1 FROM up JOIN sagas_workflowrun a ON a.id = up.id WHERE NOT a.status = ANY(%(terminal)s)
 """
 
 
@@ -152,7 +166,7 @@ def _due(group: _Group, *, now: datetime, limit: int) -> list[tuple[Any, ...]]:
     else:
         names = "true"
     with connection.cursor() as cur:
-        cur.execute(_DUE_SQL.format(names=names), {
+        cur.execute(_DUE_SQL.format(names=names, ancestor_in_flight=_ANCESTOR_IN_FLIGHT), {
             "terminal": sorted(TERMINAL_STATUSES), "cutoff": now - group.age, "open": _OPEN_EFFECTS,
             "names": list(group.names or group.excluded), "limit": limit,
         })
@@ -167,7 +181,7 @@ def due_count(*, now: datetime | None = None, older_than: timedelta | None = Non
         for group in _groups(older_than):
             names = ("r.workflow_name = ANY(%(names)s)" if group.names else
                      "NOT (r.workflow_name = ANY(%(names)s))" if group.excluded else "true")
-            sql = _DUE_SQL.format(names=names).split(" ORDER BY")[0]
+            sql = _DUE_SQL.format(names=names, ancestor_in_flight=_ANCESTOR_IN_FLIGHT).split(" ORDER BY")[0]
             cur.execute(f"SELECT count(*) FROM ({sql}) AS due", {
                 "terminal": sorted(TERMINAL_STATUSES), "cutoff": now - group.age, "open": _OPEN_EFFECTS,
                 "names": list(group.names or group.excluded),

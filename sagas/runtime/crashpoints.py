@@ -33,7 +33,7 @@ _points: frozenset[str] | None = None
 # Every point the engine and the ledger reach (the first argument of each crash_point call).
 POINTS = frozenset({
     "before_step", "after_step", "after_step_record",  # sagas.replay.context: ctx.step
-    "before_complete", "before_continue_as_new",  # sagas.replay.engine
+    "before_complete", "before_continue_as_new", "before_tree_report",  # sagas.replay.engine
     "continue_as_new_uncommitted", "after_continue_as_new",  # sagas.replay.continuation
     "child_start_uncommitted", "after_child_start",  # sagas.children: ctx.start_child
     "before_compensation",  # sagas.compensation

@@ -186,3 +186,84 @@ def test_the_parents_budget_covers_its_children(procs, step_calls):
     # Each child got what the parent had left when it started; the 4th was never started.
     assert [float(k.max_cost) for k in kids] == pytest.approx([1.0, 0.6, 0.2])
     assert step_calls.counts("B") == {"spend0": 1, "spend1": 1, "spend2": 1}
+
+
+def test_retention_keeps_a_child_while_its_parent_is_in_flight_then_archives_the_tree(step_calls, tmp_path, settings):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from sagas.models import ArchivedRun
+    from sagas.replay.engine import advance
+    from sagas.retention.archiving import archive_due
+
+    settings.SAGAS_ARCHIVE_URL = (tmp_path / "archive").as_uri()
+    parent = start("fan_out", {"n": 2, "label": "R"})
+    advance(str(parent.id), owner="t")
+    assert status(parent) == RunStatus.WAITING
+    kids = children_of(parent)
+    for kid in kids:
+        advance(str(kid.id), owner="t")
+    assert [status(k) for k in kids] == [RunStatus.COMPLETED] * 2
+    long_ago = timezone.now() - timedelta(days=400)
+    WorkflowRun.objects.filter(parent_run=parent.id).update(finished_at=long_ago)
+
+    archive_due()  # the parent waits for them: it may still compensate them
+    assert WorkflowRun.objects.filter(parent_run=parent.id).count() == 2
+
+    advance(str(parent.id), owner="t")
+    assert status(parent) == RunStatus.COMPLETED
+    WorkflowRun.objects.filter(id=parent.id).update(finished_at=long_ago)
+    archive_due()
+    assert not WorkflowRun.objects.filter(id__in=[parent.id, *[k.id for k in kids]]).exists()
+    assert ArchivedRun.objects.filter(run_id__in=[parent.id, *[k.id for k in kids]]).count() == 3
+
+
+def test_a_child_under_a_taken_business_key_or_a_gather_of_junk_fails_the_parent_with_a_clear_error(step_calls):
+    from sagas.replay.engine import advance
+
+    other = start("fan_child", {"i": 9, "label": "X"}, business_key="parcel-7")
+    parent = start("keyed_parent", {"key": "parcel-7"})
+    advance(str(parent.id), owner="t")
+    parent.refresh_from_db()
+    assert parent.status == RunStatus.FAILED
+    assert "business key 'parcel-7' already exists" in parent.error["message"]
+    assert list(WorkflowRun.objects.filter(parent_run=parent.id)) == []  # nothing half-started
+    assert not JournalEntry.objects.filter(run=parent, kind="child_started").exists()
+    assert status(other) == RunStatus.PENDING
+
+    junk = start("bad_gather", {})
+    advance(str(junk.id), owner="t")
+    junk.refresh_from_db()
+    assert junk.status == RunStatus.FAILED
+    assert "takes handles returned by ctx.start_child, not str" in junk.error["message"]
+
+
+def test_a_childs_end_lost_to_a_crash_is_reported_by_the_sweeper(procs, step_calls):
+    from sagas.runtime.recovery import sweep
+
+    parent = start("fan_out", {"n": 1, "label": "S"})
+    crashed = procs.worker("w1", MODULES, SAGAS_CRASH_AT="before_tree_report:fan_child")
+    wait_until(lambda: crashed.popen.poll() is not None, 60, what="the worker to die after the child completed")
+    kid = children_of(parent)[0]
+    assert (kid.status, status(parent)) == (RunStatus.COMPLETED, RunStatus.WAITING)
+    assert not JournalEntry.objects.filter(run=parent, kind="child_finished").exists()
+
+    assert sweep().children == 1
+    assert JournalEntry.objects.get(run=parent, kind="child_finished").payload["result"] == 0  # child 0: 0 * 2
+    procs.worker("w2", MODULES)
+    wait_until(lambda: status(parent) == RunStatus.COMPLETED, 60, what="the parent to complete")
+    assert sweep().children == 0
+
+
+def test_a_parent_that_ends_cancels_its_attached_children_and_leaves_detached_ones(procs, providers_url):
+    parent = start("returns_early", {})
+    worker(procs, providers_url, "w1")
+    wait_until(lambda: status(parent) == RunStatus.COMPLETED, 60, what="the parent to return")
+    wait_until(lambda: WorkflowRun.objects.filter(parent_run=parent.id, detached=True,
+                                                  status=RunStatus.WAITING).exists(), 60,
+               what="the detached child to wait for its signal")
+    attached = WorkflowRun.objects.get(parent_run=parent.id, detached=False)
+    wait_until(lambda: status(attached) == RunStatus.CANCELLED, 30, what="the attached child to be cancelled")
+    attached.refresh_from_db()
+    assert attached.error["message"].endswith(f"its parent run {parent.id} ended COMPLETED")

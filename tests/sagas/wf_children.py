@@ -116,3 +116,22 @@ def fan_out_paced(ctx: Context, spec: dict) -> dict:
         handles.append(ctx.start_child("fan_child", {"i": i, "label": spec["label"]}))
     results = ctx.gather(handles)
     return {"children": len(results), "sum": sum(results)}
+
+
+@workflow("keyed_parent", version=1)
+def keyed_parent(ctx: Context, spec: dict) -> dict:
+    """Starts a child under a business key someone else's run already has."""
+    return {"got": ctx.wait_child(ctx.start_child("fan_child", {"i": 1, "label": "X"}, business_key=spec["key"]))}
+
+
+@workflow("bad_gather", version=1)
+def bad_gather(ctx: Context, spec: dict) -> list:
+    return ctx.gather(["not a handle"])
+
+
+@workflow("returns_early", version=1)
+def returns_early(ctx: Context, spec: dict) -> str:
+    """Starts two children that wait for a signal, one detached, and returns without waiting."""
+    ctx.start_child("waiting_child", {"sku": "attached"})
+    ctx.start_child("waiting_child", {"sku": "detached"}, detached=True)
+    return "done"
