@@ -173,6 +173,13 @@ class WorkflowRun(models.Model):
             # catch-up; top-level runs (most) are not in it (migration 0034).
             models.Index(fields=["parent_run", "created_at"], condition=Q(parent_run__isnull=False),
                          name="run_children"),
+            # Attached children in flight, for the sweeper's check that their parent has not ended.
+            models.Index(fields=["parent_run"], condition=Q(parent_run__isnull=False, detached=False, status__in=[
+                "PENDING", "RUNNING", "WAITING", "NEEDS_ATTENTION"]), name="run_children_in_flight"),
+            # The top-level runs alone, newest first, for the runs list's "top-level runs only" (the
+            # console and the API): without it a page walks past every child created since (a fan-out
+            # of 50,000 children skipped in 9 ms, growing with the fan-out). Migration 0035.
+            models.Index(fields=["-created_at", "-id"], condition=Q(parent_run__isnull=True), name="run_top_level"),
             # The console's search by any part of a business key: every 3- and 4-character piece
             # of it (sagas.store.key_grams; migration 0029, which replaced 0010's trigram index).
             GinIndex(KeyGrams("business_key"), name="run_business_key_grams"),

@@ -249,7 +249,8 @@ def test_a_childs_end_lost_to_a_crash_is_reported_by_the_sweeper(procs, step_cal
     assert (kid.status, status(parent)) == (RunStatus.COMPLETED, RunStatus.WAITING)
     assert not JournalEntry.objects.filter(run=parent, kind="child_finished").exists()
 
-    assert sweep().children == 1
+    # Once the child's end is older than the sweeper's grace, the sweeper reports it.
+    wait_until(lambda: sweep().children == 1, 30, interval=0.5, what="the sweeper to report the child's end")
     assert JournalEntry.objects.get(run=parent, kind="child_finished").payload["result"] == 0  # child 0: 0 * 2
     procs.worker("w2", MODULES)
     wait_until(lambda: status(parent) == RunStatus.COMPLETED, 60, what="the parent to complete")
@@ -267,3 +268,19 @@ def test_a_parent_that_ends_cancels_its_attached_children_and_leaves_detached_on
     wait_until(lambda: status(attached) == RunStatus.CANCELLED, 30, what="the attached child to be cancelled")
     attached.refresh_from_db()
     assert attached.error["message"].endswith(f"its parent run {parent.id} ended COMPLETED")
+
+
+def test_a_parent_that_died_before_closing_its_children_has_them_cancelled_by_the_sweeper(procs, providers_url):
+    from sagas.runtime.recovery import sweep
+
+    parent = start("returns_early", {})
+    crashed = worker(procs, providers_url, "w1", SAGAS_CRASH_AT="before_tree_report:returns_early")
+    wait_until(lambda: crashed.popen.poll() is not None, 60, what="the worker to die after the parent returned")
+    assert status(parent) == RunStatus.COMPLETED
+    attached = WorkflowRun.objects.get(parent_run=parent.id, detached=False)
+    assert attached.status in (RunStatus.PENDING, RunStatus.RUNNING, RunStatus.WAITING)
+
+    wait_until(lambda: sweep().children == 1, 30, interval=0.5, what="the sweeper to close the parent's children")
+    assert status(attached) == RunStatus.CANCELLED
+    free = WorkflowRun.objects.get(parent_run=parent.id, detached=True)
+    assert free.status != RunStatus.CANCELLED
