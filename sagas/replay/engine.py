@@ -62,6 +62,8 @@ class Outcome(str, enum.Enum):
     LEASE_LOST = "lease_lost"
     WAITING = "waiting"
     COMPENSATED = "compensated"
+    # Compensating, handed back until something it waits for (a child being undone, flow control) moves.
+    COMPENSATION_WAITS = "compensation_waits"
     STORAGE_UNAVAILABLE = "storage_unavailable"
 
 
@@ -128,6 +130,7 @@ _STATUS_AFTER = {
     Outcome.YIELDED: RunStatus.PENDING,
     Outcome.WAITING: RunStatus.WAITING,
     Outcome.COMPENSATED: RunStatus.COMPENSATED,
+    Outcome.COMPENSATION_WAITS: RunStatus.COMPENSATING,
 }
 
 
@@ -304,7 +307,7 @@ def _fail(
                 log.info("run %s: compensation waits (%s)", run.id, wait.reason)
                 systemdb.finish(run.id, fence=run.fence, status=RunStatus.COMPENSATING, kind=K.YIELDED,
                                 worker=owner, payload={"reason": wait.reason})
-                return Outcome.YIELDED
+                return Outcome.COMPENSATION_WAITS
         systemdb.finish(
             run.id,
             fence=run.fence,
