@@ -28,6 +28,7 @@ from sagas.errors import ActionNotAllowed, CompensationStuck, EffectUnknown, Run
 from sagas.events import send_run_changed
 from sagas.models import (
     OPEN_APPROVAL_STATES,
+    RUN_TRANSITIONS,
     ApprovalRequest,
     ApprovalState,
     CompensationItem,
@@ -72,7 +73,7 @@ _CHILD_TO_UNDO = (RunStatus.PENDING, RunStatus.RUNNING, RunStatus.WAITING, RunSt
                   RunStatus.COMPENSATING, RunStatus.COMPLETED, RunStatus.FAILED)
 
 
-def _children_to_undo(run_id: object) -> list[WorkflowRun]:
+def _children_to_undo(run_id: UUID | str) -> list[WorkflowRun]:
     """The run's attached children a compensation of it stops or undoes: in flight, being
     compensated, completed, or failed with effects of their own still in place."""
     kids = list(WorkflowRun.objects.filter(parent_run=run_id, detached=False, status__in=_CHILD_TO_UNDO)
@@ -211,7 +212,7 @@ def compensate_claimed(ctx: JournalCursor) -> None:
         if item.child_run is not None:
             _undo_child(ctx, item)
             continue
-        original = EffectRecord.objects.get(id=item.effect_id)
+        original = EffectRecord.objects.get(id=int(item.effect_id or 0))
         op = Operation(get_connector(item.connector), "compensation")
         payload = {"effect_id": original.id, "payload": original.request_payload, "result": original.result}
         name = f"compensate:{item.step_name}"
@@ -238,25 +239,16 @@ def compensate_claimed(ctx: JournalCursor) -> None:
         plan.save(update_fields=["state", "finished_at"])
 
 
-def _undo_child(ctx: JournalCursor, item: CompensationItem) -> None:
+def _undo_child(ctx: JournalCursor, item: CompensationItem) -> None:  # item.child_run is set
     """A child run in the plan: stop it (cancel, compensating) if it is in flight, or start
     its compensation if it completed or failed with effects; done once it is COMPENSATED or
     CANCELLED. Until then the compensation is handed back (``Suspend``), holding no worker;
     the child's end wakes it (``sagas.children``), and a child whose own compensation needs a
     person keeps it waiting, never skipped."""
-    from sagas import children
-
-    child = WorkflowRun.objects.get(id=item.child_run)
-    why = f"its parent run {ctx.run_id} is compensating"
-    if child.status in (RunStatus.COMPLETED, RunStatus.FAILED) and not child.detached:
-        child_compensation_start(child_id=str(child.id), reason=why, actor=f"parent {ctx.run_id}")
-    elif child.status in children.IN_FLIGHT:
-        from sagas.services import run_cancel
-
-        try:
-            run_cancel(run_id=str(child.id), user=None, reason=why, compensate=True, actor=f"parent {ctx.run_id}")
-        except (RunFinished, ActionNotAllowed):
-            pass  # it ended, or started compensating, meanwhile: looked at again below
+    child = WorkflowRun.objects.get(id=str(item.child_run))
+    if child.status not in (RunStatus.COMPENSATING, RunStatus.COMPENSATED, RunStatus.CANCELLED):
+        child_compensation_start(child_id=str(child.id), actor=f"parent {ctx.run_id}",
+                                 reason=f"its parent run {ctx.run_id} is compensating: {item.plan.reason}")
     child.refresh_from_db(fields=["status"])
     if child.status not in (RunStatus.COMPENSATED, RunStatus.CANCELLED):
         raise Suspend(f"waiting for child run {child.id} ({child.status}) to be undone", wake_at=None)
@@ -270,16 +262,18 @@ def _undo_child(ctx: JournalCursor, item: CompensationItem) -> None:
 
 
 def child_compensation_start(*, child_id: str, reason: str, actor: str) -> CompensationPlan | None:
-    """A child run (completed, or failed with effects) is undone because its parent is
-    compensated: its own plan (its effects and its children, newest first), trigger "parent".
-    None if it is not in a state to start one (already compensating or compensated)."""
+    """A child run is undone because its parent is compensated: whether it is still in flight
+    (it leaves its worker, as when cancelled: fence +1, open approvals expired), completed, or
+    failed with effects, it gets its own plan (its effects and its own children, newest first),
+    trigger "parent". None if it has one already (it is compensating, or its compensation is
+    parked for a person) or cannot (finished otherwise)."""
     with transaction.atomic():
         run = run_lock(run_id=child_id)
-        if run.status not in (RunStatus.COMPLETED, RunStatus.FAILED) or run.parent_run is None:
+        if run.parent_run is None or RunStatus.COMPENSATING not in RUN_TRANSITIONS[run.status]:
             return None
         if CompensationPlan.objects.filter(run=run).exists():
             return None
-        check_transition(run.status, RunStatus.COMPENSATING)
+        approvals_expire_open(run=run, why="its parent is compensating", by=actor)
         plan = plan_create(run=run, reason=reason, trigger="parent", user=None, actor=actor)
         run_move_to_compensating(run=run)
     return plan

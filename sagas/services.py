@@ -10,8 +10,10 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import connection, transaction
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from sagas import children, selectors
@@ -264,9 +266,9 @@ def run_cancel(*, run_id: str, user: User | None, reason: str, compensate: bool,
     boundary (its write is refused); a waiting run stops at once. With ``compensate`` and
     effects to undo, the run goes COMPENSATING instead of CANCELLED. Open approvals expire.
 
-    Its child runs (``sagas.children``) still in flight are cancelled with it, the same way
-    (with ``compensate``, each undoes its own effects, and the run's plan waits for them and
-    undoes its finished children, newest first); detached children are left alone.
+    Its child runs (``sagas.children``) go with it, detached ones excepted: without
+    ``compensate`` those still in flight are cancelled as they are; with it, the run's plan
+    stops and undoes each child, newest first with the run's own effects.
 
     Locks in ``sagas.store.locks``' order: the run, its approvals, then the plan it creates;
     children after their parent."""
@@ -285,9 +287,6 @@ def run_cancel(*, run_id: str, user: User | None, reason: str, compensate: bool,
             payload=dumps({"by": actor, "reason": reason, "compensate": compensate, "previous_status": run.status}),
         )
         approvals_expire_open(run=run, why="run cancelled", by=actor)
-        why_children = f"its parent run {run.id} was cancelled by {actor}: {reason}"
-        if compensate:
-            children.children_cancel(parent=run, actor=actor, reason=why_children, compensate=True)
         if compensate and needs_compensation(str(run.id)):
             check_transition(run.status, RunStatus.COMPENSATING)
             plan_create(run=run, reason=f"cancelled: {reason}", trigger="cancel", user=user, actor=actor)
@@ -300,8 +299,9 @@ def run_cancel(*, run_id: str, user: User | None, reason: str, compensate: bool,
                 error={"code": "cancelled", "message": f"cancelled by {actor}: {reason}"},
             )
             send_run_changed(run.id, RunStatus.CANCELLED, cause=JournalKind.CANCELLED)
-            children.children_cancel(parent=run, actor=actor, reason=why_children, compensate=False)
-    children.after_end(run.id)  # a child cancelled: its parent hears of it
+            children_cancel(parent=run, actor=actor,
+                            reason=f"its parent run {run.id} was cancelled by {actor}: {reason}")
+    tree_after_end(run.id)  # a child cancelled: its parent hears of it
     run.refresh_from_db()
     return run
 
@@ -381,3 +381,75 @@ def run_retry(*, run_id: str, user: User | None, reason: str) -> WorkflowRun:
                                    priority=run.priority)
         send_run_changed(run.id, target, cause=JournalKind.OPERATOR_ACTION)
     return run
+
+
+# --- trees of runs (sagas.children) ---------------------------------------------------------
+
+
+def tree_after_end(run_id: Any) -> None:
+    """A run has ended (committed): report it to its parent, and cancel its own children still
+    in flight that were not started detached. Both are safe to repeat; the sweeper repeats
+    them for runs whose process died first (``children_catch_up``)."""
+    in_flight = WorkflowRun.objects.filter(parent_run=OuterRef("id"), detached=False, status__in=children.IN_FLIGHT)
+    run = WorkflowRun.objects.annotate(open_children=Exists(in_flight)).filter(id=run_id).first()
+    if run is None or run.status not in TERMINAL_STATUSES:
+        return
+    children.report_end(run)
+    if run.open_children:
+        children_cancel(parent=run, actor="system", reason=f"its parent run {run.id} ended {run.status}")
+
+
+def children_cancel(*, parent: WorkflowRun, actor: str, reason: str) -> int:
+    """Cancel ``parent``'s attached children still in flight (and theirs, down the tree), as
+    they are (a compensation of the parent undoes them through its plan instead). Returns how
+    many were cancelled. Locks each child after its parent (``sagas.store.locks``)."""
+    cancelled = 0
+    ids = list(WorkflowRun.objects.filter(parent_run=parent.id, detached=False, status__in=children.IN_FLIGHT)
+               .order_by("created_at").values_list("id", flat=True))
+    for cid in ids:
+        try:
+            run_cancel(run_id=str(cid), user=None, reason=reason, compensate=False, actor=actor)
+        except (RunFinished, ActionNotAllowed):
+            continue  # it ended, or is compensating, meanwhile
+        cancelled += 1
+    return cancelled
+
+
+_WAITING_ON_ENDED_SQL = """
+SELECT c.id FROM sagas_workflowrun p JOIN sagas_workflowrun c ON c.parent_run = p.id
+ WHERE p.status = 'WAITING' AND p.wake_at IS NULL AND p.updated_at < now() - make_interval(secs => %(grace)s)
+   AND c.status = ANY(%(terminal)s) AND c.status_reason <> 'continued_as_new'
+   AND c.finished_at > p.updated_at AND c.finished_at < now() - make_interval(secs => %(grace)s)
+ LIMIT %(limit)s
+"""
+
+_ORPHANS_SQL = """
+SELECT DISTINCT c.parent_run FROM sagas_workflowrun c
+ WHERE c.parent_run IS NOT NULL AND NOT c.detached AND c.status = ANY(%(in_flight)s)
+   AND EXISTS (SELECT 1 FROM sagas_workflowrun p WHERE p.id = c.parent_run AND p.status = ANY(%(terminal)s)
+                 AND p.finished_at < now() - make_interval(secs => %(grace)s))
+ LIMIT %(limit)s
+"""
+
+
+def children_catch_up(*, limit: int = 500) -> int:
+    """The sweeper's pass, for what a process that died left undone (see the module):
+
+    * a parent waiting for children (WAITING, no deadline) that has a child which ended after
+      the parent went waiting and was not reported (its end, older than the grace, would have
+      woken it): the end is reported now, which wakes it;
+    * attached children still in flight under a parent that ended: cancelled now.
+
+    Both queries go through partial indexes (``run_wake_due``, ``run_children_in_flight``), so a
+    pass costs little when nothing is wrong. Returns the runs acted on."""
+    grace = max(1.0, 2 * float(settings.SAGAS_SWEEP_INTERVAL))
+    params: dict[str, Any] = {"grace": grace, "terminal": sorted(TERMINAL_STATUSES),
+                              "in_flight": sorted(children.IN_FLIGHT), "limit": limit}
+    with connection.cursor() as cur:
+        cur.execute(_WAITING_ON_ENDED_SQL, params)
+        ended = [row[0] for row in cur.fetchall()]
+        cur.execute(_ORPHANS_SQL, params)
+        orphaned = [row[0] for row in cur.fetchall()]
+    for run_id in ended + orphaned:
+        tree_after_end(run_id)
+    return len(ended) + len(orphaned)

@@ -33,7 +33,8 @@ from ledger.connectors import get_connector
 from ledger.errors import OutcomeUnknown, PayloadNotJSON, ReplayDiverged
 from ledger.flow import spend
 from ledger.protocol import run_effect
-from sagas import children, waits
+from sagas import waits
+from sagas.children import ChildHandle
 from sagas.errors import (
     ContinueAsNew,
     EffectUnknown,
@@ -44,6 +45,7 @@ from sagas.errors import (
     StorageUnavailable,
 )
 from sagas.models import JournalKind
+from sagas.replay import children
 from sagas.replay.cursor import JournalCursor, shutdown_requested
 from sagas.runtime.crashpoints import crash_point
 from sagas.store.systemdb import ClaimedRun, Entry, dumps
@@ -179,7 +181,7 @@ class Context(JournalCursor):
     def start_child(
         self, workflow: str, input: Any = None, *, business_key: str = "", detached: bool = False,
         max_cost: float | None = None, max_steps: int | None = None, priority: int | None = None,
-    ) -> children.ChildHandle:
+    ) -> ChildHandle:
         """Start a run of ``workflow`` as this run's child; returns its handle at once.
 
         The child's id comes from this run and the call (``child:<workflow>``, ``#n`` for the
@@ -192,20 +194,20 @@ class Context(JournalCursor):
         )
 
     @_engine_call
-    def wait_child(self, handle: children.ChildHandle) -> Any:
+    def wait_child(self, handle: ChildHandle) -> Any:
         """Wait (holding no worker) until the child ends; its result, or ``ChildFailed`` with
         its error if it failed, was cancelled or compensated."""
         return children.join(self, [handle], what="wait_child")[0]
 
     @_engine_call
-    def gather(self, handles: list[children.ChildHandle]) -> list[Any]:
+    def gather(self, handles: list[ChildHandle]) -> list[Any]:
         """Wait (holding no worker) for every child in ``handles``; their results in that order.
         The first child (in that order) known not to have completed raises ``ChildFailed`` as
         soon as it is known, without waiting for the others."""
         return children.join(self, list(handles), what="gather")
 
     @_engine_call
-    def signal_child(self, handle: children.ChildHandle, name: str, payload: Any = None) -> None:
+    def signal_child(self, handle: ChildHandle, name: str, payload: Any = None) -> None:
         """Send signal ``name`` to a child (its ``ctx.wait_for(name)`` takes it), once."""
         children.signal_child(self, handle, name, payload)
 

@@ -104,6 +104,11 @@ class JournalCursor:
         return self._pos < len(self._calls)
 
     @property
+    def claimed(self) -> ClaimedRun:
+        """The run as this worker claimed it (its budgets, fence, priority)."""
+        return self._run
+
+    @property
     def steps_used(self) -> int:
         return self._steps_used
 

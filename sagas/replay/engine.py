@@ -23,7 +23,7 @@ from django.conf import settings
 from django.db import InterfaceError, OperationalError
 
 from core.storage import is_storage_error, note_failure, note_success, wait_for_database
-from sagas import children, events
+from sagas import events, services
 from sagas.compensation import compensate_claimed, needs_compensation, plan_for_failure, undo_before_fork
 from sagas.errors import (
     ApprovalRejected,
@@ -116,7 +116,7 @@ def _tree_after_end(run_id: str) -> None:
     """Tell the run's parent it ended and close its attached children (``sagas.children``).
     Our storage failing here loses nothing: the sweeper's ``children_catch_up`` does it later."""
     try:
-        children.after_end(run_id)
+        services.tree_after_end(run_id)
     except Exception as exc:
         if not is_storage_error(exc):
             raise

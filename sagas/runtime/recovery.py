@@ -45,7 +45,7 @@ from django.db import connection
 
 from ledger.flow import pump
 from ledger.reconcile import reconcile_due
-from sagas import children, events, resolutions, selectors, services, waits
+from sagas import events, resolutions, selectors, services, waits
 from sagas.models import LEASED_STATUSES, RunStatus
 from sagas.runtime import queue
 from sagas.schedules import firing
@@ -133,7 +133,7 @@ def sweep() -> SweepReport:
     report.resumed += len(resolutions.runs_resume_cleared(limit=BATCH))
     report.woken = waits.runs_wake_due()
     report.scheduled = firing.fire_due().started
-    report.children = children.children_catch_up(limit=BATCH)
+    report.children = services.children_catch_up(limit=BATCH)
     report.released = pump.pump()  # the worker processes' pump threads do this more often
     reconciled = reconcile_due()
     report.reconciled = reconciled.succeeded + reconciled.not_executed

@@ -141,8 +141,9 @@ def test_cancelling_a_parent_stops_and_undoes_its_running_children_but_not_a_det
     free = next(k for k in kids if k.detached)
     assert free.status == RunStatus.WAITING  # detached: it outlives its parent
     assert books() == Counter({("inventory", "reserve"): 5, ("inventory", "release"): 4})
-    cancelled = JournalEntry.objects.get(run=attached[0], kind="cancelled").payload
-    assert cancelled["reason"].startswith(f"its parent run {parent.id} was cancelled")
+    undone = JournalEntry.objects.get(run=attached[0], kind="compensation_started").payload
+    assert undone["trigger"] == "parent"
+    assert undone["reason"] == f"its parent run {parent.id} is compensating: cancelled: customer cancelled the order"
     # The detached child still takes an operator's signal and completes on its own.
     signal(run_id=free.id, name="go", payload={"from": "operator"})
     wait_until(lambda: status(free) == RunStatus.COMPLETED, 30, what="the detached child to complete")
