@@ -143,7 +143,8 @@ def _looks_like_a_whole_run_id(text: str) -> bool:
 
 
 class RunFilterForm(FilterParams, PageForm):
-    """The runs list's query string: ``q status workflow version tenant from to`` and ``after``.
+    """The runs list's query string: ``q status workflow version tenant from to reason paused
+    top_level parent`` and ``after``.
 
     ``from`` and ``to`` take a date (the whole day: its start for ``from``, the next day's start
     for ``to``) or a date and time, in the server's time zone unless they name one. A damaged
@@ -151,7 +152,7 @@ class RunFilterForm(FilterParams, PageForm):
     looks like a run id but is not one (it is searched as part of a business key).
     """
 
-    PARAMS = ("q", "status", "workflow", "version", "tenant", "from", "to", "reason", "paused")
+    PARAMS = ("q", "status", "workflow", "version", "tenant", "from", "to", "reason", "paused", "top_level", "parent")
 
     q = forms.CharField(required=False, max_length=MAX_FILTER_CHARS, error_messages=_too_long("Search"))
     status = forms.CharField(required=False, max_length=40, error_messages=_messages("Status"))
@@ -163,6 +164,10 @@ class RunFilterForm(FilterParams, PageForm):
     reason = forms.CharField(required=False, max_length=MAX_FILTER_CHARS, error_messages=_too_long("Reason"))
     # Only the runs held by an operator's pause (their own or their workflow's): ``paused=1``.
     paused = forms.CharField(required=False, max_length=5, error_messages=_messages("Paused"))
+    # Child runs (sagas.children): only the runs no run started (``top_level=1``, the form's
+    # checkbox), or only the children of one run (``parent=<its id>``, the link on its page).
+    top_level = forms.CharField(required=False, max_length=5, error_messages=_messages("Top-level runs only"))
+    parent = forms.CharField(required=False, max_length=60, error_messages=_messages("Parent run"))
     after = CursorField(key=uuid.UUID, forgiving=True)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -184,6 +189,23 @@ class RunFilterForm(FilterParams, PageForm):
         if text not in ("", "1", "yes", "true", "on"):
             raise ValidationError(f"Paused: {_quoted(text)} is not understood; use paused=1 or leave it out.")
         return bool(text)
+
+    def clean_top_level(self) -> bool:
+        text = self.cleaned_data["top_level"].strip().lower()
+        if text not in ("", "1", "yes", "true", "on"):
+            raise ValidationError(f"Top-level runs only: {_quoted(text)} is not understood; use top_level=1 or "
+                                  f"leave it out.")
+        return bool(text)
+
+    def clean_parent(self) -> str:
+        text = self.cleaned_data["parent"].strip()
+        if not text:
+            return ""
+        try:
+            return str(uuid.UUID(text))
+        except ValueError:
+            raise ValidationError(f"Parent run: {_quoted(text)} is not a run id; give the whole id of the parent "
+                                  f"run (36 characters, as on its page).") from None
 
     def clean_version(self) -> int | None:
         return version_number(self.cleaned_data["version"])
@@ -223,6 +245,9 @@ class RunFilterForm(FilterParams, PageForm):
         if created_from and created_to and created_from >= created_to:
             raise ValidationError("Created from must be before created to.")
         search = data.get("q") or ""
+        if data.get("top_level") and data.get("parent"):
+            self.add_error("top_level", "Top-level runs only and Parent run cannot go together: a run's children "
+                                        "are never top-level runs. Choose one.")
         if (problem := search_problem(search)) is not None:
             self.add_error("q", problem)
         elif search and _looks_like_a_whole_run_id(search):
@@ -240,7 +265,7 @@ class RunFilterForm(FilterParams, PageForm):
         return RunFilters(status=d["status"], workflow=d["workflow"], version=d["version"], tenant=d["tenant"],
                           created_from=d["from"], created_to=d["to"], search=d["q"],
                           reasons=tuple(sorted({r.strip() for r in d["reason"].split(",") if r.strip()})),
-                          paused=d["paused"])
+                          paused=d["paused"], top_level=d["top_level"], parent=d["parent"])
 
 
 # --- the audit log -------------------------------------------------------------------------

@@ -68,6 +68,10 @@ FRAGMENTS: dict[str, Fragment] = _by_name(
     Fragment(run_detail.RUN_APPROVALS, run_detail.run_approvals_fragment, (topics.THIS_RUN,)),
     Fragment(run_detail.RUN_COMPENSATION, run_detail.run_compensation_fragment, (topics.THIS_RUN,)),
     Fragment(run_detail.RUN_CONVERSATION, run_detail.run_conversation_fragment, (topics.THIS_RUN,)),
+    # A parent's children: they move without their parent (a child's start, end or wait is its own
+    # change), so the region follows every run's; the page subscribes to it only for a run that has
+    # children or may still start some (console/views/run_detail.py). Two bounded queries a push.
+    Fragment(run_detail.RUN_CHILDREN, run_detail.run_children_fragment, (topics.THIS_RUN, topics.RUNS)),
     Fragment(queues.EFFECTS_FRAGMENT, queues.effects_fragment, (topics.EFFECTS,)),
     Fragment(queues.APPROVALS_FRAGMENT, queues.approvals_fragment, (topics.APPROVALS,)),
     Fragment(versions.VERSIONS_FRAGMENT, versions.versions_fragment, (topics.RUNS,)),  # runs in flight per hash

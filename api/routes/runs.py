@@ -82,6 +82,10 @@ class RunOut(Schema):
     continued_to: str | None = Field(None, description="the run that continues this one; follow it for the outcome")
     paused: bool = Field(False, description="held by an operator's pause (its own, or its workflow's): no worker "
                                             "takes it until it is resumed")
+    parent_run_id: str | None = Field(None, description="the run that started this one as its child "
+                                                        "(ctx.start_child); null for a top-level run")
+    detached: bool = Field(False, description="a child run started to outlive its parent, which neither waits for "
+                                              "it, cancels it nor compensates it")
     console_url: str
 
 
@@ -102,6 +106,7 @@ def run_out(request: ApiRequest, run: WorkflowRun) -> dict[str, Any]:
         "continued_from": str(run.continued_from) if run.continued_from else None,
         "continued_to": str(run.continued_to) if run.continued_to else None,
         "paused": _paused(request, run),
+        "parent_run_id": str(run.parent_run) if run.parent_run else None, "detached": run.detached,
         "console_url": request.build_absolute_uri(reverse("console:run", args=[run.id])),
     }
 
@@ -185,6 +190,8 @@ class RunListQuery(Schema):
     tenant: str = Field("", max_length=100, description="within the key's tenants")
     created_from: datetime | None = Field(None, description="inclusive")
     created_to: datetime | None = Field(None, description="exclusive")
+    top_level: bool = Field(False, description="only runs no run started as its child")
+    parent: str = Field("", max_length=100, description="only the child runs of this run (its id)")
     cursor: str = Field("", max_length=100, description="from the previous page's `cursor`")
     limit: int = Field(RUNS_PAGE_SIZE, ge=1, le=MAX_PAGE)
 
@@ -201,6 +208,9 @@ class RunSummary(Schema):
     cost_used: float
     created_at: datetime
     finished_at: datetime | None
+    parent_run_id: str | None = Field(None, description="the run that started this one as its child; null for a "
+                                                        "top-level run")
+    detached: bool = False
 
 
 class RunList(Schema):
@@ -213,7 +223,8 @@ def _summary(run: WorkflowRun) -> dict[str, Any]:
     return {"id": str(run.id), "workflow": run.workflow_name, "version": run.version, "status": run.status,
             "attention_reason": run.status_reason, "business_key": run.business_key, "tenant": run.tenant,
             "steps_used": run.steps_used, "cost_used": float(run.cost_used), "created_at": run.created_at,
-            "finished_at": run.finished_at}
+            "finished_at": run.finished_at, "parent_run_id": str(run.parent_run) if run.parent_run else None,
+            "detached": run.detached}
 
 
 def _aware(when: datetime | None) -> datetime | None:
@@ -227,10 +238,18 @@ def list_runs(request: ApiRequest, query: Query[RunListQuery]) -> dict[str, Any]
     if query.status and query.status not in STATUSES:
         raise Problem("validation", f"status must be one of {', '.join(STATUSES)}")
     reasons = tuple(r.strip() for r in query.reason.split(",") if r.strip())
+    parent = ""
+    if query.parent.strip():
+        try:
+            parent = str(uuid.UUID(query.parent.strip()))
+        except ValueError:
+            raise Problem("validation", f"parent must be a run id, not {query.parent[:100]!r}") from None
+    if parent and query.top_level:
+        raise Problem("validation", "top_level and parent cannot go together: a run's children are never top-level")
     filters = RunFilters(status=query.status, workflow=query.workflow.strip(), version=query.version,
                          tenant=query.tenant.strip(), created_from=_aware(query.created_from),
                          created_to=_aware(query.created_to),
-                         search=query.search.strip(), reasons=reasons)
+                         search=query.search.strip(), reasons=reasons, top_level=query.top_level, parent=parent)
     if "\x00" in "".join((query.workflow, query.tenant, query.search, query.reason)):
         raise Problem("validation", "a filter holds a NUL character")
     if (problem := search_problem(filters.search)) is not None:

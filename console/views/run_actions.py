@@ -66,7 +66,8 @@ def _actions_response(request: ConsoleRequest, run: WorkflowRun, *, status: int 
     html = render_to_string("console/run_actions.html", actions_context(run, request.user, has_plan=has_plan),
                             request=request)
     if notice:
-        html += render_to_string("console/run_header.html", header_context(run, oob=True), request=request)
+        html += render_to_string("console/run_header.html", header_context(run, request.user, oob=True),
+                                 request=request)
     return HttpResponse(html + message_oob(error=error, notice=notice), status=status)
 
 
@@ -199,13 +200,16 @@ def run_redrive(request: ConsoleRequest, run_id: UUID) -> HttpResponse:
 def _compensate_page(request: ConsoleRequest, run: WorkflowRun, *, status: int = 200, error: str = "",
                      notice: str = "") -> HttpResponse:
     items = compensation_preview(run=run)
-    effects = effects_by_id(item.effect_id for item in items)
+    # A child run's item (sagas.children) undoes no effect of this run: its effect_id is None.
+    effects = effects_by_id(item.effect_id for item in items if item.effect_id is not None)
     has_plan = run_has_compensation(run.id)
     context = {
         "run": run,
-        "rows": [{"item": item, "effect": effects.get(item.effect_id)} for item in items],
+        "rows": [{"item": item, "effect": effects.get(item.effect_id) if item.effect_id is not None else None}
+                 for item in items],
         "reversible": sum(1 for item in items if item.reversible),
         "irreversible": sum(1 for item in items if not item.reversible),
+        "children": sum(1 for item in items if item.child_run),
         "possible": run.status in COMPENSABLE and not has_plan,
         "has_plan": has_plan,
         "may": roles.can(request.user, "run.compensate"),

@@ -3,8 +3,10 @@ run_history.py, the actions in run_actions.py.
 
 Live regions (listed in ``console.live``): ``run_header``, ``run_actions`` (what may be done
 to the run now, and why not), ``run_history`` (entries newer than the first page),
-``run_effects``, ``run_approvals``, ``run_compensation`` and ``run_conversation`` (an agent run's
-turns, console/selectors/conversation.py; empty for other runs). Each is a ``run_*.html`` template
+``run_effects``, ``run_approvals``, ``run_compensation``, ``run_conversation`` (an agent run's
+turns, console/selectors/conversation.py; empty for other runs) and ``run_children`` (a
+parent's child runs, sagas.children: counts by status and the oldest ones; empty for a run
+that has none). Each is a ``run_*.html`` template
 rendered by its ``*_fragment`` function below, which serves the full page (the page includes the
 template with the same context), the htmx swap and the websocket push.
 
@@ -22,6 +24,7 @@ from collections.abc import Mapping
 from datetime import timedelta
 from decimal import Decimal
 from typing import Any
+from urllib.parse import urlencode
 from uuid import UUID
 
 from django.contrib.auth.models import User
@@ -44,12 +47,14 @@ from operators import roles
 from operators.selectors.runs import (
     RUN_EFFECTS_LIMIT,
     run_approvals,
+    run_children,
     run_compensation,
     run_effects,
     run_forks,
     run_get,
     run_has_compensation,
     run_history_since,
+    run_parent,
 )
 from sagas.integration import REDRIVABLE_REASONS, movable_versions, run_pause_info
 from sagas.models import (
@@ -69,6 +74,7 @@ RUN_EFFECTS = "run_effects"
 RUN_APPROVALS = "run_approvals"
 RUN_COMPENSATION = "run_compensation"
 RUN_CONVERSATION = "run_conversation"
+RUN_CHILDREN = "run_children"
 RUN_FRAGMENTS = [RUN_HEADER, RUN_ACTIONS, RUN_HISTORY, RUN_EFFECTS, RUN_APPROVALS, RUN_COMPENSATION, RUN_CONVERSATION]
 
 # Statuses from which an operator may start a compensation (sagas.compensation.compensation_start).
@@ -120,7 +126,7 @@ def _budget_rows(run: WorkflowRun) -> list[dict[str, Any]]:
     ]
 
 
-def header_context(run: WorkflowRun, *, oob: bool = False) -> dict[str, Any]:
+def header_context(run: WorkflowRun, user: User, *, oob: bool = False) -> dict[str, Any]:
     """The ``run_header`` region (``oob``: swapped out of band after an htmx action)."""
     error = run.error
     if isinstance(error, dict):
@@ -141,6 +147,7 @@ def header_context(run: WorkflowRun, *, oob: bool = False) -> dict[str, Any]:
         "flow_wait": waiting,
         "flow_wait_url": reverse("console:connectors") + "#" + connector_anchor(waiting.connector) if waiting else "",
         "links": run_forks(run),
+        "parent": run_parent(run, user=user),
         "oob": oob,
     }
 
@@ -201,6 +208,17 @@ def _conversation_context(run: WorkflowRun, newest_names: list[str] | None = Non
     return {"run": run, "conversation": run_conversation(run, newest_names), "effects_url": reverse("console:effects")}
 
 
+def children_context(run: WorkflowRun, user: User) -> dict[str, Any]:
+    """The ``run_children`` region: the run's children (none: the region is empty)."""
+    children = run_children(run.id, user=user)
+    runs_url = reverse("console:runs")
+    return {
+        "run": run,
+        "children": children,
+        "children_url": f"{runs_url}?{urlencode({'parent': str(run.id)})}",
+    }
+
+
 def _history_new_context(run: WorkflowRun, since: int) -> dict[str, Any]:
     entries, total = run_history_since(run.id, after=since)
     return {"run": run, "new_entries": timeline_rows(run.id, entries), "new_total": total,
@@ -223,7 +241,7 @@ def run_header_fragment(user: User, params: dict[str, str]) -> str:
     run = _run_from_params(user, params)
     if run is None:
         return _missing(RUN_HEADER)
-    return render_to_string("console/run_header.html", header_context(run))
+    return render_to_string("console/run_header.html", header_context(run, user))
 
 
 def run_actions_fragment(user: User, params: dict[str, str]) -> str:
@@ -276,6 +294,13 @@ def run_conversation_fragment(user: User, params: dict[str, str]) -> str:
     return render_to_string("console/run_conversation.html", _conversation_context(run))
 
 
+def run_children_fragment(user: User, params: dict[str, str]) -> str:
+    run = _run_from_params(user, params)
+    if run is None:
+        return _missing(RUN_CHILDREN)
+    return render_to_string("console/run_children.html", children_context(run, user))
+
+
 # --- run detail: pages ---------------------------------------------------------------------------
 
 
@@ -288,14 +313,19 @@ def run_page(request: ConsoleRequest, run: WorkflowRun, *, status: int = 200, er
     since = history.entries[0].seq if history.entries else 0
     plan = run_compensation(run.id)
     context: dict[str, Any] = {}
-    context.update(header_context(run))
+    context.update(header_context(run, request.user))
     context.update(actions_context(run, request.user, has_plan=plan is not None))
+    context.update(children_context(run, request.user))
     context.update(_effects_context(run))
     context.update(_approvals_context(run, request.user))
     context.update(_compensation_context(run, plan))
     context.update(_conversation_context(run, [e.name for e in history.entries]))
     context.update(history=history, new_entries=[], new_total=0, new_hidden=0)
-    context.update(live_context(RUN_FRAGMENTS, run=str(run.id), since=str(since)))
+    # The children region is live while the run has children or may still start some: it follows
+    # every run's changes (console/live.py), as a child's status moves without its parent's.
+    watch_children = context["children"].total > 0 or run.status not in TERMINAL_STATUSES
+    regions = [*RUN_FRAGMENTS, RUN_CHILDREN] if watch_children else RUN_FRAGMENTS
+    context.update(live_context(regions, run=str(run.id), since=str(since)))
     return render(request, "console/run_detail.html", context, status=status)
 
 

@@ -28,12 +28,14 @@ RUNS_TABLE = "runs_table"
 
 def _runs_table_context(user: User, params: Mapping[str, str]) -> dict[str, Any]:
     form = RunFilterForm(params)
-    page = runs_page(form.filters(), user=user, cursor=form.cursor) if form.is_valid() else None
+    filters = form.filters() if form.is_valid() else None
+    page = runs_page(filters, user=user, cursor=form.cursor) if filters is not None else None
     cursor = form.cursor_text
     base = reverse("console:runs")
     return {
         "query": form,
         "page": page,
+        "parent_id": filters.parent if filters is not None else "",
         "next_url": f"{base}?{urlencode(form.link_params(after=page.next_cursor))}"
         if page and page.next_cursor else "",
         "first_url": (f"{base}?{urlencode(form.link_params())}" if form.link_params() else base) if cursor else "",

@@ -14,17 +14,18 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import connection
-from django.db.models import Q, QuerySet
+from django.db.models import Count, Q, QuerySet
 
 from ledger.models import EffectRecord
 from operators.selectors.paging import Cursor, Page, keyset_page
 from operators.selectors.search import runs_matching
-from operators.selectors.tenancy import User, scope_runs
+from operators.selectors.tenancy import User, scope, scope_runs
 from sagas.integration import chain_place
 from sagas.models import (
     REPAIR_KINDS,
     TERMINAL_STATUSES,
     ApprovalRequest,
+    ArchivedRun,
     CompensationItem,
     CompensationPlan,
     JournalEntry,
@@ -63,6 +64,8 @@ class RunFilters:
     search: str = ""
     reasons: tuple[str, ...] = ()  # any of these status_reasons (the overview's queue lines)
     paused: bool = False  # only unfinished runs held by a pause (sagas.pausing)
+    top_level: bool = False  # only runs no run started as its child (``parent_run`` is null)
+    parent: str = ""  # only the children of this run (a canonical run id; sagas.children)
 
 
 UNFINISHED = [s for s in RunStatus.values if s not in TERMINAL_STATUSES]
@@ -84,7 +87,9 @@ def runs_filtered(filters: RunFilters, *, user: User) -> QuerySet[WorkflowRun]:
 
     Every filter is an equality or a range that one of the ``run_*_created`` indexes (sagas
     migration 0006) serves in the list's order, so a page reads about a page of index entries;
-    the business-key search is a lookup of the key-pieces index (sagas migration 0029).
+    the business-key search is a lookup of the key-pieces index (sagas migration 0029). A
+    parent's children are a range of the ``run_children`` index (migration 0034), and the
+    top-level runs alone are the ``run_top_level`` index (migration 0035).
     """
     qs = scope_runs(WorkflowRun.objects.all(), user)
     if filters.status:
@@ -99,6 +104,10 @@ def runs_filtered(filters: RunFilters, *, user: User) -> QuerySet[WorkflowRun]:
         qs = qs.filter(status_reason__in=filters.reasons)
     if filters.paused:
         qs = qs.filter(_paused_now()).filter(status__in=UNFINISHED)
+    if filters.top_level:
+        qs = qs.filter(parent_run__isnull=True)
+    if filters.parent:
+        qs = qs.filter(parent_run=filters.parent)
     if filters.created_from is not None:
         qs = qs.filter(created_at__gte=filters.created_from)
     if filters.created_to is not None:
@@ -250,6 +259,61 @@ def run_chain(run: WorkflowRun) -> RunChain | None:
     )
 
 
+# --- a run's tree (sagas.children) ----------------------------------------------------------
+
+RUN_CHILDREN_SHOWN = 50  # children listed on a parent's page (the runs list, filtered by parent, has them all)
+CHILD_COLUMNS = ("id", "workflow_name", "version", "status", "status_reason", "business_key", "tenant", "detached",
+                 "created_at", "started_at", "finished_at")
+
+
+@dataclass(frozen=True)
+class RunParent:
+    """The run that started a child run: ``run`` is None when its row is gone (retention
+    archived it; ``archived`` then says whether the user can open its archived page)."""
+
+    id: str
+    run: WorkflowRun | None
+    archived: bool
+
+
+def run_parent(run: WorkflowRun, *, user: User) -> RunParent | None:
+    """The parent of ``run`` (None for a top-level run, and no query then): one primary-key read,
+    and one of the archive's index when the parent's row is gone."""
+    if run.parent_run is None:
+        return None
+    parent = scope_runs(WorkflowRun.objects.only("id", "workflow_name", "version", "status", "tenant"), user) \
+        .filter(id=run.parent_run).first()
+    archived = parent is None and scope(ArchivedRun.objects.filter(run_id=run.parent_run), user).exists()
+    return RunParent(id=str(run.parent_run), run=parent, archived=archived)
+
+
+@dataclass(frozen=True)
+class RunChildren:
+    """A run's children: how many in each status, and the oldest ``RUN_CHILDREN_SHOWN``."""
+
+    total: int
+    by_status: list[tuple[str, int]]  # (status, how many) in RunStatus order, statuses with none left out
+    first: list[WorkflowRun]  # oldest first (the order they were started in)
+
+    @property
+    def more(self) -> int:
+        """Children not in ``first``."""
+        return self.total - len(self.first)
+
+
+def run_children(run_id: Any, *, user: User) -> RunChildren:
+    """``run_id``'s children in ``user``'s tenants, in two queries whatever their number: their
+    counts by status (one GROUP BY over the run's range of the ``run_children`` index) and the
+    oldest ``RUN_CHILDREN_SHOWN`` (the same range, in its order). A run without children costs
+    the first one only, an index probe that finds nothing."""
+    qs = scope_runs(WorkflowRun.objects.filter(parent_run=run_id), user)
+    counts = dict(qs.order_by().values("status").annotate(n=Count("id")).values_list("status", "n"))
+    total = sum(counts.values())
+    first = list(qs.only(*CHILD_COLUMNS).order_by("created_at", "id")[:RUN_CHILDREN_SHOWN]) if total else []
+    return RunChildren(total=total, by_status=[(s, counts[s]) for s in RunStatus.values if counts.get(s)],
+                       first=first)
+
+
 @dataclass(frozen=True)
 class HistoryPage:
     """Journal entries newest first, and the seq to continue below (None: nothing older)."""
@@ -322,11 +386,13 @@ def run_compensation(run_id: Any) -> CompensationPlan | None:
     if plan is not None:
         items = list(plan.items.order_by("position"))
         plan.item_list = items  # type: ignore[attr-defined]  # for the template, not a field
-        requests = dict(EffectRecord.objects.filter(id__in=[i.effect_id for i in items])
+        # A child run's item (sagas.children) undoes no effect of this run: it has no effect_id.
+        requests = dict(EffectRecord.objects.filter(id__in=[i.effect_id for i in items if i.effect_id is not None])
                         .values_list("id", "request_payload"))
         for item in items:
-            # What it undoes (amounts), for the template; not a field.
-            item.request_payload = requests.get(item.effect_id)  # type: ignore[attr-defined]
+            # What it undoes (amounts), for the template; not a field. A child run's item has none.
+            undoes = requests.get(item.effect_id) if item.effect_id is not None else None
+            item.request_payload = undoes  # type: ignore[attr-defined]
     return plan
 
 

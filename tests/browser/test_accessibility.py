@@ -4,7 +4,7 @@ axe-core (tests/browser/a11y.py, vendored in tests/browser/vendor/) checks every
 role can see (an approver's only where it differs from a viewer's: the approval controls), in
 the states that matter, built with real runs: a run needing attention (an
 UNKNOWN effect), a run waiting for an approval, a compensated run, a completed run with a hostile
-payload, a run cancelled by a bulk batch, an archived run, a paused connector and one whose
+payload, a run cancelled by a bulk batch, an archived run, a run with child runs and a detached child, a paused connector and one whose
 limits were changed, spend limits (one reached, for a hostile tenant), a form refused with its error (login, compensation, a stale cancel, a
 notification endpoint), the audit log with entries, error pages;
 every <details> open; and again after a live push replaced a section. Any serious or critical
@@ -48,7 +48,7 @@ from tests.browser.a11y import Sweep, wait_live
 from tests.browser.conftest import _password_hash
 from tests.ledger import wf_orders, wf_sagas  # noqa: F401  (register the workflows here too)
 from tests.procs import wait_until
-from tests.sagas import wf_retention  # noqa: F401  (registers ret_order, archived below)
+from tests.sagas import wf_children, wf_retention  # noqa: F401  (register waiting_tree, and ret_order archived below)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -93,7 +93,10 @@ class States:
                              business_key="order-a11y-hostile")
         self.undone = start("capture_then_wait", {"id": "a11y-undo"}, business_key="order-a11y-undo")
         self.cancelled = start("capture_then_wait", {"id": "a11y-bulk"}, business_key="order-a11y-bulk")
+        # A run's tree (sagas.children): a parent waiting for its children, one of them detached.
+        self.tree = start("waiting_tree", {"n": 2, "detached": True}, business_key="order-a11y-tree")
         console.worker("w1")
+        console.procs.worker("w-tree", "tests.sagas.wf_children", DEMO_PROVIDERS_URL=console.providers_url)
 
     def ready(self, users) -> States:
         """Once the worker brought the runs to their states: the operators' work on them."""
@@ -102,6 +105,9 @@ class States:
                             status(self.cancelled)) == (RunStatus.NEEDS_ATTENTION, RunStatus.WAITING,
                                                         RunStatus.COMPLETED, RunStatus.WAITING, RunStatus.WAITING),
                    60, what="the runs to reach their states")
+        wait_until(lambda: status(self.tree) == RunStatus.WAITING and WorkflowRun.objects.filter(
+            parent_run=self.tree.id, status=RunStatus.WAITING).count() == 3, 60, what="the tree to wait")
+        self.tree_child = WorkflowRun.objects.filter(parent_run=self.tree.id, detached=True).get()
         self.effect = EffectRecord.objects.get(run_id=self.attention.id)
         self.approval = ApprovalRequest.objects.get(run=self.waiting)
 
@@ -154,6 +160,11 @@ class States:
             ("completed run with a hostile payload", f"/runs/{self.hostile.id}/", 200),
             ("run cancelled by a bulk batch", f"/runs/{self.cancelled.id}/", 200),
             ("archived run", f"/runs/{self.archived.run_id}/", 200),
+            ("run with child runs", f"/runs/{self.tree.id}/", 200),
+            ("detached child run", f"/runs/{self.tree_child.id}/", 200),
+            ("runs, children of one run", f"/runs/?parent={self.tree.id}", 200),
+            ("runs, top-level only", "/runs/?top_level=1", 200),
+            ("runs, a bad parent filter (400)", "/runs/?parent=not-a-run", 400),
             ("run history", f"/runs/{self.hostile.id}/history/", 200),
             ("compensation preview", f"/runs/{self.waiting.id}/compensate/", 200),
             ("ambiguous effects", "/effects/", 200),
