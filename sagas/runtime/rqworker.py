@@ -67,6 +67,13 @@ HEARTBEAT_MIN_INTERVAL = 1.0
 
 _T = TypeVar("_T")
 
+def _epoch(when: datetime | None) -> float | None:
+    """An RQ job's ``enqueued_at`` (UTC, naive or aware) in epoch seconds."""
+    if when is None:
+        return None
+    return (when if when.tzinfo is not None else when.replace(tzinfo=UTC)).timestamp()
+
+
 # The mixins below are mixed into SimpleWorker and call its methods through super(): to the
 # type checker each one is a SimpleWorker, at run time a plain class before it in the MRO.
 if TYPE_CHECKING:
@@ -289,7 +296,7 @@ class LeanAdvanceJobs(_WorkerMixin):
     """
 
     def _clear_taken(self, job: Job, queue: Queue, run_id: str) -> None:
-        dispatch.was_taken(run_id)  # forget it: a later job for the run is a new wake-up
+        dispatch.was_taken(run_id, enqueued_at=None)  # forget it: a later job for the run is a new wake-up
         with self.connection.pipeline(transaction=False) as done:
             done.delete(marker_key(run_id))
             done.delete(job.key)
@@ -304,7 +311,9 @@ class LeanAdvanceJobs(_WorkerMixin):
             super().execute_job(job, queue)
             return
         run_id = str(job.args[0])
-        if dispatch.was_taken(run_id, forget=False):  # the fast path had it: clear the job away, nothing else
+        enqueued_at = _epoch(job.enqueued_at)
+        # The fast path had it (this very wake-up): clear the job away, nothing else.
+        if dispatch.was_taken(run_id, enqueued_at=enqueued_at, forget=False):
             self._clear_taken(job, queue, run_id)
             return
         job.started_at = datetime.now(UTC)
@@ -318,7 +327,7 @@ class LeanAdvanceJobs(_WorkerMixin):
         try:
             with _slot():  # the process's concurrency, shared with the fast dispatch path
                 # The fast path may have taken the run while this thread waited for the slot.
-                if not dispatch.was_taken(run_id):
+                if not dispatch.was_taken(run_id, enqueued_at=enqueued_at):
                     jobs.advance_now(run_id)
         except Exception:
             job.ended_at = datetime.now(UTC)
