@@ -45,13 +45,16 @@ from django.db import transaction
 
 from sagas.models import JournalEntry, JournalKind, RunStatus, WorkflowRun
 from sagas.runtime import queue
-from sagas.store.locks import run_lock
+from sagas.store.systemdb import append_event, dumps
 from sagas.waits import wake_locked
 
 log = logging.getLogger("sagas.children")
 K = JournalKind
 
 STARTED_VIA = "parent"
+# A parent WAITING in a join that awaits every attached child still in flight: a child's end
+# wakes it only when it is the last of them, or did not complete (``report_to_parent``).
+AWAITING_CHILDREN = "awaiting_children"
 # Children a parent still has to close or wait for.
 IN_FLIGHT = (RunStatus.PENDING, RunStatus.RUNNING, RunStatus.WAITING, RunStatus.NEEDS_ATTENTION)
 
@@ -82,20 +85,34 @@ def _report_payload(child: WorkflowRun, call: str, budget: str) -> dict[str, Any
 
 
 def report_to_parent(parent_id: str, child: WorkflowRun, call: str) -> bool:
+    """Journal ``child``'s end on its parent (``call``: the parent's name for it), once, under the
+    parent's row lock; wake the parent if its wait may end. True if it was journaled now."""
     with transaction.atomic():
-        parent = run_lock(run_id=parent_id)
-        if JournalEntry.objects.filter(run_id=parent.id, kind=K.CHILD_FINISHED, name=call).exists():
+        parent = WorkflowRun.objects.select_for_update().filter(id=parent_id).first()
+        if parent is None:
+            return False  # archived: nobody waits any more
+        mine = JournalEntry.objects.filter(run_id=parent.id, kind__in=[K.CHILD_STARTED, K.CHILD_FINISHED], name=call)
+        entries = dict(mine.values_list("kind", "payload"))
+        if K.CHILD_FINISHED in entries:
             return False
-        started = JournalEntry.objects.filter(run_id=parent.id, kind=K.CHILD_STARTED, name=call).values_list(
-            "payload", flat=True).first()
-        budget = (started or {}).get("budget", "own")
-        wake_locked(parent, kind=K.CHILD_FINISHED, name=call, payload=_report_payload(child, call, budget),
-                    actor=f"child {child.id}")
+        budget = (entries.get(K.CHILD_STARTED) or {}).get("budget", "own")
+        payload = _report_payload(child, call, budget)
+        if (parent.status == RunStatus.WAITING and parent.status_reason == AWAITING_CHILDREN
+                and child.status == RunStatus.COMPLETED and _siblings_in_flight(parent)):
+            # Not the last child its join waits for: journaled, and the parent sleeps on.
+            append_event(str(parent.id), kind=K.CHILD_FINISHED, name=call, payload=dumps(payload),
+                         worker=f"child {child.id}")
+            return True
+        wake_locked(parent, kind=K.CHILD_FINISHED, name=call, payload=payload, actor=f"child {child.id}")
         if parent.status == RunStatus.COMPENSATING and parent.lease_expires_at is None:
             # A compensation waiting for this child to be undone, handed back: go on with it.
             queue.enqueue_after_commit(parent.id, parent.definition_hash, compensating=True,
                                        priority=parent.priority)
     return True
+
+
+def _siblings_in_flight(parent: WorkflowRun) -> bool:
+    return WorkflowRun.objects.filter(parent_run=parent.id, detached=False, status__in=IN_FLIGHT).exists()
 
 
 def _parent_call(child: WorkflowRun) -> str | None:
@@ -109,5 +126,5 @@ def report_end(run: WorkflowRun) -> None:
     if run.parent_run is None or run.status_reason == "continued_as_new":
         return
     call = _parent_call(run)
-    if call is not None and WorkflowRun.objects.filter(id=run.parent_run).exists():
+    if call is not None:
         report_to_parent(str(run.parent_run), run, call)

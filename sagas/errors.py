@@ -154,10 +154,16 @@ class Suspend(EngineSignal):
 
     code = "suspend"
 
-    def __init__(self, reason: str, wake_at: datetime | None = None) -> None:
+    def __init__(self, reason: str, wake_at: datetime | None = None, *, awaiting: frozenset[str] = frozenset(),
+                 status_reason: str = "") -> None:
         super().__init__(reason)
         self.reason = reason
         self.wake_at = wake_at
+        # A join of child runs (sagas.children): the calls it waits for. A child's end journaled
+        # while the run was being suspended does not make it replay unless it ends the wait.
+        self.awaiting = awaiting
+        # The WAITING run's status_reason ("awaiting_children": woken only when the wait can end).
+        self.status_reason = status_reason
 
 
 class LeaseLost(EngineSignal, FenceLost):

@@ -315,6 +315,10 @@ class JournalEntry(models.Model):
             # A run's repairs (moves, redrives, re-runs, operators' actions) for its page, without
             # reading its whole history (migration 0020). Few entries: the index stays small.
             models.Index(fields=["run", "-seq"], condition=Q(kind__in=REPAIR_KINDS), name="journal_repairs"),
+            # A parent's entry for one child (started, finished), found by the call's name when the
+            # child ends, without reading a fan-out's long journal (migration 0037).
+            models.Index(fields=["run", "name"], condition=Q(kind__in=["child_started", "child_finished"]),
+                         name="journal_children"),
         ]
         ordering = ["run", "seq"]
         verbose_name_plural = "journal entries"

@@ -9,7 +9,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from sagas.children import STARTED_VIA, ChildHandle, child_id, report_to_parent
+from sagas.children import AWAITING_CHILDREN, IN_FLIGHT, STARTED_VIA, ChildHandle, child_id, report_to_parent
 from sagas.errors import ChildFailed, InvalidArgument, RunFinished, StartConflict, Suspend
 from sagas.events import send_run_changed
 from sagas.models import TERMINAL_STATUSES, JournalEntry, JournalKind, RunStatus, WorkflowRun
@@ -120,7 +120,8 @@ def join(ctx: JournalCursor, handles: list[ChildHandle], *, what: str) -> list[A
     failed = next((h for h in handles if (ended[h.call] or {}).get("status", RunStatus.COMPLETED)
                    != RunStatus.COMPLETED), None)
     if failed is None and missing:
-        raise Suspend(f"{what}: waiting for {len(missing)} of {len(handles)} child run(s)", wake_at=None)
+        raise Suspend(f"{what}: waiting for {len(missing)} of {len(handles)} child run(s)", wake_at=None,
+                      awaiting=frozenset(h.call for h in missing), status_reason=_wait_reason(ctx, missing))
     cost = sum(float((ended[h.call] or {}).get("cost") or 0) for h in handles
                if (ended[h.call] or {}).get("budget") == "parent")
     payload: dict[str, Any] = {"calls": [h.call for h in handles], "failed": failed.call if failed else None}
@@ -128,6 +129,17 @@ def join(ctx: JournalCursor, handles: list[ChildHandle], *, what: str) -> list[A
         payload["cost"] = cost
     ctx.append(K.CHILDREN_JOINED, name, dumps(payload), cost=cost)
     return _joined(ctx, handles, failed.call if failed else None)
+
+
+def _wait_reason(ctx: JournalCursor, missing: list[ChildHandle]) -> str:
+    """``AWAITING_CHILDREN`` when the join waits for every attached child of the run still in
+    flight (a gather of a fan-out): then only the last one's end, or a failure, wakes the run.
+    Otherwise each awaited child's end wakes it, and it looks again."""
+    if any(h.detached for h in missing):
+        return ""
+    in_flight = WorkflowRun.objects.filter(parent_run=ctx.run_id, detached=False, status__in=IN_FLIGHT)
+    awaited = {h.run_id for h in missing}
+    return AWAITING_CHILDREN if all(str(i) in awaited for i in in_flight.values_list("id", flat=True)) else ""
 
 
 def _finished(ctx: JournalCursor, call: str) -> dict[str, Any] | None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import enum
 import logging
 import time
+from typing import Any
 
 from django.conf import settings
 from django.db import InterfaceError, OperationalError
@@ -207,15 +208,41 @@ def _execute(run: ClaimedRun, owner: str, beat: Heartbeat | None = None) -> Outc
         return Outcome.LEASE_LOST
 
 
+# How many times a join re-checks what arrived while it was suspending, before it replays instead.
+SUSPEND_RECHECKS = 100
+
+
 def _suspend(run: ClaimedRun, owner: str, ctx: Context, wait: Suspend) -> bool:
-    """WAITING with ``wake_at``, unless something was journaled since ``ctx`` loaded (False)."""
-    moved = systemdb.suspend(
-        run.id, fence=run.fence, worker=owner, expect_last_seq=ctx.last_seq, wake_at=wait.wake_at,
-        payload={"reason": wait.reason, "wake_at": wait.wake_at.isoformat() if wait.wake_at else None},
-    )
-    if moved:
-        log.info("run %s: waiting (%s)", run.id, wait.reason)
-    return moved
+    """WAITING with ``wake_at``, unless something was journaled since ``ctx`` loaded (False: the
+    caller replays with it).
+
+    A join of child runs (``wait.awaiting``) is not replayed for the end of a child that does not
+    end the wait: while a fan-out's children end every few milliseconds, replaying its long
+    journal at each would keep the parent on a worker the whole time. What arrived is read
+    instead (one small query), and the suspension tried again past it, unless it is anything
+    else (a signal, a decision), a child that did not complete, or the last awaited child."""
+    expect, remaining = ctx.last_seq, set(wait.awaiting)
+    payload: dict[str, Any] = {"reason": wait.reason, "wake_at": wait.wake_at.isoformat() if wait.wake_at else None}
+    if wait.awaiting:
+        payload["awaiting"] = len(wait.awaiting)
+    for _ in range(SUSPEND_RECHECKS):
+        if systemdb.suspend(run.id, fence=run.fence, worker=owner, expect_last_seq=expect, wake_at=wait.wake_at,
+                            payload=payload, reason=wait.status_reason):
+            log.info("run %s: waiting (%s)", run.id, wait.reason)
+            return True
+        if not remaining:
+            return False
+        arrived = systemdb.entries_after(run.id, after_seq=expect)
+        if not arrived:
+            return False
+        for _seq, kind, name, status in arrived:
+            if kind != K.CHILD_FINISHED or (name in remaining and status != RunStatus.COMPLETED):
+                return False
+            remaining.discard(name)
+        if not remaining:
+            return False
+        expect = arrived[-1][0]
+    return False
 
 
 def _compensate(run: ClaimedRun, owner: str, ctx: Context) -> Outcome:

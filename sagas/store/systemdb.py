@@ -396,8 +396,8 @@ def finish(
 _SUSPEND_SQL = f"""
 WITH w AS (
     UPDATE sagas_workflowrun r
-       SET status = 'WAITING', wake_at = %(wake_at)s, lease_owner = '', lease_expires_at = NULL,
-           updated_at = now(), {COUNTED_AND_NEXT}
+       SET status = 'WAITING', status_reason = %(reason)s, wake_at = %(wake_at)s, lease_owner = '',
+           lease_expires_at = NULL, updated_at = now(), {COUNTED_AND_NEXT}
      WHERE r.id = %(run)s AND r.fence = %(fence)s AND r.status = 'RUNNING'
        AND {_UNSEEN_SUSPEND}
  RETURNING r.id, r.last_seq
@@ -409,13 +409,14 @@ RETURNING seq
 
 
 def suspend(
-    run_id: str, *, fence: int, worker: str, expect_last_seq: int, wake_at: datetime | None, payload: dict[str, Any]
+    run_id: str, *, fence: int, worker: str, expect_last_seq: int, wake_at: datetime | None, payload: dict[str, Any],
+    reason: str = "",
 ) -> bool:
-    """RUNNING -> WAITING, releasing the lease, only if nothing was journaled since the
-    worker's view (``expect_last_seq``). False: something arrived (a decision, a signal);
-    the caller replays with it. Raises ``LeaseLost`` if the fence moved on."""
+    """RUNNING -> WAITING (``status_reason`` ``reason``), releasing the lease, only if nothing was
+    journaled since the worker's view (``expect_last_seq``). False: something arrived (a decision,
+    a signal); the caller replays with it. Raises ``LeaseLost`` if the fence moved on."""
     params = {"run": run_id, "fence": fence, "expect": expect_last_seq, "wake_at": wake_at,
-              "payload": dumps(payload), "worker": worker}
+              "payload": dumps(payload), "worker": worker, "reason": reason}
 
     def write() -> tuple[Any, ...] | None:
         with cursor() as cur:
@@ -430,3 +431,13 @@ def suspend(
     if row is None or row[0] != fence:
         raise LeaseLost(f"run {run_id}: fence {fence} is stale, could not suspend")
     return False
+
+
+def entries_after(run_id: str, *, after_seq: int, limit: int = 1000) -> list[tuple[int, str, str, str | None]]:
+    """``(seq, kind, name, payload's "status")`` of the run's entries after ``after_seq``, oldest
+    first: what arrived while a worker was suspending the run (``sagas.replay.engine``)."""
+    with cursor() as cur:
+        cur.execute(
+            "SELECT seq, kind, name, payload ->> 'status' FROM sagas_journalentry WHERE run_id = %s AND seq > %s "
+            "ORDER BY seq LIMIT %s", [run_id, after_seq, limit])
+        return [(int(seq), kind, name, status) for seq, kind, name, status in cur.fetchall()]
