@@ -114,3 +114,29 @@ def test_it_runs_the_bulk_benchmark_small_with_an_audit_entry_per_item_and_live_
         items, acted, refused, rate, _, _, audited, pushes, polled = rows[label]
         assert (items, acted, refused, audited) == ("200", "200", "0", "201"), rows[label]
         assert float(rate) > 0 and int(pushes) >= 2 and int(polled) >= 2, rows[label]
+
+
+@pytest.mark.xdist_group(BENCH_OWN)  # saga_bench_children_smoke and a private Redis server
+def test_it_fans_out_children_and_gathers_them_and_prints_the_table():
+    """bench/children.py --smoke: one parent starts 20 children on 2 real worker processes and
+    gathers them, against 20 plain runs of the same workflow (about 25 s here). The figures mean
+    little at this size; the parent completing with every child's result, and each row measured,
+    is what a smoke run can say. The script exits 1 when a run did not complete."""
+    done = run_python(["bench/children.py", "--smoke"], timeout=300)
+    output = done.stdout[-4000:] + done.stderr[-3000:]
+    assert done.returncode == 0, output
+    rows = {line.split("|")[1].strip(): [cell.strip() for cell in line.split("|")[2:-1]]
+            for line in done.stdout.splitlines() if line.startswith("| ") and not line.startswith("| -")}
+    assert rows["rounds whose parent COMPLETED with its 20 children's results"] == ["1 of 1"] * 3, output
+    for label in ("fan-out of 20 children + gather: parent start() to COMPLETED, s",
+                  "20 plain runs: first start() to last COMPLETED, s", "fan-out time / plain time",
+                  "commits per child (whole round)", "commits per plain run (whole round)",
+                  "commits a child costs beyond a plain run (less idle)", "parent claims (attempts)",
+                  "parent function executions (first + replays, all claims)", "parent journal entries (last_seq)",
+                  "gather tail: last child finished to parent COMPLETED, s",
+                  "idle workers: commits per second (one round, no run)"):
+        assert re.fullmatch(r"-?[\d,.]+", rows[label][1]), (label, output)  # a measured number
+    assert float(rows["commits per child (whole round)"][1]) > 1, output
+    assert int(rows["parent claims (attempts)"][1]) >= 1, output
+    # started, a claim, 20 child_started, 20 child_finished, children_joined, completed at least
+    assert int(rows["parent journal entries (last_seq)"][1]) >= 44, output
