@@ -302,3 +302,42 @@ def test_no_wake_up_is_lost_when_another_worker_took_the_run_by_the_fast_path_be
         parent = start("fan_out", {"n": 20, "label": f"W{round_}"})
         wait_until(lambda: status(parent) == RunStatus.COMPLETED, 20,
                    what=f"round {round_}: the parent to complete without the sweeper's help")
+
+
+def test_a_child_that_continues_as_new_stays_its_parents_child_and_a_re_run_reuses_earlier_children(step_calls):
+    from django.contrib.auth import get_user_model
+
+    from sagas import fork
+    from sagas.replay.engine import advance
+
+    def drive(*runs) -> None:
+        """Advance every PENDING run of the trees until nothing moves (one process, no worker)."""
+        for _ in range(20):
+            pending = list(WorkflowRun.objects.filter(status=RunStatus.PENDING).values_list("id", flat=True))
+            if not pending:
+                return
+            for run_id in pending:
+                advance(str(run_id), owner="t")
+
+    parent = start("two_children", {"label": "C"})
+    drive()
+    parent.refresh_from_db()
+    assert parent.status == RunStatus.COMPLETED
+    assert parent.result == {"first": "end of chain", "second": 10}
+    chain = children_of(parent)
+    # The chain's two runs and the second child are all the parent's children.
+    assert sorted(k.workflow_name for k in chain) == ["chain_child", "chain_child", "fan_child"]
+    second_of_chain = next(k for k in chain if k.continued_from is not None)
+    finished = JournalEntry.objects.get(run=parent, kind="child_finished", name="child:chain_child").payload
+    assert finished["run_id"] == str(second_of_chain.id) and finished["result"] == "end of chain"
+
+    middle = JournalEntry.objects.get(run=parent, kind="step", name="middle").seq
+    ann = get_user_model().objects.create(username="ann")
+    rerun = fork(run_id=parent.id, at_seq=middle, reason="re-run from the middle", user=ann)
+    drive()
+    rerun.refresh_from_db()
+    assert rerun.status == RunStatus.COMPLETED and rerun.result == {"first": "end of chain", "second": 10}
+    # The chain child was reused (never started again); the re-run started its own second child.
+    assert WorkflowRun.objects.filter(workflow_name="chain_child").count() == 2
+    assert [k.workflow_name for k in children_of(rerun)] == ["fan_child"]
+    assert step_calls.counts("C") == {"middle": 2, "child5": 2}

@@ -135,3 +135,21 @@ def returns_early(ctx: Context, spec: dict) -> str:
     ctx.start_child("waiting_child", {"sku": "attached"})
     ctx.start_child("waiting_child", {"sku": "detached"}, detached=True)
     return "done"
+
+
+@workflow("chain_child", version=1)
+def chain_child(ctx: Context, state: dict) -> str:
+    """Continues as new once; the second run of its chain returns."""
+    if not state.get("again"):
+        return ctx.continue_as_new({"again": True})
+    return "end of chain"
+
+
+@workflow("two_children", version=1)
+def two_children(ctx: Context, spec: dict) -> dict:
+    """A child (which continues as new), a step, then another child: a re-run from the step reuses
+    the first child and starts a second of its own."""
+    first = ctx.wait_child(ctx.start_child("chain_child", {}))
+    ctx.step("middle", record_call, spec["label"], "middle")
+    second = ctx.wait_child(ctx.start_child("fan_child", {"i": 5, "label": spec["label"]}))
+    return {"first": first, "second": second}
