@@ -1,17 +1,16 @@
 """The JSON API, ``/api/v1/`` (django-ninja): the same services, role checks and audit as the
-console, for the programs around it. OpenAPI at ``/api/v1/openapi.json`` for staff and for
-any active API key (a client generator needs it); interactive docs at ``/api/v1/docs`` for staff.
+console, for the programs around it. OpenAPI at ``/api/v1/openapi.json`` and interactive docs at
+``/api/v1/docs``, readable without a key (they hold no data); each problem ``type`` at
+``/api/v1/problems/<type>``.
 Each group of endpoints is a router in ``api/routes/``."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
-from functools import wraps
+from collections.abc import Sequence
 from typing import Any
 
 from django.conf import settings
-from django.contrib.admin.views.decorators import staff_member_required
 from django.core.exceptions import ObjectDoesNotExist, PermissionDenied, RequestDataTooBig
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
@@ -21,24 +20,7 @@ from ninja.openapi.docs import Swagger
 
 from api.auth import ApiKeyAuth
 from api.errors import Problem, problem_response
-from api.keys import apikey_check
 from core.storage import is_storage_error
-
-
-def _staff_or_api_key(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
-    """The docs for staff (a person's session); the OpenAPI document also for an active API key."""
-    staff_view = staff_member_required(view)
-
-    @wraps(view)
-    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        header = request.headers.get("Authorization", "")
-        if request.path.endswith("/openapi.json") and header.startswith("Bearer "):
-            if apikey_check(header[len("Bearer "):].strip()) is not None:
-                return view(request, *args, **kwargs)
-            return problem_response(request, "unauthenticated", "the API key is not valid (or no longer active)")
-        return staff_view(request, *args, **kwargs)
-
-    return wrapped
 
 
 class LocalSwagger(Swagger):
@@ -57,9 +39,76 @@ class LocalSwagger(Swagger):
         return render(request, self.template, context)
 
 
-api = NinjaAPI(
+def _problem_ref(description: str, **headers: dict[str, Any]) -> dict[str, Any]:
+    problem = {"schema": {"$ref": "#/components/schemas/Problem"}}
+    answer: dict[str, Any] = {"description": description, "content": {"application/problem+json": problem}}
+    if headers:
+        answer["headers"] = headers
+    return answer
+
+
+PROBLEM_SCHEMA = {
+    "title": "Problem", "type": "object", "required": ["type", "title", "status", "detail"],
+    "description": "RFC 9457 problem details; `type` leads to a page that says what it means.",
+    "properties": {
+        "type": {"type": "string", "description": "/api/v1/problems/<kind>"},
+        "title": {"type": "string"}, "status": {"type": "integer"}, "detail": {"type": "string"},
+        "instance": {"type": "string"},
+        "errors": {"type": "array", "items": {"type": "object"}, "description": "validation: where and what"},
+        "retry_after": {"type": "integer", "description": "rate-limited: seconds until the window ends"},
+    },
+    "additionalProperties": True,
+}
+
+
+class SagaApi(NinjaAPI):
+    """ninja's OpenAPI document, with the errors each operation can answer (problem JSON) and the
+    headers the server reads or sets, so a generated client knows them too."""
+
+    def get_openapi_schema(self, *, path_prefix: str | None = None,
+                           path_params: dict[str, Any] | None = None) -> Any:
+        schema = super().get_openapi_schema(path_prefix=path_prefix, path_params=path_params)
+        schema["components"].setdefault("schemas", {})["Problem"] = PROBLEM_SCHEMA
+        for path, operations in schema["paths"].items():
+            for method, op in operations.items():
+                _document_errors(path, method.upper(), op)
+        return schema
+
+
+def _document_errors(path: str, method: str, op: dict[str, Any]) -> None:
+    responses = op.setdefault("responses", {})
+    problems = {"500": "an unexpected error (logged)", "503": "our database or Redis cannot answer now; retry"}
+    if op.get("parameters") or op.get("requestBody"):
+        problems["400"] = "a parameter or the body does not match the schema"
+    if "{" in path:
+        problems["404"] = "no such object (or not in your key's tenant)"
+    if op.get("security"):
+        problems["401"] = "no valid API key"
+        problems["403"] = "the key's role or tenant does not allow this"
+    if method in ("POST", "PUT", "PATCH", "DELETE"):
+        problems["409"] = "not possible in the object's current state, or not the state you expected"
+    if op.get("requestBody"):
+        problems["413"] = "the body is too large"
+        problems["415"] = "the body is not application/json"
+    for code, description in problems.items():
+        responses.setdefault(code, _problem_ref(description))
+    if op.get("security"):
+        responses.setdefault("429", _problem_ref(
+            "too many requests for this key this minute",
+            **{"Retry-After": {"description": "seconds until the window ends", "schema": {"type": "integer"}}}))
+    if path.rstrip("/").endswith("/runs") and method == "POST":
+        params = op.setdefault("parameters", [])
+        if not any(p.get("name") == "Idempotency-Key" for p in params):
+            params.append({"name": "Idempotency-Key", "in": "header", "required": False,
+                           "description": "the run's business key: the same key with the same input answers the "
+                                          "same run (200); with another input, 409",
+                           "schema": {"type": "string", "maxLength": 200}})
+
+
+api = SagaApi(
     title="Saga Console API", version="1", urls_namespace="api", auth=ApiKeyAuth(),
-    docs=LocalSwagger(), docs_decorator=_staff_or_api_key,
+    # The schema and its docs page hold no data: readable without a key, as a client generator needs.
+    docs=LocalSwagger(),
     description="Start, follow, signal and decide runs; pause connectors and set their limits and the tenants' "
                 "daily spend limits. "
                 "Authenticate with `Authorization: Bearer sk_...` "
@@ -122,7 +171,18 @@ def _unexpected(request: HttpRequest, exc: Exception) -> HttpResponse:
 
 
 def _routers() -> None:
-    from api.routes import approvals, connectors, effects, hooks, run_read, runs, schedules, spend_limits, workflows
+    from api.routes import (
+        approvals,
+        connectors,
+        effects,
+        hooks,
+        problems,
+        run_read,
+        runs,
+        schedules,
+        spend_limits,
+        workflows,
+    )
 
     api.add_router("/runs", runs.router)
     api.add_router("/runs", run_read.router)  # GET /runs/{id} (?wait=): its own module
@@ -133,6 +193,7 @@ def _routers() -> None:
     api.add_router("/schedules", schedules.router)
     api.add_router("/connectors", connectors.router)
     api.add_router("/spend-limits", spend_limits.router)
+    api.add_router("/problems", problems.router)
 
 
 _routers()

@@ -130,5 +130,6 @@ def test_it_answers_429_problem_json_on_the_call_past_the_key_rate():
     body = json.loads(limited.content)
     assert body["type"].endswith("/rate-limited") and "3 requests a minute" in body["detail"]
     assert 0 < body["retry_after"] <= 60
+    assert limited["Retry-After"] == str(max(1, body["retry_after"]))  # what HTTP clients and proxies read
     _, other = apikey_create(name="other", role="viewer", rate_per_minute=3)
     assert api_get(other).status_code == 404  # the limit is per key

@@ -1,0 +1,59 @@
+"""Every answer under /api/v1/ is problem JSON, including those no operation gives (an unknown
+path, a wrong method, a body that is not JSON), and each problem type leads to its own page."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.test import Client
+
+from api.errors import PROBLEMS
+from sagas.models import WorkflowRun
+
+pytestmark = pytest.mark.django_db
+
+
+def problem(answer) -> dict:
+    assert answer["Content-Type"] == "application/problem+json", (answer.status_code, answer["Content-Type"])
+    return json.loads(answer.content)
+
+
+@pytest.mark.parametrize("debug", [False, True])
+def test_an_unknown_path_is_a_404_problem_not_an_html_page(settings, debug):
+    settings.DEBUG = debug
+    for path in ("/api/v1/nothing-here", "/api/v1/runs/not/a/path/", "/api/v1/<script>"):
+        answer = Client().get(path)
+        assert answer.status_code == 404
+        body = problem(answer)
+        assert body["type"] == "/api/v1/problems/not-found" and "no such path" in body["detail"]
+        assert answer["X-Content-Type-Options"] == "nosniff"  # the echoed path is JSON, never sniffed as HTML
+
+
+def test_a_method_a_path_does_not_take_is_a_405_problem_with_allow(keys):
+    answer = Client().delete("/api/v1/runs", HTTP_AUTHORIZATION=f"Bearer {keys['operator']}")
+    assert answer.status_code == 405
+    body = problem(answer)
+    assert body["type"] == "/api/v1/problems/method-not-allowed"
+    assert "GET" in answer["Allow"] and "POST" in answer["Allow"]
+
+
+def test_a_body_that_is_not_json_is_refused_with_415_and_starts_nothing(keys):
+    before = WorkflowRun.objects.count()
+    answer = Client().post("/api/v1/runs", data=json.dumps({"workflow": "order", "input": {}}),
+                           content_type="text/plain", HTTP_AUTHORIZATION=f"Bearer {keys['operator']}")
+    assert answer.status_code == 415
+    assert problem(answer)["type"] == "/api/v1/problems/unsupported-media-type"
+    assert WorkflowRun.objects.count() == before
+
+
+def test_each_problem_type_uri_leads_to_a_page_that_documents_it():
+    listed = Client().get("/api/v1/problems/").json()
+    assert {p["type"] for p in listed} == {f"/api/v1/problems/{kind}" for kind in PROBLEMS}
+    for kind, (status, title) in PROBLEMS.items():
+        page = Client().get(f"/api/v1/problems/{kind}")
+        assert page.status_code == 200, kind
+        assert page.json()["status"] == status and page.json()["title"] == title
+        assert len(page.json()["description"]) > 20
+    unknown = Client().get("/api/v1/problems/no-such-kind")
+    assert unknown.status_code == 404 and problem(unknown)["type"] == "/api/v1/problems/not-found"
