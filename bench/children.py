@@ -57,7 +57,7 @@ from bench.servers import RedisServer
 
 SIZES = {
     "full": dict(children=1000, repeats=3, settle=11.0, idle=20.0, db="saga_bench_children"),
-    "smoke": dict(children=20, repeats=1, settle=1.2, idle=2.0, db="saga_bench_children_smoke"),
+    "smoke": dict(children=20, repeats=1, settle=0.5, idle=1.0, db="saga_bench_children_smoke"),
 }
 MODULES = "bench.children_workflows"
 TERMINAL = ("COMPLETED", "FAILED", "CANCELLED", "COMPENSATED", "NEEDS_ATTENTION")
