@@ -3,14 +3,16 @@ the URL, and keyset pages (a ``cursor`` in, a ``next`` link out)."""
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import datetime
 from typing import Annotated, Any
 
 from django.core.exceptions import ObjectDoesNotExist
 from django.http import HttpRequest
-from pydantic import AfterValidator
+from pydantic import AfterValidator, BeforeValidator
 
 from api.errors import Problem
 from ledger.errors import InvalidResolution
@@ -28,6 +30,19 @@ def _no_nul(text: str) -> str:
 
 
 Text = Annotated[str, AfterValidator(_no_nul)]  # free text the audit log and the journal keep as sent
+
+_NUMBER = re.compile(r"[+-]?\d+(\.\d*)?([eE][+-]?\d+)?")
+
+
+def _iso_only(value: Any) -> Any:
+    """A date-time is ISO 8601 text, as the schema says (``format: date-time``): pydantic would
+    also take a number as seconds since 1970 (``created_to=0.5``), which the schema refuses."""
+    if isinstance(value, (int, float)) or (isinstance(value, str) and _NUMBER.fullmatch(value.strip())):
+        raise ValueError("must be an ISO 8601 date-time (2026-12-07T09:30:00Z), not a number")
+    return value
+
+
+IsoDateTime = Annotated[datetime, BeforeValidator(_iso_only)]  # what the schema's date-time allows
 
 API_MISSING_EXPECTED = ("send `expected`: the state you saw (for instance WAITING), so it can be checked that "
                         "nothing changed since; nothing was changed")

@@ -12,7 +12,7 @@ from ninja import Field, Query, Router, Schema, Status
 
 from api.auth import ApiRequest, actor_ip
 from api.errors import Problem
-from api.routes.common import MAX_PAGE, Text, console_action, next_link, parse_cursor, run_id_of
+from api.routes.common import MAX_PAGE, IsoDateTime, Text, console_action, next_link, parse_cursor, run_id_of
 from core.redaction import redact
 from operators import roles
 from operators.models import AuditEntry, AuditOutcome
@@ -188,8 +188,8 @@ class RunListQuery(Schema):
     search: str = Field("", max_length=200, description="a run id, its first hex digits, part of a business key, "
                         "or its start followed by `*` (`KYC-0001*`)")
     tenant: str = Field("", max_length=100, description="within the key's tenants")
-    created_from: datetime | None = Field(None, description="inclusive")
-    created_to: datetime | None = Field(None, description="exclusive")
+    created_from: IsoDateTime | None = Field(None, description="inclusive")
+    created_to: IsoDateTime | None = Field(None, description="exclusive")
     top_level: bool = Field(False, description="only runs no run started as its child")
     parent: str = Field("", max_length=100, description="only the child runs of this run (its id)")
     cursor: str = Field("", max_length=100, description="from the previous page's `cursor`")

@@ -16,7 +16,7 @@ from ninja import Field, Query, Router, Schema
 
 from api.auth import ApiRequest
 from api.errors import Problem
-from api.routes.common import Text, console_action
+from api.routes.common import IsoDateTime, Text, console_action
 from api.routes.runs import actor_of
 from operators.selectors.tenancy import may_see, tenants_of
 from operators.services.actions import Denied
@@ -193,8 +193,8 @@ def trigger_schedule(request: ApiRequest, name: str, body: ReasonIn) -> dict[str
 
 
 class RangeQuery(Schema):
-    start: datetime = Field(..., description="ISO 8601; without an offset, UTC")
-    end: datetime
+    start: IsoDateTime = Field(..., description="ISO 8601; without an offset, UTC")
+    end: IsoDateTime
 
 
 class BackfillItemOut(Schema):

@@ -57,3 +57,15 @@ def test_each_problem_type_uri_leads_to_a_page_that_documents_it():
         assert len(page.json()["description"]) > 20
     unknown = Client().get("/api/v1/problems/no-such-kind")
     assert unknown.status_code == 404 and problem(unknown)["type"] == "/api/v1/problems/not-found"
+
+
+@pytest.mark.parametrize("value", ["0.5", "1796674464", "-3", "1e9"])
+def test_a_date_time_parameter_takes_iso_8601_only_as_the_schema_says(keys, value):
+    answer = Client().get("/api/v1/runs", {"created_to": value}, HTTP_AUTHORIZATION=f"Bearer {keys['viewer']}")
+    assert answer.status_code == 400
+    body = problem(answer)
+    assert body["type"] == "/api/v1/problems/validation"
+    assert any("ISO 8601" in e["msg"] and "created_to" in e["loc"] for e in body["errors"]), body
+    fine = Client().get("/api/v1/runs", {"created_to": "2026-12-07T09:30:00Z"},
+                        HTTP_AUTHORIZATION=f"Bearer {keys['viewer']}")
+    assert fine.status_code == 200
