@@ -68,7 +68,15 @@ class SagaApi(NinjaAPI):
     def get_openapi_schema(self, *, path_prefix: str | None = None,
                            path_params: dict[str, Any] | None = None) -> Any:
         schema = super().get_openapi_schema(path_prefix=path_prefix, path_params=path_params)
-        schema["components"].setdefault("schemas", {})["Problem"] = PROBLEM_SCHEMA
+        components = schema["components"].setdefault("schemas", {})
+        components["Problem"] = PROBLEM_SCHEMA
+        for body in components.values():
+            # The server refuses an action without `expected` (400, after its role check and audit,
+            # so a refused attempt is still logged as such): the document says it is required.
+            if "expected" in body.get("properties", {}):
+                body["properties"]["expected"].pop("default", None)
+                body["properties"]["expected"]["minLength"] = 1
+                body["required"] = sorted({*body.get("required", []), "expected"})
         for path, operations in schema["paths"].items():
             for method, op in operations.items():
                 _document_errors(path, method.upper(), op)

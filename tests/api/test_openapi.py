@@ -106,6 +106,11 @@ def test_every_operation_documents_its_errors_as_problem_json_and_the_headers_it
                 assert "application/problem+json" in content, (method, path, code)
             if "429" in errors:
                 assert "Retry-After" in op["responses"]["429"]["headers"]
+    expecting = [name for name, body in doc["components"]["schemas"].items() if "expected" in body.get("properties", {})]
+    assert len(expecting) >= 8
+    for name in expecting:  # the server refuses an action without it: the document says so
+        body = doc["components"]["schemas"][name]
+        assert "expected" in body["required"] and "default" not in body["properties"]["expected"], name
     start = doc["paths"]["/api/v1/runs"]["post"]
     assert any(p["name"] == "Idempotency-Key" and p["in"] == "header" for p in start["parameters"])
 
