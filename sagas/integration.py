@@ -75,7 +75,7 @@ from sagas.store.key_grams import SHORTEST as KEY_GRAMS_SHORTEST
 from sagas.store.key_grams import key_holds_grams
 from sagas.store.locks import approval_lock, effect_lock, run_lock
 from sagas.summaries import ERROR_KEY
-from sagas.validation import SIGNAL_NAME_CHARS, checked_text
+from sagas.validation import MAX_COST, SIGNAL_NAME_CHARS, checked_text
 from sagas.waits import approval_decide, signal_send
 
 __all__ = [
@@ -85,6 +85,7 @@ __all__ = [
     "ERROR_KEY",
     "KEY_GRAMS_EXACT_UP_TO",
     "KEY_GRAMS_SHORTEST",
+    "MAX_COST",
     "OVERLAP_CHOICES",
     "REDRIVABLE_REASONS",
     "SCHEDULE_NAME",

@@ -21,6 +21,11 @@ from operators.services.actions import MISSING_EXPECTED, Denied, Incomplete, Ref
 from sagas.errors import FourEyesViolation, InvalidArgument, NotSerializable
 
 MAX_PAGE = 200  # rows a page may ask for (``limit``)
+# What the schema says of a name or key on one line (a workflow, a tenant, a business key): no NUL
+# and no control character, as the engine's checks (``sagas.validation``) refuse them.
+ONE_LINE = r"^[^\x00-\x1f\x7f]*$"
+# A page cursor, as the previous page's ``cursor`` gave it (``operators.selectors.paging``), or empty.
+CURSOR = r"^([0-9]{1,20}_[0-9a-f]{1,32})?$"
 
 
 def _no_nul(text: str) -> str:

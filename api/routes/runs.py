@@ -12,7 +12,17 @@ from ninja import Field, Query, Router, Schema, Status
 
 from api.auth import ApiRequest, actor_ip
 from api.errors import Problem
-from api.routes.common import MAX_PAGE, IsoDateTime, Text, console_action, next_link, parse_cursor, run_id_of
+from api.routes.common import (
+    CURSOR,
+    MAX_PAGE,
+    ONE_LINE,
+    IsoDateTime,
+    Text,
+    console_action,
+    next_link,
+    parse_cursor,
+    run_id_of,
+)
 from core.redaction import redact
 from operators import roles
 from operators.models import AuditEntry, AuditOutcome
@@ -39,7 +49,7 @@ from sagas.errors import (
     StartConflict,
     WorkflowNotRegistered,
 )
-from sagas.integration import fork_plan
+from sagas.integration import MAX_COST, fork_plan
 from sagas.models import TERMINAL_STATUSES, RunStatus, WorkflowPause, WorkflowRun
 
 router = Router(tags=["runs"])
@@ -48,16 +58,16 @@ MAX_DURATION_S = 10 * 366 * 86400  # ten years: past it, a timedelta overflows l
 
 class Budget(Schema):
     max_steps: int | None = Field(default=None, ge=1, le=2**31 - 1)  # the column is a PostgreSQL integer
-    max_cost: float | None = Field(default=None, ge=0)
+    max_cost: float | None = Field(default=None, ge=0, le=float(MAX_COST))  # the column's NUMERIC(14, 6)
     max_duration_s: float | None = Field(default=None, gt=0, le=MAX_DURATION_S)
 
 
 class StartIn(Schema):
-    workflow: str = Field(..., min_length=1, max_length=200)
+    workflow: str = Field(..., min_length=1, max_length=200, pattern=ONE_LINE)
     version: int | None = Field(None, ge=1, le=2**31 - 1)
     input: Any = None
-    business_key: str = Field("", max_length=200)
-    tenant: str = Field("default", min_length=1, max_length=100)
+    business_key: str = Field("", max_length=200, pattern=ONE_LINE)
+    tenant: str = Field("default", min_length=1, max_length=100, pattern=ONE_LINE)
     budget: Budget | None = None
 
 
@@ -192,7 +202,7 @@ class RunListQuery(Schema):
     created_to: IsoDateTime | None = Field(None, description="exclusive")
     top_level: bool = Field(False, description="only runs no run started as its child")
     parent: str = Field("", max_length=100, description="only the child runs of this run (its id)")
-    cursor: str = Field("", max_length=100, description="from the previous page's `cursor`")
+    cursor: str = Field("", max_length=100, pattern=CURSOR, description="from the previous page's `cursor`")
     limit: int = Field(RUNS_PAGE_SIZE, ge=1, le=MAX_PAGE)
 
 

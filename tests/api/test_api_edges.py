@@ -69,3 +69,21 @@ def test_a_date_time_parameter_takes_iso_8601_only_as_the_schema_says(keys, valu
     fine = Client().get("/api/v1/runs", {"created_to": "2026-12-07T09:30:00Z"},
                         HTTP_AUTHORIZATION=f"Bearer {keys['viewer']}")
     assert fine.status_code == 200
+
+
+def test_the_schema_carries_the_servers_constraints_and_the_server_refuses_what_it_refuses(keys):
+    doc = Client().get("/api/v1/openapi.json").json()["components"]["schemas"]
+    assert doc["StartIn"]["properties"]["business_key"]["pattern"] == "^[^\\x00-\\x1f\\x7f]*$"
+    budget_cost = doc["Budget"]["properties"]["max_cost"]
+    assert any(branch.get("maximum") == 99999999.999999 for branch in budget_cost.get("anyOf", [budget_cost]))
+    operator = {"HTTP_AUTHORIZATION": f"Bearer {keys['operator']}"}
+    before = WorkflowRun.objects.count()
+    for body, field in (({"workflow": "order", "business_key": "tab\there"}, "business_key"),
+                        ({"workflow": "order\x00"}, "workflow"),
+                        ({"workflow": "order", "budget": {"max_cost": 1e9}}, "max_cost")):
+        answer = Client().post("/api/v1/runs", data=json.dumps(body), content_type="application/json", **operator)
+        assert answer.status_code == 400, (body, answer.status_code)
+        assert any(field in e["loc"] for e in problem(answer)["errors"]), problem(answer)
+    assert WorkflowRun.objects.count() == before
+    bad_cursor = Client().get("/api/v1/runs", {"cursor": "not-a-cursor"}, **operator)
+    assert bad_cursor.status_code == 400 and any("cursor" in e["loc"] for e in problem(bad_cursor)["errors"])
