@@ -23,7 +23,6 @@ from __future__ import annotations
 import logging
 import queue as queues
 import threading
-import time
 from typing import Any
 
 from django.conf import settings
@@ -79,11 +78,10 @@ class Slots:
 slots: Slots | None = None  # set by the worker command; None in other processes (no limit)
 
 # Runs this process's fast threads took lately: their RQ job, which arrives a moment later, is
-# then only cleared away (no slot, no claim), so it takes as little of the process's time as it can.
-# Run id -> None while the fast thread advances it, then the time (epoch seconds) it was done.
-# Only a job enqueued before that time is the one the fast path served: the RQ job of a take may go
-# to another worker, and a later wake-up of the same run landing here is a new one, never dropped.
-_taken: dict[str, float | None] = {}
+# then only cleared away (no slot, no claim), so it takes as little of the process's time as it can
+# (``sagas.runtime.rqworker``), unless the run can be claimed again by then: the RQ job of a take may
+# have gone to another worker, and a later, real wake-up of the same run landing here is never dropped.
+_taken: dict[str, None] = {}
 _taken_lock = threading.Lock()
 TAKEN_KEPT = 4096
 
@@ -96,30 +94,19 @@ def note_taken(run_id: str) -> None:
             del _taken[next(iter(_taken))]
 
 
-def note_advanced(run_id: str, *, served: bool) -> None:
-    """The fast thread is done with ``run_id``: ``served``, the wake-ups enqueued until now were
-    (their RQ jobs are cleared away); otherwise (it failed) the note goes and the RQ job runs."""
+def forget_taken(run_id: str) -> None:
+    """The fast thread could not advance ``run_id`` (it failed): its RQ job runs as any other."""
     with _taken_lock:
-        if run_id in _taken:
-            if served:
-                _taken[run_id] = time.time()
-            else:
-                del _taken[run_id]
+        _taken.pop(run_id, None)
 
 
-def was_taken(run_id: str, *, enqueued_at: float | None, forget: bool = True) -> bool:
-    """Whether the RQ job of ``run_id`` enqueued at ``enqueued_at`` (epoch seconds; None:
-    unknown) was served by a fast thread of this process: it took the run and is advancing it,
-    or was done advancing it after the job was enqueued. A note that does not cover the job is
-    stale and forgotten; one that does is forgotten once asked, unless not ``forget``."""
+def was_taken(run_id: str, *, forget: bool = True) -> bool:
+    """Whether a fast thread of this process took ``run_id`` (forgotten once asked, unless not
+    ``forget``)."""
     with _taken_lock:
-        if run_id not in _taken:
-            return False
-        done = _taken[run_id]
-        served = done is None or enqueued_at is None or enqueued_at <= done
-        if forget or not served:
-            del _taken[run_id]
-        return served
+        if not forget:
+            return run_id in _taken
+        return _taken.pop(run_id, 0) is None
 
 
 def install_slots(size: int) -> Slots:
@@ -222,9 +209,8 @@ class FastThread(threading.Thread):
                         continue  # handed over just before the stop: the run stays PENDING for another worker
                     note_taken(run_id)
                     jobs.advance_now(run_id)
-                    note_advanced(run_id, served=True)
                 except Exception as exc:
-                    note_advanced(run_id, served=False)
+                    forget_taken(run_id)
                     if is_storage_error(exc):
                         note_failure(exc, doing="advancing runs")
                     else:

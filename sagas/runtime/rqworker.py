@@ -67,13 +67,6 @@ HEARTBEAT_MIN_INTERVAL = 1.0
 
 _T = TypeVar("_T")
 
-def _epoch(when: datetime | None) -> float | None:
-    """An RQ job's ``enqueued_at`` (UTC, naive or aware) in epoch seconds."""
-    if when is None:
-        return None
-    return (when if when.tzinfo is not None else when.replace(tzinfo=UTC)).timestamp()
-
-
 # The mixins below are mixed into SimpleWorker and call its methods through super(): to the
 # type checker each one is a SimpleWorker, at run time a plain class before it in the MRO.
 if TYPE_CHECKING:
@@ -296,7 +289,7 @@ class LeanAdvanceJobs(_WorkerMixin):
     """
 
     def _clear_taken(self, job: Job, queue: Queue, run_id: str) -> None:
-        dispatch.was_taken(run_id, enqueued_at=None)  # forget it: a later job for the run is a new wake-up
+        dispatch.was_taken(run_id)  # forget it: a later job for the run is a new wake-up
         with self.connection.pipeline(transaction=False) as done:
             done.delete(marker_key(run_id))
             done.delete(job.key)
@@ -311,11 +304,14 @@ class LeanAdvanceJobs(_WorkerMixin):
             super().execute_job(job, queue)
             return
         run_id = str(job.args[0])
-        enqueued_at = _epoch(job.enqueued_at)
-        # The fast path had it (this very wake-up): clear the job away, nothing else.
-        if dispatch.was_taken(run_id, enqueued_at=enqueued_at, forget=False):
-            self._clear_taken(job, queue, run_id)
-            return
+        # The fast path of this process took the run: if it cannot be claimed now, this job is that
+        # wake-up's (served): clear it away, taking no slot. If it can, it is a later wake-up (the
+        # take's own job went to another worker): run it, and forget the note.
+        if dispatch.was_taken(run_id, forget=False):
+            if not jobs.claimable(run_id):
+                self._clear_taken(job, queue, run_id)
+                return
+            dispatch.was_taken(run_id)
         job.started_at = datetime.now(UTC)
         with self.connection.pipeline(transaction=False) as before:
             before.delete(marker_key(run_id))
@@ -327,7 +323,7 @@ class LeanAdvanceJobs(_WorkerMixin):
         try:
             with _slot():  # the process's concurrency, shared with the fast dispatch path
                 # The fast path may have taken the run while this thread waited for the slot.
-                if not dispatch.was_taken(run_id, enqueued_at=enqueued_at):
+                if not dispatch.was_taken(run_id):
                     jobs.advance_now(run_id)
         except Exception:
             job.ended_at = datetime.now(UTC)
