@@ -78,9 +78,7 @@ class Slots:
 slots: Slots | None = None  # set by the worker command; None in other processes (no limit)
 
 # Runs this process's fast threads took lately: their RQ job, which arrives a moment later, is
-# then only cleared away (no slot, no claim), so it takes as little of the process's time as it can
-# (``sagas.runtime.rqworker``), unless the run can be claimed again by then: the RQ job of a take may
-# have gone to another worker, and a later, real wake-up of the same run landing here is never dropped.
+# then only cleared away (no slot, no claim), so it takes as little of the process's time as it can.
 _taken: dict[str, None] = {}
 _taken_lock = threading.Lock()
 TAKEN_KEPT = 4096
@@ -88,16 +86,9 @@ TAKEN_KEPT = 4096
 
 def note_taken(run_id: str) -> None:
     with _taken_lock:
-        _taken.pop(run_id, None)
         _taken[run_id] = None
         if len(_taken) > TAKEN_KEPT:
             del _taken[next(iter(_taken))]
-
-
-def forget_taken(run_id: str) -> None:
-    """The fast thread could not advance ``run_id`` (it failed): its RQ job runs as any other."""
-    with _taken_lock:
-        _taken.pop(run_id, None)
 
 
 def was_taken(run_id: str, *, forget: bool = True) -> bool:
@@ -210,7 +201,6 @@ class FastThread(threading.Thread):
                     note_taken(run_id)
                     jobs.advance_now(run_id)
                 except Exception as exc:
-                    forget_taken(run_id)
                     if is_storage_error(exc):
                         note_failure(exc, doing="advancing runs")
                     else:

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from django.db import close_old_connections
 
-from core.storage import is_storage_error, wait_for_database
+from core.storage import wait_for_database
 from sagas.errors import StorageUnavailable
 from sagas.replay import engine
 from sagas.replay.context import shutdown_requested
 from sagas.runtime import queue
-from sagas.store import systemdb
 
 
 def advance(run_id: str) -> str:
@@ -17,18 +16,6 @@ def advance(run_id: str) -> str:
     ``advance_now``."""
     queue.clear_marker(run_id)
     return advance_now(run_id)
-
-
-def claimable(run_id: str) -> bool:
-    """Whether a claim would take ``run_id`` now; True when PostgreSQL cannot say (the job then
-    goes the usual way, which waits for it)."""
-    close_old_connections()
-    try:
-        return systemdb.claimable(run_id)
-    except Exception as exc:
-        if not is_storage_error(exc):
-            raise
-        return True
 
 
 def advance_now(run_id: str) -> str:

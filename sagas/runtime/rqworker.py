@@ -304,14 +304,9 @@ class LeanAdvanceJobs(_WorkerMixin):
             super().execute_job(job, queue)
             return
         run_id = str(job.args[0])
-        # The fast path of this process took the run: if it cannot be claimed now, this job is that
-        # wake-up's (served): clear it away, taking no slot. If it can, it is a later wake-up (the
-        # take's own job went to another worker): run it, and forget the note.
-        if dispatch.was_taken(run_id, forget=False):
-            if not jobs.claimable(run_id):
-                self._clear_taken(job, queue, run_id)
-                return
-            dispatch.was_taken(run_id)
+        if dispatch.was_taken(run_id, forget=False):  # the fast path had it: clear the job away, nothing else
+            self._clear_taken(job, queue, run_id)
+            return
         job.started_at = datetime.now(UTC)
         with self.connection.pipeline(transaction=False) as before:
             before.delete(marker_key(run_id))

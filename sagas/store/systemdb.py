@@ -133,16 +133,6 @@ SELECT * FROM claimed
 """
 
 
-def claimable(run_id: str) -> bool:
-    """Whether a claim of ``run_id`` would take it now (the claim's own conditions, read only)."""
-    with cursor() as cur:
-        cur.execute(
-            f"""SELECT 1 FROM sagas_workflowrun r WHERE r.id = %s AND r.status = ANY(%s)
-                  AND (r.lease_expires_at IS NULL OR r.lease_expires_at < now()) AND NOT {PAUSED}""",
-            [run_id, _CLAIMABLE])
-        return cur.fetchone() is not None
-
-
 def claim(run_id: str, *, owner: str, ttl: float) -> ClaimedRun | None:
     """Atomically take the run if it is claimable and no live lease holds it.
 

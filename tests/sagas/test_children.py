@@ -289,21 +289,6 @@ def test_a_parent_that_died_before_closing_its_children_has_them_cancelled_by_th
     assert free.status != RunStatus.CANCELLED
 
 
-def test_no_wake_up_is_lost_when_another_worker_took_the_run_by_the_fast_path_before(procs, step_calls):
-    """Two workers, both dispatching by the fast path and by RQ: a worker that once took a run by
-    the fast path (its RQ job went to the other worker) must not later take a new wake-up of the
-    same run for that old job and drop it. The sweepers are slowed to minutes here, so a wake-up
-    dropped that way would leave a parent waiting past the test's patience instead of being
-    rescued by the sweeper's orphan pass a few seconds later."""
-    slow_sweep = {"SAGAS_SWEEP_INTERVAL": "120"}
-    procs.worker("w1", MODULES, **slow_sweep)
-    procs.worker("w2", MODULES, **slow_sweep)
-    for round_ in range(6):
-        parent = start("fan_out", {"n": 20, "label": f"W{round_}"})
-        wait_until(lambda: status(parent) == RunStatus.COMPLETED, 20,
-                   what=f"round {round_}: the parent to complete without the sweeper's help")
-
-
 def test_a_child_that_continues_as_new_stays_its_parents_child_and_a_re_run_reuses_earlier_children(step_calls):
     from django.contrib.auth import get_user_model
 
