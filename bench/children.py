@@ -137,19 +137,6 @@ class Round:
     parent: dict | None = None
 
 
-def reset() -> None:
-    from django.db import connection
-
-    from core.append_only import TRUNCATE_ESCAPE_GUC
-    from sagas.runtime.queue import redis_connection
-
-    with connection.cursor() as cur:
-        cur.execute(f"SET {TRUNCATE_ESCAPE_GUC} = on")
-        cur.execute("TRUNCATE sagas_journalentry, sagas_workflowrun CASCADE")
-        cur.execute(f"RESET {TRUNCATE_ESCAPE_GUC}")
-    redis_connection().flushdb()
-
-
 def one_round(kind: str, size: dict, args: argparse.Namespace, env: dict[str, str], log_dir: Path,
               label: str) -> Round:
     """``kind`` "fan_out" (one parent, ``children`` children), "plain" (as many top-level runs)
@@ -157,7 +144,7 @@ def one_round(kind: str, size: dict, args: argparse.Namespace, env: dict[str, st
     from sagas import start
 
     n = size["children"]
-    reset()
+    common.reset_state()
     workers = Workers(args.workers, args.concurrency, env, log_dir, label)
     meter = Meter()
     try:
