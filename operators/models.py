@@ -24,7 +24,7 @@ class AuditEntry(models.Model):
     actor_label = models.CharField(max_length=200)
     action = models.CharField(max_length=60)
     object_type = models.CharField(max_length=60)
-    object_id = models.CharField(max_length=100)
+    object_id = models.CharField(max_length=400)  # a name of up to 200 characters, or two of them (tenant/connector)
     before = models.JSONField(null=True, blank=True)
     after = models.JSONField(null=True, blank=True)
     reason = models.TextField(blank=True, default="")
