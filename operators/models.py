@@ -70,3 +70,50 @@ class TenantScope(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user_id}: {', '.join(self.tenants) or '(no tenant)'}"
+
+
+class DualState(models.TextChoices):
+    PENDING = "PENDING", "waiting for a second person"
+    CONFIRMED = "CONFIRMED", "confirmed and done"
+    FAILED = "FAILED", "confirmed, but the action was refused"
+    REFUSED = "REFUSED", "refused by the second person"
+    WITHDRAWN = "WITHDRAWN", "withdrawn by the requester"
+    EXPIRED = "EXPIRED", "not confirmed before its deadline"
+
+
+class DualControlRequest(models.Model):
+    """A dangerous action one person asked for, which a second one must confirm before the
+    deadline (``operators.services.dual``). ``act`` and ``params`` are the action exactly as it
+    was asked (the state the requester saw included), done as the confirmer once confirmed."""
+
+    action = models.CharField(max_length=60)  # the role-checked action (run.compensate, effect.resolve...)
+    policy = models.CharField(max_length=60)  # the dual-control rule that applied (effect.resolve_unsafe...)
+    act = models.CharField(max_length=60)  # the service function that does it
+    params = models.JSONField()
+    object_type = models.CharField(max_length=60)
+    object_id = models.CharField(max_length=400)
+    tenant = models.CharField(max_length=100, blank=True, default="")
+    summary = models.CharField(max_length=300)  # what will happen, in words
+    seen = models.JSONField(null=True, blank=True)  # the object as the requester's check found it
+    requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    requested_by_label = models.CharField(max_length=200)
+    reason = models.TextField()
+    created_at = models.DateTimeField(auto_now_add=True)
+    deadline = models.DateTimeField()
+    state = models.CharField(max_length=12, choices=DualState.choices, default=DualState.PENDING)
+    decided_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT,
+                                   related_name="+")
+    decided_by_label = models.CharField(max_length=200, blank=True, default="")
+    decided_at = models.DateTimeField(null=True, blank=True)
+    decision_reason = models.TextField(blank=True, default="")
+    result = models.TextField(blank=True, default="")  # what the action answered, or why it was refused
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["deadline", "id"], name="dual_pending",
+                         condition=models.Q(state="PENDING")),
+            models.Index(fields=["object_type", "object_id"], name="dual_object"),
+        ]
+
+    def __str__(self) -> str:
+        return f"#{self.pk} {self.action} {self.object_type}:{self.object_id} [{self.state}]"
