@@ -1,18 +1,25 @@
 """Signed webhooks in: a payment provider's "settled" callback becomes a signal for a run.
 
-Signature scheme (the same as Stripe's, one version ``v1``)::
+Signature: Standard Webhooks (``core.webhooks``, checked with the ``standardwebhooks`` library)::
 
-    X-Saga-Timestamp: <unix seconds>
-    X-Saga-Signature: v1=<hex HMAC-SHA256(secret, "<timestamp>.<raw body>")>
+    webhook-id: <the message's id, the same on every retry>
+    webhook-timestamp: <unix seconds>
+    webhook-signature: v1,<base64 HMAC-SHA256(base64-decoded secret, "<id>.<timestamp>.<raw body>")>
 
-The HMAC is over the raw body bytes as sent (never a re-serialised JSON), compared with
-``hmac.compare_digest``. The header may hold several comma-separated ``v1=`` entries (a sender
-rotating its secret); one that matches is enough. A timestamp more than ``TOLERANCE_S`` (5
-minutes) in the past or the future is refused, and a signature accepted once is refused for
-good (``HookReceipt``), so a captured request cannot be replayed. A sender that re-signs a
-retry (a new timestamp) delivers a second signal, unless the body carries the sender's own
-``"event_id"``: a delivery whose event id this hook accepted before is answered 200 with
-``"duplicate": true`` and sends nothing, so the sender stops retrying (Stripe's ``id``, say).
+The HMAC is over the raw body bytes as sent (never a re-serialised JSON), keyed with the bytes
+the hook's ``whsec_<base64>`` secret encodes. The signature header may hold several
+space-separated entries (a sender rotating its secret); one that matches is enough. A timestamp
+more than ``TOLERANCE_S`` (5 minutes) in the past or the future is refused. The ``webhook-id`` is
+the message's identity: a delivery whose id this hook accepted before (the sender's retry,
+re-signed, or a captured request replayed) is answered 200 with ``"duplicate": true`` and sends
+nothing, so the sender stops retrying.
+
+Hooks made before Standard Webhooks (``SignatureScheme.LEGACY``) take what they always took until
+their secret is rotated (``hook_rotate``, ``manage.py rotatehook``): ``X-Saga-Timestamp: <unix
+seconds>`` and ``X-Saga-Signature: v1=<hex HMAC-SHA256(secret text, "<timestamp>.<raw body>")>``
+(comma-separated entries), a signature accepted once is refused for good (``HookReceipt``:
+409 ``replay``), and the body's own ``"event_id"`` dedupes as the ``webhook-id`` does. While a
+rotation's overlap lasts, a delivery signed either way with the secret of that way is accepted.
 
 The body is a JSON object naming the run: ``{"run_id": ...}`` or ``{"business_key": ...,
 "workflow": ...}`` (workflow optional when the hook names one, or the key is unique in the
@@ -31,16 +38,19 @@ import hashlib
 import hmac
 import json
 import logging
-import secrets
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from django.db import IntegrityError, transaction
 
 from api.errors import Problem
 from api.models import Hook, HookReceipt
+from core import webhooks
+from core.webhooks import SignatureScheme
 from operators.actors import system_label
 from operators.services.actions import Actor, audit_done
 from sagas.errors import InvalidArgument, NotSerializable, RunFinished
@@ -50,11 +60,10 @@ from sagas.models import WorkflowRun
 log = logging.getLogger("api.hooks")
 
 MAX_BODY_BYTES = 256 * 1024
-TOLERANCE_S = 300
-SCHEME = "v1"
-SECRET_PREFIX = "whsec_"
-TIMESTAMP_HEADER = "X-Saga-Timestamp"
-SIGNATURE_HEADER = "X-Saga-Signature"
+TOLERANCE_S = webhooks.TOLERANCE_SECONDS
+LEGACY_SCHEME = "v1"
+LEGACY_TIMESTAMP_HEADER = "X-Saga-Timestamp"
+LEGACY_SIGNATURE_HEADER = "X-Saga-Signature"
 
 
 @dataclass(frozen=True)
@@ -67,10 +76,16 @@ class Delivery:
     duplicate: bool = False  # an event id accepted before: nothing was sent this time
 
 
-def hook_sign(*, secret: str, timestamp: int | str, body: bytes) -> str:
-    """The ``X-Saga-Signature`` value for ``body`` sent at ``timestamp``: ``v1=<hex>``."""
+@dataclass(frozen=True)
+class _Verified:
+    signature: str  # the matching signature, never accepted twice
+    event_id: str | None  # the webhook-id; None for a legacy delivery (its body may name one)
+
+
+def legacy_sign(*, secret: str, timestamp: int | str, body: bytes) -> str:
+    """A legacy hook's ``X-Saga-Signature`` value for ``body`` sent at ``timestamp``: ``v1=<hex>``."""
     mac = hmac.new(secret.encode(), f"{timestamp}.".encode() + body, hashlib.sha256)
-    return f"{SCHEME}={mac.hexdigest()}"
+    return f"{LEGACY_SCHEME}={mac.hexdigest()}"
 
 
 def hook_create(*, name: str, signal: str, workflow: str = "", tenant: str = "default") -> tuple[Hook, str]:
@@ -83,8 +98,23 @@ def hook_create(*, name: str, signal: str, workflow: str = "", tenant: str = "de
         raise ValueError(str(exc)) from None
     if Hook.objects.filter(name=name).exists():
         raise ValueError(f"a hook named {name!r} exists already")
-    secret = f"{SECRET_PREFIX}{secrets.token_urlsafe(32)}"
-    hook = Hook.objects.create(name=name, secret=secret, signal=signal, workflow=workflow, tenant=tenant)
+    secret = webhooks.new_secret()
+    hook = Hook.objects.create(name=name, secret=secret, signature_scheme=SignatureScheme.STANDARD, signal=signal,
+                               workflow=workflow, tenant=tenant)
+    return hook, secret
+
+
+def hook_rotate(*, name: str, keep_old: timedelta = timedelta(0)) -> tuple[Hook, str]:
+    """A new Standard Webhooks secret for hook ``name`` (show it once); for ``keep_old`` the
+    replaced one is accepted too, in its own scheme (a legacy hook's old headers as well), so
+    the sender can switch when it deploys. ``ValueError`` for no such hook."""
+    with transaction.atomic():
+        hook = Hook.objects.select_for_update().filter(name=name).first()
+        if hook is None:
+            raise ValueError(f"no hook named {name!r}")
+        secret = hook.rotate_secret(keep_old=keep_old)
+        hook.save(update_fields=["secret", "signature_scheme", "previous_secret", "previous_scheme",
+                                 "previous_until"])
     return hook, secret
 
 
@@ -93,27 +123,57 @@ def _refuse(hook_name: str, ip: Any, kind: str, detail: str) -> Problem:
     return Problem(kind, detail)
 
 
-def _verified(hook: Hook, *, timestamp: str, signature: str, body: bytes, ip: Any, now: float) -> str:
-    """The matching signature's hex digest, or a ``signature`` problem saying why not."""
+def _verified(hook: Hook, *, headers: Mapping[str, str], body: bytes, ip: Any) -> _Verified:
+    """The delivery's signature (and ``webhook-id``), or a ``signature`` problem saying why not.
+    Standard Webhooks headers are checked against the hook's standard secrets in use; the legacy
+    headers against its legacy secret (a hook made before, or one in a rotation's overlap)."""
+    standard = hook.secrets_in_use(SignatureScheme.STANDARD)
+    legacy = hook.secrets_in_use(SignatureScheme.LEGACY)
+    sent_standard = webhooks.has_headers(headers)
+    sent_legacy = bool(headers.get(LEGACY_SIGNATURE_HEADER.lower()) or headers.get(LEGACY_TIMESTAMP_HEADER.lower()))
+    if sent_standard and standard:
+        try:
+            event_id, signature = webhooks.verify(standard, headers=headers, body=body)
+        except webhooks.Refused as exc:
+            raise _refuse(hook.name, ip, "signature", str(exc)) from None
+        return _Verified(signature=signature, event_id=event_id)
+    if sent_legacy and legacy:
+        return _Verified(signature=_verified_legacy(hook, legacy[0], headers=headers, body=body, ip=ip),
+                         event_id=None)
+    wanted = [f"{webhooks.ID_HEADER}, {webhooks.TIMESTAMP_HEADER} and {webhooks.SIGNATURE_HEADER} (Standard "
+              "Webhooks)"] if standard else []
+    if legacy:
+        wanted.append(f"{LEGACY_TIMESTAMP_HEADER} and {LEGACY_SIGNATURE_HEADER} (the legacy scheme, until the "
+                      "hook's secret is rotated to Standard Webhooks)")
+    note = f"; {LEGACY_SIGNATURE_HEADER} is the legacy scheme of hooks made before" if sent_legacy else ""
+    raise _refuse(hook.name, ip, "signature", f"hook {hook.name} takes {' or '.join(wanted)}: send those{note}")
+
+
+def _verified_legacy(hook: Hook, secret: str, *, headers: Mapping[str, str], body: bytes, ip: Any) -> str:
+    """The matching legacy signature's hex digest, or a ``signature`` problem saying why not."""
+    timestamp = headers.get(LEGACY_TIMESTAMP_HEADER.lower(), "")
+    signature = headers.get(LEGACY_SIGNATURE_HEADER.lower(), "")
     if not timestamp or not signature:
-        raise _refuse(hook.name, ip, "signature", f"send both {TIMESTAMP_HEADER} and {SIGNATURE_HEADER} headers")
+        raise _refuse(hook.name, ip, "signature",
+                      f"send both {LEGACY_TIMESTAMP_HEADER} and {LEGACY_SIGNATURE_HEADER} headers")
     try:
         sent_at = int(timestamp.strip())
     except ValueError:
-        raise _refuse(hook.name, ip, "signature", f"{TIMESTAMP_HEADER} must be unix seconds") from None
+        raise _refuse(hook.name, ip, "signature", f"{LEGACY_TIMESTAMP_HEADER} must be unix seconds") from None
+    now = time.time()
     if sent_at < now - TOLERANCE_S:
         raise _refuse(hook.name, ip, "signature",
                       f"the timestamp is {int(now - sent_at)} s old; at most {TOLERANCE_S} s are accepted")
     if sent_at > now + TOLERANCE_S:
         raise _refuse(hook.name, ip, "signature", f"the timestamp is {int(sent_at - now)} s in the future; "
                                                   f"at most {TOLERANCE_S} s are accepted (check the sender's clock)")
-    expected = hook_sign(secret=hook.secret, timestamp=timestamp.strip(), body=body).partition("=")[2]
+    expected = legacy_sign(secret=secret, timestamp=timestamp.strip(), body=body).partition("=")[2]
     for part in signature.split(",")[:8]:
         scheme, _, digest = part.strip().partition("=")
-        if scheme == SCHEME and hmac.compare_digest(digest.encode(), expected.encode()):
+        if scheme == LEGACY_SCHEME and hmac.compare_digest(digest.encode(), expected.encode()):
             return expected
     raise _refuse(hook.name, ip, "signature",
-                  f"no {SCHEME} signature matches HMAC-SHA256(secret, '<timestamp>.<raw body>')")
+                  f"no {LEGACY_SCHEME} signature matches HMAC-SHA256(secret, '<timestamp>.<raw body>')")
 
 
 def _run_named(hook: Hook, doc: dict[str, Any], ip: Any) -> WorkflowRun:
@@ -153,17 +213,16 @@ def _duplicate(hook: Hook, run: WorkflowRun, event_id: str, ip: Any) -> Delivery
     return Delivery(hook=hook, run=run, signal=hook.signal, duplicate=True)
 
 
-def hook_deliver(
-    *, name: str, timestamp: str, signature: str, body: bytes, ip: Any = None, now: float | None = None,
-) -> Delivery:
-    """Verify a delivery to hook ``name`` and send its signal to the run it names.
+def hook_deliver(*, name: str, headers: Mapping[str, str], body: bytes, ip: Any = None) -> Delivery:
+    """Verify a delivery to hook ``name`` (``headers``: the request's, any case) and send its
+    signal to the run it names; a message id accepted before is answered as a duplicate.
 
     Refusals (``Problem``), in the order checked: ``payload-too-large`` (over
     ``MAX_BODY_BYTES``), ``not-found`` (no such enabled hook), ``signature`` (missing, stale,
     future or wrong), ``validation`` (not a JSON object naming a run; a payload that cannot be
-    stored), ``not-found`` (no such run for this hook), ``replay`` (this signature was
-    accepted before), ``conflict`` (the run is finished). Only the signature's check touches
-    the secret; nothing of the body is parsed before it passed.
+    stored), ``not-found`` (no such run for this hook), ``replay`` (a legacy signature accepted
+    before), ``conflict`` (the run is finished). Only the signature's check touches the secret;
+    nothing of the body is parsed before it passed.
     """
     from sagas.integration import signal_send
 
@@ -172,15 +231,14 @@ def hook_deliver(
     hook = Hook.objects.filter(name=name, enabled=True).first()
     if hook is None:
         raise _refuse(name, ip, "not-found", f"no enabled hook named {name[:60]!r}")
-    digest = _verified(hook, timestamp=timestamp, signature=signature, body=body, ip=ip,
-                       now=time.time() if now is None else now)
+    verified = _verified(hook, headers={k.lower(): v for k, v in headers.items()}, body=body, ip=ip)
     try:
         doc = json.loads(body)
     except (ValueError, UnicodeDecodeError):
         raise _refuse(hook.name, ip, "validation", "the body is not JSON") from None
     if not isinstance(doc, dict):
         raise _refuse(hook.name, ip, "validation", "the body must be a JSON object")
-    event_id = doc.get("event_id", "")
+    event_id = doc.get("event_id", "") if verified.event_id is None else verified.event_id
     if not isinstance(event_id, str) or len(event_id) > 200 or "\x00" in event_id:
         raise _refuse(hook.name, ip, "validation", "event_id must be a string of at most 200 characters")
     run = _run_named(hook, doc, ip)
@@ -192,7 +250,8 @@ def hook_deliver(
         with transaction.atomic():
             try:
                 with transaction.atomic():
-                    HookReceipt.objects.create(hook=hook, signature=digest, event_id=event_id, run_id=run.id)
+                    HookReceipt.objects.create(hook=hook, signature=verified.signature, event_id=event_id,
+                                               run_id=run.id)
             except IntegrityError:
                 if event_id and HookReceipt.objects.filter(hook=hook, event_id=event_id).exists():
                     return _duplicate(hook, run, event_id, ip)  # the same event, delivered at the same moment

@@ -11,6 +11,8 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
+from core.webhook_secrets import WebhookSecret
+
 
 class ApiKey(models.Model):
     name = models.SlugField(max_length=60, unique=True)
@@ -46,9 +48,11 @@ class ApiKey(models.Model):
         return "ACTIVE"
 
 
-class Hook(models.Model):
-    """A signed webhook in: ``POST /api/v1/hooks/<name>`` with an HMAC over timestamp and body,
-    turned into signal ``signal`` for the run the body names (run id or business key)."""
+class Hook(WebhookSecret):
+    """A signed webhook in: ``POST /api/v1/hooks/<name>`` with an HMAC over (id,) timestamp and
+    body, turned into signal ``signal`` for the run the body names (run id or business key).
+    Made with a Standard Webhooks secret; hooks made before keep the legacy scheme until
+    ``manage.py rotatehook`` (``core.webhook_secrets``)."""
 
     name = models.SlugField(max_length=60, unique=True)
     secret = models.CharField(max_length=200)  # needed in clear to check the HMAC; shown once
@@ -63,12 +67,14 @@ class Hook(models.Model):
 
 
 class HookReceipt(models.Model):
-    """A delivery that was accepted: its signature can never be accepted again (replay)."""
+    """A delivery that was accepted: its signature can never be accepted again (replay), nor its
+    event id (a Standard Webhooks ``webhook-id``, or a legacy body's ``event_id``) signal twice."""
 
     hook = models.ForeignKey(Hook, on_delete=models.CASCADE, related_name="receipts")
     signature = models.CharField(max_length=128)
-    # The sender's own id of the event ("event_id" in the body), when it sends one: a retry it
-    # re-signs with a new timestamp is then answered as delivered, without a second signal.
+    # The sender's id of the message: the webhook-id header (Standard Webhooks), or for a legacy
+    # hook the body's "event_id" when it sends one. A retry it re-signs with a new timestamp is then
+    # answered as delivered, without a second signal.
     event_id = models.CharField(max_length=200, blank=True, default="")
     run_id = models.UUIDField(null=True, blank=True)
     received_at = models.DateTimeField(auto_now_add=True, db_index=True)

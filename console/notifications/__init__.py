@@ -4,7 +4,7 @@
 and the sweeper's pass), ``circuits`` (a connector's circuit opening or closing, from the
 ledger's signal and the sweeper's pass), ``deliveries`` (creating one, and its run),
 ``workflows`` (``system.notify``, one run per delivery) and
-``connectors`` (``webhook.post``, its one effect), ``signing`` (the HMAC headers),
+``connectors`` (``webhook.post``, its one effect), ``signing`` (the Standard Webhooks headers),
 ``bodies`` (Slack-compatible and generic JSON), ``services`` and ``selectors`` (the staff
 configuration and the deliveries page).
 """

@@ -1,4 +1,5 @@
-"""``webhook.post``: POSTs one delivery's body to its endpoint, signed, with an Idempotency-Key.
+"""``webhook.post``: POSTs one delivery's body to its endpoint, signed (``signing``), with a
+stable message id.
 
 The payload names the delivery and carries the body; the URL and the secret are read from the
 endpoint when the call is made, so neither is ever stored in a run, an effect or the journal.
@@ -6,8 +7,9 @@ endpoint when the call is made, so neither is ever stored in a run, an effect or
 A webhook receiver neither dedupes for us nor can be asked what it received, so the ledger
 treats this connector as it treats a plain email API: the effect is marked IN_PROGRESS before
 the call, and a worker that dies after it leaves the effect UNKNOWN for a person, never sent
-twice. The ``Idempotency-Key`` header (the effect's key, the same on every retry) lets a
-receiver that does dedupe drop a repeat.
+twice. The message id, ``webhook-id`` (Standard Webhooks) and ``Idempotency-Key`` alike, is the
+effect's key, the same on every retry, so a receiver that dedupes drops a repeat; each attempt
+is signed anew, with its own ``webhook-timestamp``.
 
 What each answer means for the ledger:
 
@@ -15,13 +17,13 @@ What each answer means for the ledger:
 * no whole request sent (the name not resolved, the connection refused or not made in time, TLS
   refused), 429, 500, 502, 503, 504: ``Retryable``, retried with
   back-off (1 s, 2 s, 4 s ... up to 30 s; 6 attempts within 120 s), then failed.
-* a 3xx (never followed), another 4xx, the endpoint deleted or deactivated: ``Final``, failed,
-  never retried.
+* a 3xx (never followed), another 4xx, the endpoint deleted or deactivated, its secret unusable
+  for its scheme: ``Final``, failed, never retried.
 * no answer within ``NOTIFY_TIMEOUT`` once the request was sent: ``Timeout``, UNKNOWN (it may have
   arrived: retrying could send it twice).
 
 A 5xx is retried although the receiver may have acted before failing: receivers answer 5xx
-when they did not take the message, and the Idempotency-Key covers the rest.
+when they did not take the message, and the stable message id covers the rest.
 """
 
 from __future__ import annotations
@@ -61,8 +63,12 @@ class WebhookPost(Connector):
         if endpoint is None or not endpoint.active:
             raise Final(f"endpoint {payload['endpoint']} was deleted or deactivated; nothing was sent")
         raw = signing.encode(payload["body"])
+        try:
+            signed = signing.signed_headers(endpoint, msg_id=key, raw=raw)
+        except signing.BadSecret as exc:
+            raise Final(f"endpoint {endpoint.name!r}: {exc}; nothing was sent") from exc
         headers = {"Content-Type": "application/json", "User-Agent": USER_AGENT, "Idempotency-Key": key,
-                   "X-Saga-Delivery": str(payload["delivery"]), **signing.signed_headers(endpoint.secret, raw)}
+                   "X-Saga-Delivery": str(payload["delivery"]), **signed}
         request = urllib.request.Request(endpoint.url, data=raw, method="POST", headers=headers)
         timeout = settings.NOTIFY_TIMEOUT
         try:

@@ -1,4 +1,4 @@
-"""The endpoint form (staff) and the deliveries page's query string."""
+"""The endpoint form and the secret's rotation (staff), and the deliveries page's query string."""
 
 from __future__ import annotations
 
@@ -53,6 +53,14 @@ class EndpointForm(Problems, forms.Form):
         d = self.cleaned_data
         return {"name": d["name"].strip(), "url": d["url"], "format": d["format"], "kinds": list(d["kinds"]),
                 "tenants": d["tenants"], "active": d["active"]}
+
+
+class RotateForm(Problems, forms.Form):
+    """How long the replaced secret goes on signing beside the new one (both are sent)."""
+
+    keep_old_hours = forms.TypedChoiceField(
+        label="Keep signing with the old secret too for", coerce=int, initial=0, required=False, empty_value=0,
+        choices=[(0, "no time: stop now (a leaked secret)"), (1, "1 hour"), (24, "24 hours"), (168, "7 days")])
 
 
 class DeliveriesForm(Problems, forms.Form):

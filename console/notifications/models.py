@@ -13,6 +13,8 @@ from django.conf import settings
 from django.contrib.postgres.fields import ArrayField
 from django.db import models
 
+from core.webhook_secrets import WebhookSecret
+
 
 class NotificationKind(models.TextChoices):
     UNKNOWN_EFFECT = "unknown_effect", "UNKNOWN effect"
@@ -29,10 +31,11 @@ class NotificationFormat(models.TextChoices):
     GENERIC = "generic", "generic JSON"
 
 
-class NotificationEndpoint(models.Model):
+class NotificationEndpoint(WebhookSecret):
     """Where notifications go. ``kinds``: which kinds (empty: none); ``tenants``: which tenants'
-    items (empty: every tenant). ``secret`` signs every body (HMAC-SHA256); it is shown only on
-    the staff page and never written to the audit log, a run or an effect."""
+    items (empty: every tenant). ``secret`` signs every body (Standard Webhooks; endpoints made
+    before keep the legacy scheme until their secret is rotated: ``core.webhook_secrets``); it is
+    shown only on the staff page and never written to the audit log, a run or an effect."""
 
     name = models.CharField(max_length=100)
     url = models.URLField(max_length=500)

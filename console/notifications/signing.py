@@ -1,9 +1,16 @@
-"""How a webhook body is signed, and how a receiver checks it.
+"""How a notification's body is signed, so that a receiver can check it with the secret alone.
 
-``X-Saga-Timestamp: <unix seconds>`` and ``X-Saga-Signature: sha256=<hex>``, where the hex is
-HMAC-SHA256 with the endpoint's secret over ``<timestamp>.<raw body bytes>``. A receiver
-recomputes it over the bytes it received (never a re-encoded body), compares in constant time,
-and refuses a timestamp too far from its clock (replays).
+Standard Webhooks (``core.webhooks``, with the ``standardwebhooks`` library): ``webhook-id`` is
+the delivery's effect key (the same on every retry: a receiver dedupes on it),
+``webhook-timestamp`` the attempt's unix seconds (each retry is signed anew), and
+``webhook-signature`` ``v1,<base64>`` over ``<webhook-id>.<webhook-timestamp>.<raw body>``,
+keyed with the bytes of the endpoint's ``whsec_<base64>`` secret. A receiver written with the
+library checks it with ``Webhook(secret).verify(raw_body, headers)``.
+
+An endpoint made before that (``SignatureScheme.LEGACY``) is signed as it always was, until its
+secret is rotated: ``X-Saga-Timestamp: <unix seconds>`` and ``X-Saga-Signature: sha256=<hex>``,
+HMAC-SHA256 keyed with the whole secret text over ``<timestamp>.<raw body>``. While a rotation's
+overlap lasts, both sets of headers (or two ``v1`` entries) are sent.
 """
 
 from __future__ import annotations
@@ -11,17 +18,19 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import secrets
 import time
 from typing import Any
 
-TIMESTAMP_HEADER = "X-Saga-Timestamp"
-SIGNATURE_HEADER = "X-Saga-Signature"
-TOLERANCE_SECONDS = 300
+from console.notifications.models import NotificationEndpoint
+from core import webhooks
+from core.webhooks import SignatureScheme
+
+LEGACY_TIMESTAMP_HEADER = "X-Saga-Timestamp"
+LEGACY_SIGNATURE_HEADER = "X-Saga-Signature"
 
 
-def new_secret() -> str:
-    return "whsec_" + secrets.token_urlsafe(32)
+class BadSecret(ValueError):
+    """The endpoint's secret cannot sign with its scheme (set by hand?): nothing may be sent."""
 
 
 def encode(body: Any) -> bytes:
@@ -29,21 +38,23 @@ def encode(body: Any) -> bytes:
     return json.dumps(body, ensure_ascii=False, separators=(",", ":"), sort_keys=True).encode("utf-8")
 
 
-def signature(secret: str, timestamp: int | str, raw: bytes) -> str:
+def legacy_signature(secret: str, timestamp: int | str, raw: bytes) -> str:
     digest = hmac.new(secret.encode("utf-8"), str(timestamp).encode("ascii") + b"." + raw, hashlib.sha256)
     return "sha256=" + digest.hexdigest()
 
 
-def signed_headers(secret: str, raw: bytes, *, now: float | None = None) -> dict[str, str]:
+def signed_headers(endpoint: NotificationEndpoint, *, msg_id: str, raw: bytes,
+                   now: float | None = None) -> dict[str, str]:
+    """The signature headers of one attempt to POST ``raw`` as message ``msg_id`` to ``endpoint``."""
     timestamp = int(time.time() if now is None else now)
-    return {TIMESTAMP_HEADER: str(timestamp), SIGNATURE_HEADER: signature(secret, timestamp, raw)}
-
-
-def verify(secret: str, timestamp: str, given: str, raw: bytes, *, now: float | None = None) -> bool:
-    """True when ``given`` is the signature of ``raw`` at ``timestamp`` and that timestamp is
-    within ``TOLERANCE_SECONDS`` of now."""
-    if not timestamp.isdigit() or not given:
-        return False
-    if abs((time.time() if now is None else now) - int(timestamp)) > TOLERANCE_SECONDS:
-        return False
-    return hmac.compare_digest(signature(secret, timestamp, raw), given.strip())
+    headers: dict[str, str] = {}
+    standard = endpoint.secrets_in_use(SignatureScheme.STANDARD)
+    if not all(webhooks.is_standard_secret(s) for s in standard):
+        raise BadSecret("its secret is not a Standard Webhooks secret (whsec_ and base64); make a new one")
+    if standard:
+        headers.update(webhooks.signed_headers(standard, msg_id=msg_id, body=raw, timestamp=timestamp))
+    legacy = endpoint.secrets_in_use(SignatureScheme.LEGACY)
+    if legacy:  # one at most: a rotation always issues a standard secret
+        headers.update({LEGACY_TIMESTAMP_HEADER: str(timestamp),
+                        LEGACY_SIGNATURE_HEADER: legacy_signature(legacy[0], timestamp, raw)})
+    return headers

@@ -3,6 +3,8 @@ configuration (staff only: others get 403, and a POST of theirs is audited as de
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
@@ -11,7 +13,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from console.notifications import services
-from console.notifications.forms import DeliveriesForm, EndpointForm
+from console.notifications.forms import DeliveriesForm, EndpointForm, RotateForm
 from console.notifications.models import NotificationEndpoint, NotificationKind
 from console.notifications.selectors import deliveries_page, endpoint_get, endpoints_all
 from console.views.base import ConsoleRequest, actor_of, viewer_required
@@ -67,8 +69,19 @@ def _endpoint_or_404(endpoint_id: int) -> NotificationEndpoint:
 
 
 def _endpoint_page(request: ConsoleRequest, endpoint: NotificationEndpoint, form: EndpointForm,
-                   status: int = 200) -> HttpResponse:
-    return render(request, "console/notification_endpoint.html", {"endpoint": endpoint, "form": form}, status=status)
+                   status: int = 200, rotate: RotateForm | None = None) -> HttpResponse:
+    # A legacy endpoint's rotation is its move to Standard Webhooks: by default the old headers go
+    # on for a day, so its receiver is not cut off before it deploys its new check.
+    rotate = rotate or RotateForm(initial={"keep_old_hours": 24 if endpoint.is_legacy else 0})
+    return render(request, "console/notification_endpoint.html",
+                  {"endpoint": endpoint, "form": form, "rotate": rotate, "overlap_until": endpoint.overlap_until()},
+                  status=status)
+
+
+def _settings_form(endpoint: NotificationEndpoint) -> EndpointForm:
+    return EndpointForm(initial={"name": endpoint.name, "url": endpoint.url, "format": endpoint.format,
+                                 "kinds": endpoint.kinds, "tenants": ", ".join(endpoint.tenants),
+                                 "active": endpoint.active})
 
 
 @require_http_methods(["GET", "POST"])
@@ -77,9 +90,7 @@ def endpoint(request: ConsoleRequest, endpoint_id: int) -> HttpResponse:
     _staff_page(request, services.UPDATE, endpoint_id)
     found = _endpoint_or_404(endpoint_id)
     if request.method == "GET":
-        initial = {"name": found.name, "url": found.url, "format": found.format, "kinds": found.kinds,
-                   "tenants": ", ".join(found.tenants), "active": found.active}
-        return _endpoint_page(request, found, EndpointForm(initial=initial))
+        return _endpoint_page(request, found, _settings_form(found))
     form = EndpointForm(request.POST)
     if not form.is_valid():
         return _endpoint_page(request, found, form, status=400)
@@ -93,6 +104,11 @@ def endpoint(request: ConsoleRequest, endpoint_id: int) -> HttpResponse:
 def endpoint_rotate(request: ConsoleRequest, endpoint_id: int) -> HttpResponse:
     _staff_page(request, services.ROTATE, endpoint_id)
     found = _endpoint_or_404(endpoint_id)
-    services.endpoint_rotate_secret(actor=actor_of(request), endpoint_id=found.id)
-    messages.success(request, "A new signing secret was made; give it to the receiver. The old one no longer signs.")
+    form = RotateForm(request.POST)
+    if not form.is_valid():
+        return _endpoint_page(request, found, _settings_form(found), status=400, rotate=form)
+    hours = form.cleaned_data["keep_old_hours"]
+    services.endpoint_rotate_secret(actor=actor_of(request), endpoint_id=found.id, keep_old=timedelta(hours=hours))
+    messages.success(request, "A new Standard Webhooks secret was made; give it to the receiver. " + (
+        f"The old one signs too for {hours} hour(s)." if hours else "The old one no longer signs."))
     return redirect("console:notification_endpoint", endpoint_id=found.id)

@@ -8,17 +8,21 @@ import hmac
 import json
 import threading
 import time
+from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from django.urls import reverse
+from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
 import tests.console.wf_notify  # noqa: F401  (registers nt_email in this process)
-from console.notifications.detect import deliveries_create_recent
+from console.notifications.detect import deliveries_create_for_run, deliveries_create_recent
 from console.notifications.models import NotificationDelivery, NotificationEndpoint, NotificationKind
 from console.notifications.selectors import delivery_states
+from core.webhooks import SignatureScheme, is_standard_secret
 from demo.models import WebhookArrival
 from demo.providers import faults
+from ledger import Final
 from ledger.connectors import get_connector
 from ledger.models import EffectRecord, EffectStatus
 from operators.models import AuditEntry, AuditOutcome
@@ -30,13 +34,14 @@ from tests.console.queue_data import make_approval, make_effect, make_run
 from tests.procs import start_providers, wait_until
 
 ALL_KINDS = list(NotificationKind.values)
-SECRET = "whsec_test-receiver-secret"
+SECRET = "whsec_bm90aWZpY2F0aW9ucyB0ZXN0IHJlY2VpdmVyIGtleSE="  # base64 of 32 bytes, as the spec has it
+LEGACY_SECRET = "whsec_test-receiver-secret"  # the form of a secret made before Standard Webhooks
 
 
 def endpoint(name="ops", *, url="http://127.0.0.1:9/hook", kinds=ALL_KINDS, tenants=(), active=True,
-             secret=SECRET, format="generic") -> NotificationEndpoint:
+             secret=SECRET, format="generic", scheme=SignatureScheme.STANDARD) -> NotificationEndpoint:
     return NotificationEndpoint.objects.create(name=name, url=url, kinds=list(kinds), tenants=list(tenants),
-                                               active=active, secret=secret, format=format)
+                                               active=active, secret=secret, format=format, signature_scheme=scheme)
 
 
 def form(**values) -> dict:
@@ -74,7 +79,7 @@ def test_it_lets_only_staff_configure_endpoints_and_audits_every_change(people):
     created = NotificationEndpoint.objects.get()
     assert response.status_code == 302
     assert created.kinds == ["unknown_effect", "run_failed"] and created.tenants == [] and created.active
-    assert created.secret.startswith("whsec_") and len(created.secret) > 40
+    assert is_standard_secret(created.secret) and created.signature_scheme == SignatureScheme.STANDARD
     entry = AuditEntry.objects.get(action="notification.endpoint_create", outcome=AuditOutcome.OK)
     assert entry.after["url"] == "https://hooks.example.com/T1/B2"
     assert created.secret not in json.dumps([entry.before, entry.after])
@@ -92,9 +97,10 @@ def test_it_lets_only_staff_configure_endpoints_and_audits_every_change(people):
     old = created.secret
     admin_client.post(reverse("console:notification_endpoint_rotate", args=[created.id]))
     created.refresh_from_db()
-    assert created.secret != old
+    assert created.secret != old and created.previous_secret == ""
     rotated = AuditEntry.objects.get(action="notification.secret_rotate")
-    assert rotated.after == {"secret": "rotated"} and created.secret not in json.dumps(rotated.after)
+    assert rotated.after == {"secret": "rotated", "signature_scheme": "standard", "old_secret_signs_until": None}
+    assert created.secret not in json.dumps(rotated.after)
     client_for(operator).post(reverse("console:notification_endpoint_rotate", args=[created.id]))
     created.refresh_from_db()
     assert AuditEntry.objects.filter(action="notification.secret_rotate", outcome=AuditOutcome.DENIED).count() == 1
@@ -182,27 +188,89 @@ class _Catcher(BaseHTTPRequestHandler):
         pass
 
 
-@pytest.mark.django_db
-def test_it_signs_every_body_so_the_receiver_can_check_it_with_the_secret_alone():
+@pytest.fixture
+def catcher():
+    """A receiver in this process that records each POST's headers and bytes and answers 204."""
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Catcher)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        hook = endpoint(url=f"http://127.0.0.1:{server.server_address[1]}/hook")
-        body = {"text": "UNKNOWN effect: email", "blocks": []}
-        result = get_connector("webhook.post").execute({"delivery": 7, "endpoint": hook.id, "body": body},
-                                                       key="run-1:post")
-    finally:
-        server.shutdown()
-    headers, raw = _Catcher.got[-1]
-    assert result["status"] == 204 and json.loads(raw) == body
-    assert headers["Idempotency-Key"] == "run-1:post" and headers["X-Saga-Delivery"] == "7"
-    timestamp = headers["X-Saga-Timestamp"]
-    assert abs(int(timestamp) - time.time()) < 60
-    expected = hmac.new(SECRET.encode(), timestamp.encode() + b"." + raw, hashlib.sha256).hexdigest()
-    assert headers["X-Saga-Signature"] == f"sha256={expected}"
-    tampered = hmac.new(SECRET.encode(), timestamp.encode() + b"." + raw.replace(b"email", b"e-mail"),
-                        hashlib.sha256).hexdigest()
-    assert headers["X-Saga-Signature"] != f"sha256={tampered}"
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    _Catcher.got = []
+    yield f"http://127.0.0.1:{server.server_address[1]}/hook"
+    server.shutdown()
+
+
+def _post(hook: NotificationEndpoint, body: dict, key: str = "run-1:post") -> tuple[dict, bytes]:
+    result = get_connector("webhook.post").execute({"delivery": 7, "endpoint": hook.id, "body": body}, key=key)
+    assert result["status"] == 204
+    return _Catcher.got[-1]
+
+
+def _legacy_ok(secret: str, headers: dict, raw: bytes) -> bool:
+    """What a receiver of the scheme before Standard Webhooks checks."""
+    expected = hmac.new(secret.encode(), headers["X-Saga-Timestamp"].encode() + b"." + raw, hashlib.sha256)
+    return headers.get("X-Saga-Signature") == f"sha256={expected.hexdigest()}"
+
+
+@pytest.mark.django_db
+def test_it_signs_every_body_so_a_standard_webhooks_receiver_can_check_it_with_the_secret_alone(catcher):
+    body = {"text": "UNKNOWN effect: email", "blocks": []}
+    headers, raw = _post(endpoint(url=catcher), body)
+    # What a receiver written with the standardwebhooks library does, and nothing else.
+    assert Webhook(SECRET).verify(raw, headers) == body
+    assert headers["Webhook-Id"] == headers["Idempotency-Key"] == "run-1:post" and headers["X-Saga-Delivery"] == "7"
+    assert abs(int(headers["Webhook-Timestamp"]) - time.time()) < 60
+    assert "X-Saga-Signature" not in headers
+    with pytest.raises(WebhookVerificationError):
+        Webhook(SECRET).verify(raw.replace(b"email", b"e-mail"), headers)
+    with pytest.raises(WebhookVerificationError):
+        Webhook(SECRET).verify(raw, {**headers, "Webhook-Id": "run-2:post"})
+
+
+@pytest.mark.django_db
+def test_it_signs_a_legacy_endpoint_as_before_until_staff_move_it_to_standard_webhooks(catcher, people):
+    legacy = endpoint(url=catcher, secret=LEGACY_SECRET, scheme=SignatureScheme.LEGACY)
+    headers, raw = _post(legacy, {"n": 1})
+    assert _legacy_ok(LEGACY_SECRET, headers, raw) and "Webhook-Signature" not in headers
+
+    staff = people["viewer"]
+    staff.is_staff = True
+    staff.save()
+    page, rotate = (reverse(name, args=[legacy.id]) for name in ("console:notification_endpoint",
+                                                                  "console:notification_endpoint_rotate"))
+    html = client_for(staff).get(page).content.decode()
+    assert "still signs with the legacy scheme" in html and '<option value="24" selected>' in html
+    assert client_for(staff).post(rotate, {"keep_old_hours": "5"}).status_code == 400  # not a choice
+    # The move, keeping the old secret for a day: both are sent, so the receiver is cut off neither
+    # before it deploys its new check nor after.
+    assert client_for(staff).post(rotate, {"keep_old_hours": "24"}).status_code == 302
+    moved = NotificationEndpoint.objects.get(id=legacy.id)
+    headers, raw = _post(moved, {"n": 2})
+    assert _legacy_ok(LEGACY_SECRET, headers, raw) and Webhook(moved.secret).verify(raw, headers) == {"n": 2}
+    entry = AuditEntry.objects.get(action="notification.secret_rotate")
+    assert entry.before == {"signature_scheme": "saga-v1"} and entry.after["old_secret_signs_until"]
+    assert LEGACY_SECRET not in json.dumps([entry.before, entry.after])
+    html = client_for(staff).get(page).content.decode()
+    assert "Signed with Standard Webhooks" in html and "The replaced secret signs too (legacy" in html
+
+    # A standard secret rotated with an overlap: two v1 entries, either secret verifies.
+    client_for(staff).post(rotate, {"keep_old_hours": "1"})
+    again = NotificationEndpoint.objects.get(id=legacy.id)
+    headers, raw = _post(again, {"n": 3})
+    assert len(headers["Webhook-Signature"].split(" ")) == 2 and "X-Saga-Signature" not in headers
+    assert Webhook(moved.secret).verify(raw, headers) == Webhook(again.secret).verify(raw, headers) == {"n": 3}
+    # Once the overlap is over, only the new one signs.
+    NotificationEndpoint.objects.filter(id=legacy.id).update(previous_until=again.previous_until - timedelta(days=1))
+    headers, raw = _post(NotificationEndpoint.objects.get(id=legacy.id), {"n": 4})
+    with pytest.raises(WebhookVerificationError):
+        Webhook(moved.secret).verify(raw, headers)
+    assert Webhook(again.secret).verify(raw, headers) == {"n": 4}
+
+
+@pytest.mark.django_db
+def test_it_sends_nothing_for_an_endpoint_whose_secret_is_not_a_standard_one(catcher):
+    broken = endpoint(url=catcher, secret=LEGACY_SECRET)  # set by hand, scheme left standard
+    with pytest.raises(Final, match="not a Standard Webhooks secret"):
+        get_connector("webhook.post").execute({"delivery": 7, "endpoint": broken.id, "body": {}}, key="k")
+    assert _Catcher.got == []
 
 
 @pytest.mark.django_db
@@ -267,23 +335,51 @@ def test_it_delivers_a_signed_notification_to_the_receiver_seconds_after_an_effe
     assert arrival.idempotency_key == post.idempotency_key
 
 
-@pytest.mark.django_db(transaction=True)
-def test_it_retries_a_receiver_answering_503_with_back_off_and_delivers_once(procs, receiver):
-    faults.inject("webhook", "receive", "error_before_work", times=2)
-    _worker(procs, "w1", receiver)
-    run = _order_with_unknown_email("order-8")
+class _Flaky(BaseHTTPRequestHandler):
+    """A Standard Webhooks receiver written with the library: it answers 503 to the first two POSTs,
+    then 204; it records, per POST, the headers and whether ``Webhook.verify`` took it."""
 
-    delivery = wait_until(lambda: _delivery(run), 30, what="a delivery")
-    wait_until(lambda: delivery_states([delivery.id])[delivery.id] == "delivered", 40, what="delivered")
+    got: list = []
+
+    def do_POST(self):  # noqa: N802
+        raw = self.rfile.read(int(self.headers["Content-Length"]))
+        try:
+            Webhook(SECRET).verify(raw, dict(self.headers))
+            verified = True
+        except WebhookVerificationError:
+            verified = False
+        type(self).got.append((dict(self.headers), verified))
+        self.send_response(503 if len(type(self).got) <= 2 else 204)
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_retries_a_receiver_answering_503_with_back_off_under_one_webhook_id_and_delivers_once(procs):
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Flaky)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    _Flaky.got = []
+    try:
+        endpoint("flaky", url=f"http://127.0.0.1:{server.server_address[1]}/hook", kinds=["unknown_effect"])
+        run = make_run(tenant="acme", business_key="order-8")
+        make_effect(run=run, tenant="acme", step="email", connector="email.send")
+        assert deliveries_create_for_run(str(run.id)) == 1
+        procs.worker("w1", MODULES, NOTIFY_TIMEOUT="60")
+        delivery = NotificationDelivery.objects.get()
+        wait_until(lambda: delivery_states([delivery.id])[delivery.id] == "delivered", 40, what="delivered")
+    finally:
+        server.shutdown()
 
     post = EffectRecord.objects.get(run_id=delivery.notify_run_id, step_name="post")
-    assert post.attempts == 3
-    # back-off of 1 s, then 2 s, between the three attempts. "delivered" is the ledger's word, from
-    # the post's outcome; the delivering run records its own end a moment later.
-    notify = wait_until(lambda: WorkflowRun.objects.filter(id=delivery.notify_run_id, finished_at__isnull=False)
-                        .first(), 30, what="the delivering run to finish")
-    assert (notify.finished_at - notify.started_at).total_seconds() >= 3.0
-    assert WebhookArrival.objects.count() == 1
+    assert post.attempts == 3 and len(_Flaky.got) == 3
+    # Every attempt verifies with the library; all carry the one webhook-id (the effect's key), each
+    # signed anew at its own time: back-off of 1 s, then 2 s.
+    assert all(verified for _, verified in _Flaky.got)
+    assert {h["Webhook-Id"] for h, _ in _Flaky.got} == {post.idempotency_key}
+    stamps = [int(h["Webhook-Timestamp"]) for h, _ in _Flaky.got]
+    assert stamps[1] - stamps[0] >= 1 and stamps[2] - stamps[1] >= 2
 
 
 @pytest.mark.django_db(transaction=True)

@@ -1,5 +1,6 @@
 """``manage.py createhook NAME --signal payment_settled [--workflow W] [--tenant T]``: make a
-signed webhook (``POST /api/v1/hooks/NAME``) and print its secret once, for the sender."""
+signed webhook (``POST /api/v1/hooks/NAME``) and print its Standard Webhooks secret once, for
+the sender."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils.text import slugify
 
-from api.hooks import SIGNATURE_HEADER, TIMESTAMP_HEADER, hook_create
+from api.hooks import hook_create
+from core.webhooks import ID_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER
 from operators.actors import system_label
 from operators.models import AuditEntry, AuditOutcome
 
@@ -45,5 +47,6 @@ class Command(BaseCommand):
         self.stdout.write(f"Hook {hook.name}: POST /api/v1/hooks/{hook.name} sends signal {hook.signal!r} to the "
                           f"run the body names ({scope}).")
         self.stdout.write(secret)
-        self.stdout.write(f"Shown once. Sign each delivery: {TIMESTAMP_HEADER}: <unix seconds> and "
-                          f"{SIGNATURE_HEADER}: v1=<hex HMAC-SHA256(secret, \"<timestamp>.<raw body>\")>.")
+        self.stdout.write(f"Shown once. Sign each delivery with Standard Webhooks ({ID_HEADER}, {TIMESTAMP_HEADER}, "
+                          f"{SIGNATURE_HEADER}), e.g. Webhook(secret).sign(msg_id, timestamp, body) of the "
+                          "standardwebhooks library.")
