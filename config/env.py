@@ -159,3 +159,39 @@ def validate_redis_url(url: str) -> str:
     if db and not db.isdigit():
         raise ImproperlyConfigured(f"REDIS_URL database {db!r} is not a number")
     return url
+
+
+TRACE_EXPORTERS = ("otlp", "console", "none")
+
+
+def env_trace_exporters(name: str = "OTEL_TRACES_EXPORTER") -> tuple[str, ...]:
+    """OpenTelemetry's exporter list (comma-separated; unset: ``otlp``) as far as this product
+    ships exporters: ``otlp`` (OTLP over HTTP/protobuf), ``console`` (stdout), ``none``. The OTLP
+    protocol, if set, must be ``http/protobuf``: the gRPC exporter is not installed."""
+    names = tuple(dict.fromkeys(env_list(name, "otlp")))
+    unknown = [n for n in names if n not in TRACE_EXPORTERS]
+    if unknown:
+        raise ImproperlyConfigured(f"{name}={os.environ.get(name)!r}: unknown exporter {unknown[0]!r} "
+                                   f"(use {', '.join(TRACE_EXPORTERS)})")
+    for protocol_name in ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"):
+        protocol = os.environ.get(protocol_name, "").strip()
+        if protocol and protocol != "http/protobuf":
+            raise ImproperlyConfigured(f"{protocol_name}={protocol!r}: only http/protobuf is supported "
+                                       f"(send to the collector's OTLP/HTTP port, 4318)")
+    return tuple(n for n in names if n != "none")
+
+
+def env_url_template(name: str, *, placeholder: str) -> str:
+    """An http(s) URL with ``placeholder`` in it (e.g. ``https://tempo.example/trace/{trace_id}``),
+    or "" when unset. Printable ASCII without spaces, so a pasted line break fails at start."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return ""
+    parts = urlsplit(raw)
+    if parts.scheme not in {"http", "https"} or not parts.netloc or placeholder not in raw \
+            or any(not 0x21 <= ord(c) <= 0x7e for c in raw):
+        raise ImproperlyConfigured(
+            f"{name}={raw!r} must be an http:// or https:// URL of printable characters without spaces "
+            f"containing {placeholder}, e.g. https://tempo.example/trace/{placeholder}"
+        )
+    return raw

@@ -6,7 +6,8 @@ SAGAS_LEASE_TTL, SAGAS_SWEEP_INTERVAL, SAGAS_DISPATCH_LISTEN, SAGAS_DISPATCH_THR
 SAGAS_QUEUE,
 SAGAS_CRASH_AT, SAGAS_WORKER_CONCURRENCY, SAGAS_MODEL_PRICES,
 SAGAS_ARCHIVE_URL, SAGAS_ARCHIVE_WRITER, SAGAS_RETENTION_DAYS, SAGAS_EFFECT_KEY_DAYS, SAGAS_ARCHIVE_INTERVAL,
-SAGAS_ARCHIVE_BATCH, SAGAS_ARCHIVE_PAUSE, CONSOLE_URL, NOTIFY_TIMEOUT.
+SAGAS_ARCHIVE_BATCH, SAGAS_ARCHIVE_PAUSE, CONSOLE_URL, NOTIFY_TIMEOUT, SAGAS_TRACING (with the OTEL_* variables),
+SAGAS_TRACE_URL_TEMPLATE.
 
 The demo (example workflows and simulated providers) is not part of the product: it is
 installed by ``config.settings_demo``, which ``make demo`` and the tests use.
@@ -31,6 +32,8 @@ from config.env import (
     env_prices,
     env_proxy_header,
     env_str,
+    env_trace_exporters,
+    env_url_template,
     parse_database_url,
     production_secret_key,
     validate_redis_url,
@@ -346,3 +349,14 @@ if METRICS_TOKEN and not re.fullmatch(r"[\x21-\x7e]{16,512}", METRICS_TOKEN):
         "METRICS_TOKEN must be 16 to 512 printable ASCII characters without spaces "
         "(python -c 'import secrets; print(secrets.token_urlsafe(32))')"
     )
+
+# --- tracing (sagas/tracing.py, docs/operations/tracing.md) ---
+# OpenTelemetry spans for every run's attempts, steps, effects and compensations, one trace per
+# run. Off by default; on, the exporter is configured by the standard OTEL_* variables
+# (OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_SERVICE_NAME, OTEL_TRACES_SAMPLER, OTEL_BSP_*...).
+# OTEL_SDK_DISABLED=true turns it off too, as it does every OpenTelemetry SDK.
+SAGAS_TRACING = env_bool("SAGAS_TRACING", False) and not env_bool("OTEL_SDK_DISABLED", False)
+SAGAS_TRACING_EXPORTERS = env_trace_exporters() if SAGAS_TRACING else ()
+# The run page links to the run's trace: {trace_id} (32 hex digits) and {run_id} are filled in.
+# Unset: no link. E.g. https://tempo.example/trace/{trace_id} or http://jaeger:16686/trace/{trace_id}.
+SAGAS_TRACE_URL_TEMPLATE = env_url_template("SAGAS_TRACE_URL_TEMPLATE", placeholder="{trace_id}")

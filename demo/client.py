@@ -15,7 +15,8 @@ anything else once the request may be sent  an exception (``UnexpectedResponse``
 ==========================================  ======================================
 
 Every request carries ``X-Caller-Pid`` (the fault ``kill_caller_after_work`` uses
-it) and, when given, ``Idempotency-Key``.
+it), when given, ``Idempotency-Key``, and with tracing on (``SAGAS_TRACING``) the W3C
+``traceparent`` of the effect making it, which the providers log with the request.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from urllib.parse import quote
 from django.conf import settings
 
 from ledger import Final, NotExecuted, Outcome, Pending, Retryable, Succeeded, Throttled, Timeout, Unknown
+from sagas.integration import trace_headers
 
 FINAL_STATUSES = frozenset({400, 401, 403, 404, 409, 422})
 RETRYABLE_STATUSES = frozenset({503})
@@ -63,6 +65,7 @@ def send(method: str, path: str, body: dict[str, Any] | None = None, *, key: str
         all_headers["Content-Type"] = "application/json"
     if key:
         all_headers["Idempotency-Key"] = key
+    all_headers.update(trace_headers())  # {} with tracing off, or outside an effect
     all_headers.update(headers or {})
     data = json.dumps(body).encode() if body is not None else None
     request = urllib.request.Request(url, data=data, method=method, headers=all_headers)

@@ -24,6 +24,7 @@ from ledger.connectors import Operation, get_connector
 from ledger.errors import ConnectorNotRegistered, EffectFailed, OutcomeUnknown
 from ledger.models import EffectKind, EffectRecord, EffectStatus
 from ledger.protocol import run_operation
+from sagas import tracing
 from sagas.errors import ActionNotAllowed, CompensationStuck, EffectUnknown, RunFinished, StepFailed, Suspend
 from sagas.events import send_run_changed
 from sagas.models import (
@@ -218,9 +219,10 @@ def compensate_claimed(ctx: JournalCursor) -> None:
         name = f"compensate:{item.step_name}"
         crash_point("before_compensation", item.step_name)
         try:
-            record = run_operation(
-                ctx, op, name=name, key=item.compensation_key, payload=payload, connector_name=item.connector
-            )
+            with tracing.compensation_span(ctx, item.step_name, item.connector, item.compensation_key):
+                record = run_operation(
+                    ctx, op, name=name, key=item.compensation_key, payload=payload, connector_name=item.connector
+                )
         except EffectFailed as exc:
             _item_stuck(ctx, plan, item, ItemState.FAILED, "compensation_failed", str(exc))
         except OutcomeUnknown as exc:
@@ -298,8 +300,9 @@ def undo_before_fork(ctx: JournalCursor) -> None:
         name = f"compensate:{item['name']}"
         crash_point("before_compensation", item["name"])
         try:
-            record = run_operation(ctx, op, name=name, key=item["key"], payload=payload,
-                                   connector_name=item["connector"])
+            with tracing.compensation_span(ctx, item["name"], item["connector"], item["key"]):
+                record = run_operation(ctx, op, name=name, key=item["key"], payload=payload,
+                                       connector_name=item["connector"])
         except OutcomeUnknown as exc:
             raise EffectUnknown(f"compensating {item['name']!r} of the run this one re-runs: {exc.message}",
                                 **exc.details) from exc

@@ -28,6 +28,10 @@ move. The other extension modules are ``sagas.models`` (the tables, to read), ``
   ``KEY_GRAMS_EXACT_UP_TO`` characters and at least ``KEY_GRAMS_SHORTEST`` is answered
   exactly).
 * Checks of what callers pass: ``checked_text``, ``SIGNAL_NAME_CHARS``.
+* Tracing (``sagas.tracing``; off unless ``SAGAS_TRACING``): ``trace_headers()``, the W3C
+  ``traceparent`` of the effect or compensation in flight, for a connector to send with its
+  request; ``trace_id_hex(run_id)``, a run's trace id (its UUID's hex), and ``trace_url(run_id)``,
+  the link ``SAGAS_TRACE_URL_TEMPLATE`` makes of it ("" when unset).
 * Schedules (``sagas.schedules``): ``ScheduleSpec`` and its choices (``CATCH_UP_CHOICES``,
   ``OVERLAP_CHOICES``, ``DEFAULT_BUSINESS_KEY``, ``SCHEDULE_NAME``: the pattern of a name); the
   writes, each locking the schedule's row (``schedule_lock``) first: ``schedule_create``,
@@ -75,6 +79,7 @@ from sagas.store.key_grams import SHORTEST as KEY_GRAMS_SHORTEST
 from sagas.store.key_grams import key_holds_grams
 from sagas.store.locks import approval_lock, effect_lock, run_lock
 from sagas.summaries import ERROR_KEY
+from sagas.tracing import trace_headers, trace_id_hex, trace_url
 from sagas.validation import MAX_COST, SIGNAL_NAME_CHARS, checked_text
 from sagas.waits import approval_decide, signal_send
 
@@ -136,6 +141,9 @@ __all__ = [
     "shutdown_requested",
     "signal_send",
     "store_for_location",
+    "trace_headers",
+    "trace_id_hex",
+    "trace_url",
     "workflow_pause",
     "workflow_pause_of",
     "workflow_resume",

@@ -208,7 +208,10 @@ class ProviderHandler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def _log(self, method: str, path: str, key: str, spec: str, outcome: str) -> None:
-        extra = (f" key={key!r}" if key else "") + (f" fault={spec}" if spec else "")
+        # traceparent: the caller's effect span (its trace is the run's), to find the call in tracing.
+        traceparent = self.headers.get("traceparent", "").strip()
+        extra = (f" key={key!r}" if key else "") + (f" fault={spec}" if spec else "") \
+            + (f" traceparent={traceparent!r}" if traceparent else "")
         sys.stderr.write(f"{self.log_date_time_string()} {method} {path}{extra} -> {outcome}\n")
 
 

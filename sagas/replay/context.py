@@ -33,7 +33,7 @@ from ledger.connectors import get_connector
 from ledger.errors import OutcomeUnknown, PayloadNotJSON, ReplayDiverged
 from ledger.flow import spend
 from ledger.protocol import run_effect
-from sagas import waits
+from sagas import tracing, waits
 from sagas.children import ChildHandle
 from sagas.errors import (
     ContinueAsNew,
@@ -116,34 +116,35 @@ class Context(JournalCursor):
             return self._step_outcome(entry)
         self.before_live()
         crash_point("before_step", name)
-        self._pending_cost, self._pending_spend = 0.0, {}
-        error: Exception | None = None
-        try:
-            value = fn(*args, **kwargs)
-        except (OperationalError, InterfaceError):
-            # The step used Django's database and it went away: our infrastructure,
-            # not the step's failure. Not journaled; the step runs again after recovery.
-            raise
-        except Exception as exc:  # EngineSignal is a BaseException and passes through
-            error = exc
-        if error is None:
+        with tracing.step_span(self, name):  # executed live: a replayed step has no span
+            self._pending_cost, self._pending_spend = 0.0, {}
+            error: Exception | None = None
             try:
-                encoded = dumps({"value": value})
-            except (TypeError, ValueError) as exc:
-                error = NotSerializable(f"step {name!r} returned a value that is not JSON: {exc}")
-        if error is not None:
-            encoded = dumps({"error": {"type": type(error).__name__, "message": str(error)[:4000]}})
-        cost, self._pending_cost = self._pending_cost, 0.0
-        spent, self._pending_spend = self._pending_spend, {}
-        if cost:
-            encoded = encoded[:-1] + f',"cost":{cost!r}}}'
-        crash_point("after_step", name)
-        self.append(K.STEP, name, encoded, steps=1, cost=cost, spend=spent)
-        crash_point("after_step_record", name)
-        entry = Entry(0, K.STEP, name, json.loads(encoded))
-        if error is not None:
-            raise StepFailed(name, type(error).__name__, str(error)[:4000]) from error
-        return entry.payload["value"]
+                value = fn(*args, **kwargs)
+            except (OperationalError, InterfaceError):
+                # The step used Django's database and it went away: our infrastructure,
+                # not the step's failure. Not journaled; the step runs again after recovery.
+                raise
+            except Exception as exc:  # EngineSignal is a BaseException and passes through
+                error = exc
+            if error is None:
+                try:
+                    encoded = dumps({"value": value})
+                except (TypeError, ValueError) as exc:
+                    error = NotSerializable(f"step {name!r} returned a value that is not JSON: {exc}")
+            if error is not None:
+                encoded = dumps({"error": {"type": type(error).__name__, "message": str(error)[:4000]}})
+            cost, self._pending_cost = self._pending_cost, 0.0
+            spent, self._pending_spend = self._pending_spend, {}
+            if cost:
+                encoded = encoded[:-1] + f',"cost":{cost!r}}}'
+            crash_point("after_step", name)
+            self.append(K.STEP, name, encoded, steps=1, cost=cost, spend=spent)
+            crash_point("after_step_record", name)
+            entry = Entry(0, K.STEP, name, json.loads(encoded))
+            if error is not None:
+                raise StepFailed(name, type(error).__name__, str(error)[:4000]) from error
+            return entry.payload["value"]
 
     @_engine_call
     def now(self) -> datetime:
@@ -231,14 +232,16 @@ class Context(JournalCursor):
             )
         if not self.replaying:  # a call not yet journaled: within its tenant's spend limit?
             self.check_spend(connector_name)
-        try:
-            return run_effect(self, name=name, connector_name=connector_name, payload=payload, key=key)
-        except OutcomeUnknown as exc:
-            raise EffectUnknown(exc.message, **exc.details) from exc
-        except ReplayDiverged as exc:
-            raise NonDeterminismError(str(exc), journal=exc.recorded, code_asked=exc.asked) from exc
-        except PayloadNotJSON as exc:
-            raise NotSerializable(str(exc)) from None
+        # A span unless the outcome is journaled; current while the connector runs (trace_headers).
+        with tracing.effect_span(self, name, connector_name, key):
+            try:
+                return run_effect(self, name=name, connector_name=connector_name, payload=payload, key=key)
+            except OutcomeUnknown as exc:
+                raise EffectUnknown(exc.message, **exc.details) from exc
+            except ReplayDiverged as exc:
+                raise NonDeterminismError(str(exc), journal=exc.recorded, code_asked=exc.asked) from exc
+            except PayloadNotJSON as exc:
+                raise NotSerializable(str(exc)) from None
 
     @_engine_call
     def continue_as_new(self, state: Any = None) -> NoReturn:

@@ -128,6 +128,15 @@ class JournalCursor:
         self._names[(space, name)] = count
         return name if count == 1 else f"{name}#{count}"
 
+    def next_unique_name(self, name: str, space: str = "call") -> str:
+        """What ``unique_name(name, space)`` returns next, without counting the use."""
+        count = self._names.get((space, name), 0) + 1
+        return name if count == 1 else f"{name}#{count}"
+
+    def peek(self) -> Entry | None:
+        """The recorded entry at the cursor, without taking it; None past the recorded journal."""
+        return self._calls[self._pos] if self._pos < len(self._calls) else None
+
     def effect_key(self, name: str) -> str:
         """``"{run_id}:{name}"``; in a run re-run from another with its effects reused, the
         source's key for an effect it had done after the fork point, so the ledger answers with

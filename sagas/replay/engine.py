@@ -24,7 +24,7 @@ from django.conf import settings
 from django.db import InterfaceError, OperationalError
 
 from core.storage import is_storage_error, note_failure, note_success, wait_for_database
-from sagas import events, services
+from sagas import events, services, tracing
 from sagas.compensation import compensate_claimed, needs_compensation, plan_for_failure, undo_before_fork
 from sagas.errors import (
     ApprovalRejected,
@@ -92,7 +92,9 @@ def advance(run_id: str, *, owner: str | None = None) -> Outcome:
         return Outcome.NOT_CLAIMED
     log.info("run %s: claimed by %s (attempt %d, fence %d)", run.id, owner, run.attempts, run.fence)
     # The heartbeat announces the claim (run_changed) if the run is still under way a moment later.
-    with Heartbeat(run.id, run.fence, ttl, status=run.status, claimed_at=claimed_at) as beat:
+    # The attempt's span (sagas.tracing) is the parent of the steps and effects it executes.
+    with tracing.attempt_span(run, owner) as attempt, \
+            Heartbeat(run.id, run.fence, ttl, status=run.status, claimed_at=claimed_at) as beat:
         try:
             outcome = _execute(run, owner, beat)
         except StorageUnavailable as exc:
@@ -102,6 +104,7 @@ def advance(run_id: str, *, owner: str | None = None) -> Outcome:
                 raise
             note_failure(exc, doing=f"advancing run {run.id}")
             outcome = _storage_lost(run, owner, beat, exc)
+        attempt.outcome(outcome.value)
     if outcome in _STATUS_AFTER:  # committed by _execute; LEASE_LOST: whoever took the run reports
         after = _STATUS_AFTER[outcome]
         if outcome == Outcome.YIELDED and run.status == RunStatus.COMPENSATING:
