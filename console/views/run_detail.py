@@ -56,7 +56,7 @@ from operators.selectors.runs import (
     run_history_since,
     run_parent,
 )
-from sagas.integration import REDRIVABLE_REASONS, movable_versions, run_pause_info
+from sagas.integration import REDRIVABLE_REASONS, movable_versions, run_pause_info, trace_id_hex, trace_url
 from sagas.models import (
     LEASED_STATUSES,
     OPEN_APPROVAL_STATES,
@@ -148,6 +148,9 @@ def header_context(run: WorkflowRun, user: User, *, oob: bool = False) -> dict[s
         "flow_wait_url": reverse("console:connectors") + "#" + connector_anchor(waiting.connector) if waiting else "",
         "links": run_forks(run),
         "parent": run_parent(run, user=user),
+        # The run's trace in the tracing tool (SAGAS_TRACE_URL_TEMPLATE); none when unset.
+        "trace_url": trace_url(run.id),
+        "trace_id": trace_id_hex(run.id),
         "oob": oob,
     }
 
