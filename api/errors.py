@@ -79,8 +79,10 @@ PROBLEM_HELP: dict[str, str] = {
     "unsupported-media-type": "Request bodies are JSON only: send `Content-Type: application/json`.",
     "rate-limited": "Too many requests for this key in the current minute: wait `Retry-After` seconds "
                     "(also `retry_after` in the body) and send it again.",
-    "signature": "A webhook's signature does not verify against the hook's secret, or its timestamp is too old.",
-    "replay": "This webhook delivery (its id) was accepted before; nothing was done twice.",
+    "signature": "A webhook's signature headers are missing, do not verify against the hook's secret, or carry a "
+                 "timestamp more than 5 minutes from our clock; the detail says which.",
+    "replay": "A legacy hook's delivery whose signature was accepted before; nothing was done twice. (A Standard "
+              "Webhooks delivery whose webhook-id was accepted before is answered 200 with duplicate true.)",
     "unavailable": "Our database or Redis cannot answer now: nothing was decided. Retry later, with the same "
                    "Idempotency-Key where the operation takes one.",
     "internal": "An unexpected error on our side; it was logged. Please report it with the time and `instance`.",
