@@ -79,6 +79,28 @@ def env_prices(name: str, default: dict[str, tuple[float, float]]) -> dict[str, 
     return prices
 
 
+def env_json_map(name: str) -> dict[str, list[str]]:
+    """A JSON object from the environment whose values are a string or a list of strings, as
+    ``{"key": ["value", ...]}`` (empty or unset: ``{}``), e.g. the claim values that map to
+    roles; anything else stops the process at start-up."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return {}
+    example = f'{name} must be a JSON object of strings or lists of strings, like {{"ops-approvers": "approver"}}'
+    try:
+        data = json.loads(raw)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{example}: {exc}") from None
+    if not isinstance(data, dict):
+        raise ImproperlyConfigured(example)
+    found: dict[str, list[str]] = {}
+    for key, value in data.items():
+        values = [value] if isinstance(value, str) else value
+        if not isinstance(values, list) or not values or not all(isinstance(v, str) and v for v in values):
+            raise ImproperlyConfigured(f"{example}; {key!r} maps to {value!r}")
+        found[key] = values
+    return found
+
 def env_origins(name: str) -> list[str]:
     """Comma-separated origins, each ``scheme://host[:port]`` (as ``CSRF_TRUSTED_ORIGINS`` needs)."""
     origins = env_list(name)

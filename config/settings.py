@@ -27,6 +27,7 @@ from config.env import (
     env_bool,
     env_float,
     env_int,
+    env_json_map,
     env_list,
     env_origins,
     env_prices,
@@ -112,6 +113,9 @@ MIDDLEWARE = [
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
+    # Single sign-on: ends the session of a user the OpenID Connect provider no longer accepts
+    # (a no-op for password sessions and with SAGA_OIDC_ENABLED off; console/oidc.py).
+    "console.oidc.SsoSessionCheck",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     # Last, as django-axes requires: it turns a login refused for a lockout into the lockout page.
@@ -210,10 +214,64 @@ CONTENT_SECURITY_POLICY = {
     },
 }
 
+# --- single sign-on (OpenID Connect through mozilla-django-oidc: console/oidc.py, console/services/sso.py;
+# docs/operations/single-sign-on.md). Off unless SAGA_OIDC_ENABLED. The provider's endpoints are
+# given one by one (its /.well-known/openid-configuration lists them): nothing is fetched at start-up.
+SAGA_OIDC_ENABLED = env_bool("SAGA_OIDC_ENABLED", False)
+# The login page's button: "Sign in with <SAGA_OIDC_PROVIDER_NAME>".
+SAGA_OIDC_PROVIDER_NAME = env_str("SAGA_OIDC_PROVIDER_NAME", "single sign-on")
+# Off: the login form is gone and no password signs anyone in, except superusers' at
+# /login/break-glass/ (for when the provider is down); needs SAGA_OIDC_ENABLED.
+SAGA_LOCAL_PASSWORDS = env_bool("SAGA_LOCAL_PASSWORDS", True)
+# The claim that names the console user (made on the first sign-in; the user is then found by
+# the provider's sub claim, whatever this one later says).
+SAGA_OIDC_USERNAME_CLAIM = env_str("SAGA_OIDC_USERNAME_CLAIM", "preferred_username")
+# Roles from a claim (a string or a list of strings): each value named in the map gives its
+# role(s), JSON like {"ops-approvers": "approver", "ops": ["operator", "viewer"]}. The user's
+# roles are set to exactly these at every sign-in.
+SAGA_OIDC_ROLE_CLAIM = env_str("SAGA_OIDC_ROLE_CLAIM", "groups")
+SAGA_OIDC_ROLE_MAP = env_json_map("SAGA_OIDC_ROLE_MAP")
+# The tenant limit from a claim (unset: sign-ins leave tenant limits alone). Its values are the
+# tenants, or with SAGA_OIDC_TENANT_MAP only the values named there, mapped ("*": every tenant);
+# none: no tenant.
+SAGA_OIDC_TENANT_CLAIM = env_str("SAGA_OIDC_TENANT_CLAIM", "")
+SAGA_OIDC_TENANT_MAP = env_json_map("SAGA_OIDC_TENANT_MAP")
+# Seconds between two checks that the provider still accepts a signed-in user's token (its
+# userinfo endpoint, after a refresh if the token expired); a refusal ends the console session
+# at that request. 0: at every request.
+SAGA_OIDC_RECHECK_SECONDS = env_float("SAGA_OIDC_RECHECK_SECONDS", 60.0, minimum=0.0)
+# mozilla-django-oidc's own settings, under its names.
+OIDC_RP_CLIENT_ID = env_str("OIDC_RP_CLIENT_ID", "")
+OIDC_RP_CLIENT_SECRET = env_str("OIDC_RP_CLIENT_SECRET", "")
+OIDC_OP_AUTHORIZATION_ENDPOINT = env_str("OIDC_OP_AUTHORIZATION_ENDPOINT", "")
+OIDC_OP_TOKEN_ENDPOINT = env_str("OIDC_OP_TOKEN_ENDPOINT", "")
+OIDC_OP_USER_ENDPOINT = env_str("OIDC_OP_USER_ENDPOINT", "")
+OIDC_OP_JWKS_ENDPOINT = env_str("OIDC_OP_JWKS_ENDPOINT", "")
+OIDC_RP_SIGN_ALGO = env_str("OIDC_RP_SIGN_ALGO", "RS256")
+OIDC_RP_SCOPES = env_str("OIDC_RP_SCOPES", "openid email profile")
+OIDC_USE_PKCE = env_bool("OIDC_USE_PKCE", True)
+OIDC_TIMEOUT = env_float("OIDC_TIMEOUT", 5.0, minimum=0.1)
+OIDC_AUTHENTICATION_CALLBACK_URL = "console:sso_callback"
+if SAGA_OIDC_ENABLED:
+    _oidc_needed = ["OIDC_RP_CLIENT_ID", "OIDC_RP_CLIENT_SECRET", "OIDC_OP_AUTHORIZATION_ENDPOINT",
+                    "OIDC_OP_TOKEN_ENDPOINT", "OIDC_OP_USER_ENDPOINT"]
+    if OIDC_RP_SIGN_ALGO[:2] in ("RS", "ES"):  # signed with the provider's key: its JWKS
+        _oidc_needed.append("OIDC_OP_JWKS_ENDPOINT")
+    _oidc_missing = [name for name in _oidc_needed if not globals()[name]]
+    if _oidc_missing:
+        raise ImproperlyConfigured(f"SAGA_OIDC_ENABLED is on but {', '.join(_oidc_missing)} "
+                                   f"{'is' if len(_oidc_missing) == 1 else 'are'} not set (see the provider's "
+                                   f"/.well-known/openid-configuration)")
+elif not SAGA_LOCAL_PASSWORDS:
+    raise ImproperlyConfigured("SAGA_LOCAL_PASSWORDS is off but SAGA_OIDC_ENABLED is not on: nobody but superusers "
+                               "could sign in; turn single sign-on on, or passwords back on")
+
 # django-axes first: it refuses a locked-out username+address before any password is checked.
+# With SAGA_LOCAL_PASSWORDS off, passwords sign in superusers only (console.oidc.BreakGlassBackend).
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
-    "django.contrib.auth.backends.ModelBackend",
+    "django.contrib.auth.backends.ModelBackend" if SAGA_LOCAL_PASSWORDS else "console.oidc.BreakGlassBackend",
+    *(["console.oidc.SsoBackend"] if SAGA_OIDC_ENABLED else []),
 ]
 # Login throttling: after AXES_FAILURE_LIMIT failed logins for one username from one address,
 # that pair is locked out for AXES_COOLOFF_MINUTES (restarted by each attempt while locked);

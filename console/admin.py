@@ -28,7 +28,7 @@ from django.apps import apps
 from django.contrib import admin
 from django.http import HttpRequest
 
-from console.models import BulkBatch, BulkItem
+from console.models import BulkBatch, BulkItem, SsoIdentity
 from core.redacted_admin import ReadOnlyAdmin as KeptAdmin
 from core.redacted_admin import RedactedFieldsAdmin
 from operators import roles
@@ -145,4 +145,15 @@ class BulkItemAdmin(ReadOnlyAdmin):
     search_fields = ("object_id",)
     redacted_fields = ("message",)
     raw_id_fields = ("batch",)
+    show_full_result_count = False
+
+
+@admin.register(SsoIdentity)
+class SsoIdentityAdmin(ReadOnlyAdmin):
+    """Which user each subject at the OpenID Connect provider signs in as (made at the first sign-in;
+    console/services/sso.py). Deleting the user removes the link."""
+
+    list_display = ("user", "subject", "created_at")
+    search_fields = ("subject", "user__username")
+    raw_id_fields = ("user",)
     show_full_result_count = False

@@ -6,6 +6,10 @@ writes one ``AuditEntry`` (action ``auth.lockout``, outcome denied, ``actor_labe
 that was tried, ``ip`` the address). Attempts refused while it lasts restart the cool-off but
 write no further entry, so a script hammering the form cannot flood the append-only audit log;
 their count is in axes' access attempts (admin). Ordinary failed logins are not audited.
+
+A break-glass sign-in (a superuser's password while local passwords are off,
+``console.oidc.BreakGlassBackend``) writes an ``auth.login`` entry; single sign-on's sign-ins are
+audited where they are made (console/services/sso.py).
 """
 
 from __future__ import annotations
@@ -15,12 +19,14 @@ from typing import Any
 
 from axes.helpers import get_cool_off, get_failure_limit
 from axes.signals import user_locked_out
+from django.contrib.auth.signals import user_logged_in
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
 from operators.models import AuditEntry, AuditOutcome
 
 ACTION = "auth.lockout"
+BREAK_GLASS_BACKEND = "console.oidc.BreakGlassBackend"
 
 
 def _minutes_left(request: HttpRequest) -> int:
@@ -49,5 +55,16 @@ def lockout_response(request: HttpRequest, original_response: HttpResponse | Non
     return render(request, "console/locked_out.html", {"minutes": _minutes_left(request)}, status=429)
 
 
+def audit_break_glass(sender: Any, request: HttpRequest | None, user: Any, **kwargs: Any) -> None:
+    if getattr(user, "backend", "") != BREAK_GLASS_BACKEND:
+        return
+    AuditEntry.objects.create(
+        actor=user, actor_label=user.get_username(), action="auth.login", object_type="user", object_id=str(user.pk),
+        ip=request.META.get("REMOTE_ADDR") if request is not None else None, outcome=AuditOutcome.OK,
+        message="break-glass sign-in with a password (local passwords are off)",
+    )
+
+
 def connect_signals() -> None:
     user_locked_out.connect(audit_lockout, dispatch_uid="console.auth_audit.audit_lockout")
+    user_logged_in.connect(audit_break_glass, dispatch_uid="console.auth_audit.audit_break_glass")

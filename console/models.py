@@ -1,4 +1,5 @@
-"""The console's own tables: bulk actions (``console/services/bulk.py``) and, from
+"""The console's own tables: bulk actions (``console/services/bulk.py``), single sign-on
+identities (``console/services/sso.py``) and, from
 ``console/notifications``, notification endpoints and deliveries. The audit log and tenant
 limits, which the HTTP API writes too, are in ``operators.models``."""
 
@@ -88,6 +89,25 @@ class BulkItem(models.Model):
 
     def __str__(self) -> str:
         return f"{self.object_type} {self.object_id}: {self.outcome}"
+
+
+class SsoIdentity(models.Model):
+    """The link between a console user and their identity at the OpenID Connect provider: the
+    ID token's ``sub``, which the provider never reassigns (a username or an email may be).
+    A user with a link signs in through the provider only (their local password is made
+    unusable when the link is made); console/services/sso.py makes and reads it."""
+
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, primary_key=True,
+                                related_name="sso_identity")
+    subject = models.CharField(max_length=255, unique=True, help_text="the provider's sub claim")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        verbose_name = "single sign-on identity"
+        verbose_name_plural = "single sign-on identities"
+
+    def __str__(self) -> str:
+        return f"{self.user_id}: {self.subject}"
 
 
 # The notification models live with the rest of notifications; imported here so Django loads them.

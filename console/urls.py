@@ -6,7 +6,6 @@ from __future__ import annotations
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from console.forms import LoginForm
 from console.views import (
     api_keys,
     audit,
@@ -21,6 +20,7 @@ from console.views import (
     run_history,
     run_list,
     schedules,
+    sso,
     versions,
     workers,
 )
@@ -28,8 +28,11 @@ from console.views import (
 app_name = "console"
 
 urlpatterns = [
-    path("login/", auth_views.LoginView.as_view(template_name="console/login.html", authentication_form=LoginForm),
-         name="login"),
+    # Signing in (console/views/sso.py): the password form and/or single sign-on (OpenID Connect).
+    path("login/", sso.login, name="login"),
+    path("login/break-glass/", sso.break_glass, name="login_break_glass"),
+    path("oidc/authenticate/", sso.sso_start, name="sso_start"),
+    path("oidc/callback/", sso.sso_callback, name="sso_callback"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("", overview.overview, name="overview"),
     # Runs: the list, a run's page and its history; the actions (GET compensate/ previews the plan).

@@ -76,9 +76,10 @@ def acting_as(user: User | None = None, *, label: str = "") -> Iterator[None]:
 
 
 @contextmanager
-def role_changes(user: User | None = None, *, label: str = "") -> Iterator[None]:
+def role_changes(user: User | None = None, *, label: str = "", reason: str = "") -> Iterator[None]:
     """Collect the role changes made inside, as ``user`` (or ``label``), and write one entry per
-    user whose role state differs at the end. Use it inside the change's transaction."""
+    user whose role state differs at the end, with ``reason`` (why: e.g. the claims a sign-in
+    brought). Use it inside the change's transaction."""
     with acting_as(user, label=label):
         actor, who = _who()
         batch = _Batch(actor=actor, label=who)
@@ -88,7 +89,7 @@ def role_changes(user: User | None = None, *, label: str = "") -> Iterator[None]
         finally:
             _batch.reset(token)
         for pk, before in batch.before.items():
-            _record(pk, before, actor, who)
+            _record(pk, before, actor, who, reason=reason)
 
 
 def role_state(pk: int) -> State | None:
@@ -121,14 +122,14 @@ def _describe(before: State, after: State) -> str:
     return "; ".join(parts)
 
 
-def _record(pk: int, before: State | None, actor: User | None, label: str) -> None:
+def _record(pk: int, before: State | None, actor: User | None, label: str, *, reason: str = "") -> None:
     after = role_state(pk)
     if after is None or after == (before or ORDINARY):
         return
     username = get_user_model().objects.filter(pk=pk).values_list("username", flat=True).first() or ""
     AuditEntry.objects.create(
         actor=actor, actor_label=label, action=ACTION, object_type="user", object_id=str(pk), before=before,
-        after=after, outcome=AuditOutcome.OK,
+        after=after, outcome=AuditOutcome.OK, reason=reason,
         message=f"{username}: {'created with ' if before is None else ''}{_describe(before or ORDINARY, after)}",
     )
     broadcast(user_topic(pk))
