@@ -59,7 +59,7 @@ class RotateForm(Problems, forms.Form):
     """How long the replaced secret goes on signing beside the new one (both are sent)."""
 
     keep_old_hours = forms.TypedChoiceField(
-        label="Keep signing with the old secret too for", coerce=int, initial=0, required=False, empty_value=0,
+        label="Keep signing with the old secret too for", coerce=int, initial=0, required=False, empty_value=None,
         choices=[(0, "no time: stop now (a leaked secret)"), (1, "1 hour"), (24, "24 hours"), (168, "7 days")])
 
 

@@ -37,7 +37,8 @@ def _page(request: ConsoleRequest, *, status: int = 200, problems: list[str] | N
         scope = getattr(key.user, "tenant_scope", None)
         rows.append({"key": key, "state": key.state, "badge": _BADGE[key.state],
                      "tenants": None if scope is None else scope.tenants})
-    hooks = list(Hook.objects.order_by("name").values("name", "signal", "workflow", "tenant", "enabled"))
+    hooks = list(Hook.objects.order_by("name").values("name", "signal", "workflow", "tenant", "enabled",
+                                                      "signature_scheme"))
     return render(request, "console/api_keys.html", {"rows": rows, "hooks": hooks, "problems": problems or []},
                   status=status)
 

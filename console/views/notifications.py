@@ -107,7 +107,7 @@ def endpoint_rotate(request: ConsoleRequest, endpoint_id: int) -> HttpResponse:
     form = RotateForm(request.POST)
     if not form.is_valid():
         return _endpoint_page(request, found, _settings_form(found), status=400, rotate=form)
-    hours = form.cleaned_data["keep_old_hours"]
+    hours = form.cleaned_data["keep_old_hours"] or 0  # none given: stop now
     services.endpoint_rotate_secret(actor=actor_of(request), endpoint_id=found.id, keep_old=timedelta(hours=hours))
     messages.success(request, "A new Standard Webhooks secret was made; give it to the receiver. " + (
         f"The old one signs too for {hours} hour(s)." if hours else "The old one no longer signs."))

@@ -33,12 +33,13 @@ def test_it_lists_every_key_with_its_state_and_the_hooks_without_their_secrets()
     gone, _ = apikey_create(name="leaked", role="approver")
     apikey_revoke(key=gone, by="alice")
     Hook.objects.create(name="payments", secret="whsec-never-shown-7f3a", signal="<script>alert(1)</script>",
-                        tenant="acme")
+                        tenant="acme", signature_scheme="saga-v1")  # made before Standard Webhooks
     page = login("sam", is_staff=True).get(reverse("console:api_keys"))
     assert page.status_code == 200
     html = page.content.decode()
     for text in ("orders", "acme, globex", "ACTIVE", "old-batch", "EXPIRED", "leaked", "REVOKED", "by <bdi>alice</bdi>",
-                 "120", "every tenant", "manage.py createapikey", "payments"):
+                 "120", "every tenant", "manage.py createapikey", "payments", "legacy: rotate its secret",
+                 "manage.py rotatehook NAME"):
         assert text in html, text
     assert "whsec-never-shown-7f3a" not in html
     assert not any(key.secret_hash in html for key in ApiKey.objects.all())
