@@ -21,6 +21,7 @@ class ApiKeyAdmin(ReadOnlyAdmin):
 
 @admin.register(Hook)
 class HookAdmin(ReadOnlyAdmin):
-    list_display = ("name", "signal", "workflow", "tenant", "enabled", "created_at")
+    list_display = ("name", "signal", "workflow", "tenant", "signature_scheme", "enabled", "created_at")
     search_fields = ("name", "signal")
-    fields = readonly_fields = ("name", "signal", "workflow", "tenant", "enabled", "created_at")
+    fields = readonly_fields = ("name", "signal", "workflow", "tenant", "signature_scheme", "previous_scheme",
+                                "previous_until", "enabled", "created_at")

@@ -1,5 +1,6 @@
 """Django admin for notifications: read-only, like every console table (staff change endpoints on
-the console's page, where each change is audited). The secret is never shown here."""
+the console's page, where each change is audited). No secret is ever shown here (nor the one a
+rotation replaced)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ from console.notifications.models import NotificationDelivery, NotificationEndpo
 
 @admin.register(NotificationEndpoint)
 class NotificationEndpointAdmin(ReadOnlyAdmin):
-    list_display = ("id", "name", "format", "active", "updated_at")
-    exclude = ("secret", "url")  # a Slack webhook URL is a credential too
+    list_display = ("id", "name", "format", "signature_scheme", "active", "updated_at")
+    exclude = ("secret", "previous_secret", "url")  # a Slack webhook URL is a credential too
     list_filter = ("active", "format")
 
 

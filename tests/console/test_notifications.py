@@ -12,6 +12,7 @@ from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from django.contrib.auth import get_user_model
 from django.urls import reverse
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
@@ -250,6 +251,11 @@ def test_it_signs_a_legacy_endpoint_as_before_until_staff_move_it_to_standard_we
     assert LEGACY_SECRET not in json.dumps([entry.before, entry.after])
     html = client_for(staff).get(page).content.decode()
     assert "Signed with Standard Webhooks" in html and "The replaced secret signs too (legacy" in html
+    # The read-only admin shows neither secret.
+    admin = client_for(get_user_model().objects.create_superuser("root", password="pw-root-long-enough"))
+    shown = admin.get(reverse("admin:console_notificationendpoint_change", args=[legacy.id]))
+    assert shown.status_code == 200 and "legacy (X-Saga-Timestamp, X-Saga-Signature)" in shown.content.decode()
+    assert LEGACY_SECRET not in shown.content.decode() and moved.secret not in shown.content.decode()
 
     # A standard secret rotated with an overlap: two v1 entries, either secret verifies.
     client_for(staff).post(rotate, {"keep_old_hours": "1"})
