@@ -284,6 +284,7 @@ AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 AXES_HTTP_RESPONSE_CODE = 429
 AXES_LOCKOUT_CALLABLE = "console.auth_audit.lockout_response"
+AXES_WHITELIST_CALLABLE = "console.oidc.axes_exempt"  # single sign-on's callbacks are not password attempts
 
 # Django's four validators; forms that set a password and manage.py createuser apply them.
 AUTH_PASSWORD_VALIDATORS = [

@@ -15,7 +15,9 @@ class ConsoleConfig(AppConfig):
         from console.notifications import admin as notifications_admin  # noqa: F401  (registers its models)
         from console.notifications.detect import connect_signals as connect_notifications
         from console.services.bulk import connect_signals as connect_bulk
+        from console.services.sso import check_settings as check_sso_settings
 
+        check_sso_settings()
         connect_signals()
         connect_bulk()
         connect_notifications()

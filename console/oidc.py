@@ -91,6 +91,15 @@ class SsoBackend(OIDCAuthenticationBackend):
         return user
 
 
+def axes_exempt(request: HttpRequest | None, credentials: dict[str, Any] | None) -> bool:
+    """``AXES_WHITELIST_CALLABLE``: django-axes counts password attempts only. A single sign-on
+    callback (which authenticates with a PKCE verifier, and no username) would otherwise count
+    as a failed login of "no username" from its address, and a few refused sign-ins from one
+    office's address would lock every colleague there out of single sign-on. The provider
+    throttles its own password form."""
+    return credentials is not None and "code_verifier" in credentials
+
+
 class BreakGlassBackend(ModelBackend):
     """Passwords with ``SAGA_LOCAL_PASSWORDS`` off: a superuser's still signs in (the way in when
     the provider is down); anyone else's does not, at any form (the console's, the admin's).

@@ -30,7 +30,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group, User
 from django.contrib.auth.validators import UnicodeUsernameValidator
-from django.core.exceptions import ValidationError
+from django.core.exceptions import ImproperlyConfigured, ValidationError
 from django.db import IntegrityError, transaction
 
 from console.models import SsoIdentity
@@ -50,6 +50,16 @@ _KEEP = object()
 
 class SignInRefused(Exception):
     """The sign-in is refused; the message says why, for the login page and the audit log."""
+
+
+def check_settings() -> None:
+    """Stop the process at start-up if ``SAGA_OIDC_ROLE_MAP`` names a role the console does not
+    have (a typo would otherwise silently give nobody that role)."""
+    unknown = sorted({role for roles in settings.SAGA_OIDC_ROLE_MAP.values() for role in roles} - set(ROLES))
+    if unknown:
+        raise ImproperlyConfigured(f"SAGA_OIDC_ROLE_MAP names {', '.join(map(repr, unknown))}, which "
+                                   f"{'is not a role' if len(unknown) == 1 else 'are not roles'}: the roles are "
+                                   f"{', '.join(ROLES)}")
 
 
 def provider_name() -> str:

@@ -18,13 +18,22 @@ from dataclasses import dataclass
 import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
+from django.core.exceptions import ImproperlyConfigured
 from django.db import connection
 from playwright.sync_api import expect
 
 from console.models import SsoIdentity
-from console.services.sso import SSO_ACTOR, SignInRefused, roles_from_claims, sso_sign_in, tenants_from_claims
+from console.services.sso import (
+    SSO_ACTOR,
+    SignInRefused,
+    check_settings,
+    roles_from_claims,
+    sso_sign_in,
+    tenants_from_claims,
+)
 from operators.models import AuditEntry, AuditOutcome, TenantScope
-from tests.browser.conftest import _free_port
+from tests.browser.a11y import AXE, FAILING, RUN_AXE, TAGS
+from tests.browser.conftest import SHOTS, _free_port
 from tests.console.run_data import waiting_run
 from tests.oidc_provider.control import Provider, start_provider
 from tests.oidc_provider.people import CLIENT_ID, CLIENT_SECRET
@@ -82,6 +91,7 @@ def browse(sso, browser, _playwright_loop, transactional_db, request):
 
     def page():
         context = browser.new_context(base_url=sso.base)
+        context.add_init_script(path=str(AXE))  # defines window.axe only (see tests/browser/a11y.py)
         contexts.append(context)
         return context.new_page()
 
@@ -120,6 +130,9 @@ def test_it_signs_in_through_the_provider_with_the_roles_and_tenant_its_claims_m
     page.goto(f"/runs/{acme.id}/")
     expect(page.get_by_role("link", name=f"Sign in with {PROVIDER}")).to_be_visible()
     expect(page.locator("input[name=password]")).to_have_count(0)  # local passwords are off
+    assert [v for v in page.evaluate(RUN_AXE, TAGS) if v["impact"] in FAILING] == []
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SHOTS / "login-single-sign-on.png"))  # for people to look at
 
     sign_in_at_provider(page, sso, "alice")
     assert page.url == f"{sso.base}/runs/{acme.id}/"  # back where she was going
@@ -271,3 +284,6 @@ def test_it_maps_claims_to_roles_and_tenants_as_configured(sso_on):
     assert tenants_from_claims({"groups": ["all-tenants"]}) is None
     with pytest.raises(SignInRefused, match="neither a string nor a list"):
         roles_from_claims({"groups": {"ops": True}})
+    sso_on.SAGA_OIDC_ROLE_MAP = {"ops": ["operator", "aprover"]}  # a typo stops the process at start-up
+    with pytest.raises(ImproperlyConfigured, match="'aprover', which is not a role"):
+        check_settings()
