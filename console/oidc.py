@@ -171,7 +171,7 @@ class SsoSessionCheck:
                 and request.session.get(BACKEND_SESSION_KEY) == SSO_BACKEND):
             refusal = self._check(request)
             if refusal is not None:
-                return self._end(request, refusal)
+                return self._signed_out(request, refusal)
         return self.get_response(request)
 
     @staticmethod
@@ -179,16 +179,19 @@ class SsoSessionCheck:
         return time.time() >= float(session.get(CHECKED_AT, 0)) + settings.SAGA_OIDC_RECHECK_SECONDS
 
     def _check(self, request: HttpRequest) -> str | None:
+        """None: the session goes on; else why it was ended (and it is, audited)."""
         session = request.session
         if not self._due(session):
             return None
         # One check per session at a time: the requests of one page (htmx, a live reconnect) that
-        # find it due wait here, then see the first one's result in the stored session, and a
-        # refresh token is never spent twice (providers that rotate them refuse the second use).
+        # find it due wait here, then see the first one's outcome in the stored session: a refresh
+        # token is never spent twice (providers that rotate them refuse the second use), and an
+        # ended session is ended and audited once.
         with transaction.atomic(), connection.cursor() as cur:
             cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [f"sso:{session.session_key}"])
             stored = session.__class__(session.session_key)
             if stored.get(BACKEND_SESSION_KEY) != SSO_BACKEND:
+                auth.logout(request)  # ended meanwhile, by another request of it
                 return "your session ended"
             for key in (TOKENS, CHECKED_AT):
                 if key in stored:
@@ -200,16 +203,16 @@ class SsoSessionCheck:
                 session[TOKENS] = tokens
                 session[CHECKED_AT] = time.time()
                 session.save()  # now, under the lock: the next request waiting on it reads this
+                return None
+            user = request.user
+            if user.is_authenticated:
+                sso_session_end(user=user, ip=client_ip(request), message=f"session ended: {refusal}")
+                broadcast(user_topic(user.pk))  # after commit: its open live pages find the session gone
+            auth.logout(request)
             return refusal
 
     @staticmethod
-    def _end(request: HttpRequest, refusal: str) -> HttpResponse:
-        user = request.user
-        if user.is_authenticated:
-            sso_session_end(user=user, ip=client_ip(request), message=f"session ended: {refusal}")
-            pk = user.pk
-            auth.logout(request)
-            broadcast(user_topic(pk))  # their open live pages check their session, which is gone
+    def _signed_out(request: HttpRequest, refusal: str) -> HttpResponse:
         messages.error(request, f"You were signed out: {refusal}. Sign in again to go on.")
         login = reverse("console:login")
         if request.headers.get("HX-Request") == "true":  # django-htmx's middleware runs after this one

@@ -180,23 +180,29 @@ def test_it_signs_in_through_the_provider_with_the_roles_and_tenant_its_claims_m
 
 
 def test_it_ends_the_session_of_a_user_deactivated_at_the_provider(sso, browse):
-    waiting_run("sso-globex-2", tenant="globex")
+    run = waiting_run("sso-globex-2", tenant="globex")
     page = browse()
-    page.goto("/runs/")
+    page.goto(f"/runs/{run.id}/")
     sign_in_at_provider(page, sso, "bob")
-    expect(page.get_by_text("sso-globex-2")).to_be_visible()
+    expect(page.locator("summary", has_text="Cancel…")).to_be_visible()  # an operator (ops-staff)
+    token = page.evaluate("JSON.parse(document.body.getAttribute('hx-headers'))['X-CSRFToken']")
 
     sso.provider.set_active("bob", False)
     try:
+        # His next request, an action posted by htmx, is refused: the session ends there.
+        answer = page.request.post(f"/runs/{run.id}/cancel/", form={"reason": "late", "expected": run.status},
+                                   headers={"HX-Request": "true", "X-CSRFToken": token}, max_redirects=0)
+        assert answer.headers.get("hx-redirect") == "/login/", (answer.status, answer.headers)
+        run.refresh_from_db()
+        assert run.status == "WAITING"  # not cancelled
+        bob = get_user_model().objects.get(username="bob")
+        ended = AuditEntry.objects.get(action="auth.session_end", actor=bob)
+        assert ended.outcome == AuditOutcome.DENIED and PROVIDER in ended.message
+        assert not AuditEntry.objects.filter(action="run.cancel").exists()
         page.reload()
         page.wait_for_url(re.compile(r".*/login/\?next=/runs/"))
         expect(page.locator("#messages")).to_contain_text(
             f"You were signed out: {PROVIDER} no longer accepts your sign-in")
-        page.goto("/runs/")
-        assert "/login/" in page.url  # the session is gone, not only this page
-        bob = get_user_model().objects.get(username="bob")
-        ended = AuditEntry.objects.get(action="auth.session_end", actor=bob)
-        assert ended.outcome == AuditOutcome.DENIED and PROVIDER in ended.message
         # Nor can he sign in again: the provider refuses him.
         page.get_by_role("link", name=f"Sign in with {PROVIDER}").click()
         page.wait_for_url(re.compile(re.escape(sso.provider.url) + r"/accounts/login/"))
