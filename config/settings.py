@@ -7,7 +7,7 @@ SAGAS_QUEUE,
 SAGAS_CRASH_AT, SAGAS_WORKER_CONCURRENCY, SAGAS_MODEL_PRICES,
 SAGAS_ARCHIVE_URL, SAGAS_ARCHIVE_WRITER, SAGAS_RETENTION_DAYS, SAGAS_EFFECT_KEY_DAYS, SAGAS_ARCHIVE_INTERVAL,
 SAGAS_ARCHIVE_BATCH, SAGAS_ARCHIVE_PAUSE, CONSOLE_URL, NOTIFY_TIMEOUT, SAGAS_TRACING (with the OTEL_* variables),
-SAGAS_TRACE_URL_TEMPLATE.
+SAGAS_TRACE_URL_TEMPLATE, SAGA_OIDC_* / SAGA_LOCAL_PASSWORDS / OIDC_* (single sign-on).
 
 The demo (example workflows and simulated providers) is not part of the product: it is
 installed by ``config.settings_demo``, which ``make demo`` and the tests use.
