@@ -78,6 +78,12 @@ class SsoBackend(OIDCAuthenticationBackend):
             raise SuspiciousOperation("the provider's userinfo is about another subject than its ID token")
         return {**payload, **info}
 
+    def get_user(self, user_id: Any) -> Any:
+        """The session's user while active, as with passwords (mozilla-django-oidc's own returns
+        a user deactivated in the console too, whose session would then go on)."""
+        user = super().get_user(user_id)
+        return user if user is not None and self.user_can_authenticate(user) else None
+
     def get_or_create_user(self, access_token: str, id_token: str, payload: dict[str, Any]) -> Any:
         claims = self.get_userinfo(access_token, id_token, payload)
         if not self.verify_claims(claims):

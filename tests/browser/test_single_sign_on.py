@@ -23,6 +23,7 @@ from django.db import connection
 from playwright.sync_api import expect
 
 from console.models import SsoIdentity
+from console.oidc import CHECKED_AT
 from console.services.sso import (
     SSO_ACTOR,
     SignInRefused,
@@ -275,6 +276,20 @@ def test_it_never_takes_over_a_superuser_and_links_an_ordinary_local_account(db,
     assert not olga.groups.exists() and TenantScope.objects.get(user=olga).tenants == []
     with pytest.raises(SignInRefused, match="another identity"):
         sso_sign_in(claims={"sub": "s-3", "preferred_username": "olga"}, ip=None)
+
+
+def test_it_ends_the_session_of_a_user_deactivated_in_the_console(client, db, sso_on):
+    sso_on.SAGA_OIDC_RECHECK_SECONDS = 3600.0  # the provider is not asked: the console's own check
+    olga = sso_sign_in(claims={"sub": "s-9", "preferred_username": "olga", "groups": ["ops-staff"]}, ip=None)
+    client.force_login(olga, backend="console.oidc.SsoBackend")
+    session = client.session
+    session[CHECKED_AT] = time.time()
+    session.save()
+    assert client.get("/runs/").status_code == 200
+    olga.is_active = False
+    olga.save()
+    signed_out = client.get("/runs/")
+    assert signed_out.status_code == 302 and signed_out.url.startswith("/login/")
 
 
 def test_it_maps_claims_to_roles_and_tenants_as_configured(sso_on):
