@@ -38,6 +38,8 @@ from tests.procs import BENCH_OWN, run_python
                                    "check / replay"]),
         ("bench/schedules.py", ["ticks fired", "runs started (one per tick, none twice)",
                                 "tick lateness p50 / p95 / max"]),
+        pytest.param("bench/tracing.py", ["wall ms per run", "CPU ms per run (this process)"],
+                     marks=pytest.mark.xdist_group(BENCH_OWN)),  # a private Redis, an OTLP receiver
         ("bench/partition.py", ["append statement, 1 client", "load_journal, one run (5",
                                 "history page, long run, first", "retention: one month",
                                 "retention: journal entries removed per second"]),
