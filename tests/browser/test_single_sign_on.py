@@ -236,6 +236,11 @@ def test_it_refuses_passwords_when_they_are_off_but_a_superuser_may_break_glass(
                                            is_staff=True)
     get_user_model().objects.create(username="root", password=make_password("root-password-1"), is_superuser=True,
                                     is_staff=True)
+    sso_on.SAGA_LOCAL_PASSWORDS = True  # both ways in
+    page = client.get("/login/?next=/runs/").content.decode()
+    assert f'href="/oidc/authenticate/?next=/runs/">Sign in with {PROVIDER}' in page and 'name="password"' in page
+    assert client.get("/login/break-glass/").status_code == 404  # the login page has the form
+    sso_on.SAGA_LOCAL_PASSWORDS = False
     page = client.get("/login/").content.decode()
     assert f"Sign in with {PROVIDER}" in page and 'name="password"' not in page
 
