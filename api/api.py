@@ -12,7 +12,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ObjectDoesNotExist, PermissionDenied, RequestDataTooBig
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
@@ -21,6 +21,7 @@ from ninja.openapi.docs import Swagger
 from api.auth import ApiKeyAuth
 from api.errors import Problem, problem_response
 from core.storage import is_storage_error
+from operators.services.dual_rules import ConfirmationNeeded
 
 
 class LocalSwagger(Swagger):
@@ -79,17 +80,31 @@ class SagaApi(NinjaAPI):
                 body["required"] = sorted({*body.get("required", []), "expected"})
         for path, operations in schema["paths"].items():
             for method, op in operations.items():
-                _document_errors(path, method.upper(), op)
+                _document_errors(path, method.upper(), op, components)
         return schema
 
 
-def _document_errors(path: str, method: str, op: dict[str, Any]) -> None:
+# The operations a dual-control rule may cover (their last path segment, POST).
+DUAL_CONTROLLED = frozenset({"cancel", "compensate", "pause", "move", "redrive", "fork", "resolve"})
+
+
+def _body_names_workflow(op: dict[str, Any], components: dict[str, Any]) -> bool:
+    """Whether the operation's JSON body has a ``workflow`` (one this process may not have)."""
+    body = op.get("requestBody", {}).get("content", {}).get("application/json", {}).get("schema", {})
+    if "$ref" in body:
+        body = components.get(body["$ref"].rsplit("/", 1)[-1], {})
+    return "workflow" in body.get("properties", {})
+
+
+def _document_errors(path: str, method: str, op: dict[str, Any], components: dict[str, Any]) -> None:
     responses = op.setdefault("responses", {})
     problems = {"500": "an unexpected error (logged)", "503": "our database or Redis cannot answer now; retry"}
     if op.get("parameters") or op.get("requestBody"):
         problems["400"] = "a parameter or the body does not match the schema"
     if "{" in path:
         problems["404"] = "no such object (or not in your key's tenant)"
+    elif _body_names_workflow(op, components):
+        problems["404"] = "no such workflow (or version) is registered"
     if op.get("security"):
         problems["401"] = "no valid API key"
         problems["403"] = "the key's role or tenant does not allow this"
@@ -104,6 +119,14 @@ def _document_errors(path: str, method: str, op: dict[str, Any]) -> None:
         responses.setdefault("429", _problem_ref(
             "too many requests for this key this minute",
             **{"Retry-After": {"description": "seconds until the window ends", "schema": {"type": "integer"}}}))
+    if method == "POST" and path.rsplit("/", 1)[-1] in DUAL_CONTROLLED and ("/runs/{" in path or "/effects/{" in path):
+        responses.setdefault("202", {
+            "description": "dual control: a SAGA_DUAL_CONTROL rule covers this action; it was checked and stored, "
+                           "not done, until another person confirms it (POST /api/v1/dual-control/{id}/confirm)",
+            "content": {"application/json": {"schema": {
+                "type": "object", "required": ["message", "dual_control"],
+                "properties": {"message": {"type": "string"},
+                               "dual_control": {"$ref": "#/components/schemas/DualOut"}}}}}})
     if path.rstrip("/").endswith("/runs") and method == "POST":
         params = op.setdefault("parameters", [])
         if not any(p.get("name") == "Idempotency-Key" for p in params):
@@ -166,6 +189,15 @@ def _http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
     return problem_response(request, kind, str(exc))
 
 
+@api.exception_handler(ConfirmationNeeded)
+def _awaiting_confirmation(request: HttpRequest, exc: ConfirmationNeeded) -> HttpResponse:
+    """Dual control: the action was checked and stored, not done; a second person confirms it
+    (``POST /api/v1/dual-control/{id}/confirm``)."""
+    from api.routes.dual import dual_out
+
+    return JsonResponse({"message": str(exc), "dual_control": dual_out(exc.request)}, status=202)
+
+
 @api.exception_handler(Exception)
 def _unexpected(request: HttpRequest, exc: Exception) -> HttpResponse:
     """Our storage failing is a 503 to retry, never the caller's fault; anything else is logged
@@ -182,6 +214,7 @@ def _routers() -> None:
     from api.routes import (
         approvals,
         connectors,
+        dual,
         effects,
         hooks,
         problems,
@@ -202,6 +235,7 @@ def _routers() -> None:
     api.add_router("/connectors", connectors.router)
     api.add_router("/spend-limits", spend_limits.router)
     api.add_router("/problems", problems.router)
+    api.add_router("/dual-control", dual.router)
 
 
 _routers()

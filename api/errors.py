@@ -24,6 +24,7 @@ PROBLEMS: dict[str, tuple[int, str]] = {
     "conflict": (409, "Not possible in the object's current state"),
     "four-eyes": (409, "The person who started the run cannot decide its approvals"),
     "budget": (409, "A budget does not allow this"),
+    "second-person": (403, "Another person must confirm this"),
     "method-not-allowed": (405, "This path does not take this method"),
     "payload-too-large": (413, "The request body is too large"),
     "unsupported-media-type": (415, "The request body must be JSON (Content-Type: application/json)"),
@@ -73,6 +74,8 @@ PROBLEM_HELP: dict[str, str] = {
                    "first. Read it again, then decide.",
     "conflict": "The object's current state does not allow this action (for example, a finished run).",
     "four-eyes": "The person who started a run cannot decide its approvals: another person must.",
+    "second-person": "Dual control: the person (or key) who asked for a dangerous action cannot confirm or refuse "
+                     "their own request; another one with the action's role must (withdraw it instead).",
     "budget": "A budget or limit does not allow this.",
     "method-not-allowed": "The path exists but not with this HTTP method; the `Allow` header lists the ones it takes.",
     "payload-too-large": "The request body is larger than the server accepts.",

@@ -419,3 +419,13 @@ SAGAS_TRACING_EXPORTERS = env_trace_exporters() if SAGAS_TRACING else ()
 # The run page links to the run's trace: {trace_id} (32 hex digits) and {run_id} are filled in.
 # Unset: no link. E.g. https://tempo.example/trace/{trace_id} or http://jaeger:16686/trace/{trace_id}.
 SAGAS_TRACE_URL_TEMPLATE = env_url_template("SAGAS_TRACE_URL_TEMPLATE", placeholder="{trace_id}")
+
+# --- dual control (operators/services/dual.py, docs/operations/dual-control.md) ---------------
+# Which dangerous actions need a second person, for which tenants: a JSON object of rule ->
+# "*" (every tenant) or a list of tenants. Rules: run.compensate (also cancelling with
+# compensation), effect.resolve_unsafe (resolving as not executed or failed), run.fork, run.move,
+# run.redrive, run.pause (the repair actions) and bulk (a bulk batch of at least
+# SAGA_DUAL_CONTROL_BULK_ITEMS items, or of an action a rule covers). Unset: none.
+SAGA_DUAL_CONTROL = env_json_map("SAGA_DUAL_CONTROL")
+SAGA_DUAL_CONTROL_BULK_ITEMS = env_int("SAGA_DUAL_CONTROL_BULK_ITEMS", 100, minimum=1)
+SAGA_DUAL_CONTROL_MINUTES = env_int("SAGA_DUAL_CONTROL_MINUTES", 60, minimum=1)  # a request's deadline

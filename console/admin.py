@@ -32,7 +32,7 @@ from console.models import BulkBatch, BulkItem, SsoIdentity
 from core.redacted_admin import ReadOnlyAdmin as KeptAdmin
 from core.redacted_admin import RedactedFieldsAdmin
 from operators import roles
-from operators.models import AuditEntry
+from operators.models import AuditEntry, DualControlRequest
 from operators.selectors.tenancy import tenants_of
 
 log = logging.getLogger("console.admin")
@@ -126,6 +126,18 @@ class AuditEntryAdmin(ReadOnlyAdmin):
     search_fields = ("actor_label", "object_id")
     redacted_fields = ("before", "after", "reason", "message")
     date_hierarchy = "created_at"
+    show_full_result_count = False
+
+
+@admin.register(DualControlRequest)
+class DualControlRequestAdmin(ReadOnlyAdmin):
+    """Read-only: a request is confirmed or refused in the console's inbox, audited."""
+
+    list_display = ("id", "created_at", "requested_by_label", "action", "object_type", "object_id", "state",
+                    "decided_by_label")
+    list_filter = ("state", "action")
+    search_fields = ("requested_by_label", "decided_by_label", "object_id")
+    redacted_fields = ("reason", "decision_reason", "params", "seen", "result")
     show_full_result_count = False
 
 

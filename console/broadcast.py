@@ -56,6 +56,7 @@ from console.topics import (
 )
 from ledger.signals import circuit_changed, effect_changed
 from operators.models import AuditEntry
+from operators.services.dual_rules import dual_changed
 from sagas.events import run_changed
 
 log = logging.getLogger("console.live")
@@ -247,3 +248,13 @@ def connect_signals() -> None:
     effect_changed.connect(_on_effect_changed, dispatch_uid="console.live.effect_changed")
     post_save.connect(_on_audit, sender=AuditEntry, dispatch_uid="console.live.audit")
     circuit_changed.connect(_on_circuit_changed, dispatch_uid="console.live.circuit_changed")
+    dual_changed.connect(_on_dual_changed, dispatch_uid="console.live.dual_changed")
+
+
+def _on_dual_changed(sender: Any, request: Any, **kwargs: Any) -> None:
+    """A dual-control request was made or ended: the inbox beside the approvals looks again, and
+    so does the page of the run it is about."""
+    topics = [APPROVALS, OVERVIEW]
+    if request.object_type == "run":
+        topics.append(run_topic(request.object_id))
+    broadcast(*topics)

@@ -58,6 +58,10 @@ urlpatterns = [
     path("effects/<int:effect_id>/resolve/", queues.effect_resolve, name="effect_resolve"),
     path("approvals/", queues.approvals, name="approvals"),
     path("approvals/<int:approval_id>/decide/", queues.approval_decide, name="approval_decide"),
+    # Dual control: requests waiting for a second person, shown in the approvals inbox.
+    path("dual/<int:request_id>/confirm/", queues.dual_confirm_view, name="dual_confirm"),
+    path("dual/<int:request_id>/refuse/", queues.dual_refuse_view, name="dual_refuse"),
+    path("dual/<int:request_id>/withdraw/", queues.dual_withdraw_view, name="dual_withdraw"),
     # Versions.
     path("versions/", versions.versions, name="versions"),
     path("versions/diff/", versions.version_diff, name="version_diff"),

@@ -9,7 +9,7 @@ from ninja import Field, Query, Router, Schema
 
 from api.auth import ApiRequest
 from api.errors import Problem
-from api.routes.common import CURSOR, MAX_PAGE, Text, console_action, int_id_of, next_link, parse_cursor
+from api.routes.common import INT_CURSOR, MAX_PAGE, Text, console_action, int_id_of, next_link, one_of, parse_cursor
 from api.routes.runs import RunOut, actor_of, run_out
 from operators.selectors.paging import keyset_page
 from operators.selectors.queues import approvals_open
@@ -22,9 +22,10 @@ STATES = tuple(ApprovalState.values)
 
 
 class ApprovalQuery(Schema):
-    state: str = Field("", max_length=40, description=f"one of {', '.join(STATES)}; default: the open ones "
-                                                       f"({', '.join(OPEN_APPROVAL_STATES)}) of waiting runs")
-    cursor: str = Field("", max_length=100, pattern=CURSOR)
+    state: str = Field("", max_length=40, pattern=one_of(STATES),
+                       description=f"one of {', '.join(STATES)}; default: the open ones "
+                                   f"({', '.join(OPEN_APPROVAL_STATES)}) of waiting runs")
+    cursor: str = Field("", max_length=100, pattern=INT_CURSOR)
     limit: int = Field(50, ge=1, le=MAX_PAGE)
 
 

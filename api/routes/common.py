@@ -12,7 +12,7 @@ from typing import Annotated, Any
 
 from django.core.exceptions import ObjectDoesNotExist
 from django.http import HttpRequest
-from pydantic import AfterValidator, BeforeValidator
+from pydantic import AfterValidator, BeforeValidator, Field
 
 from api.errors import Problem
 from ledger.errors import InvalidResolution
@@ -23,9 +23,24 @@ from sagas.errors import FourEyesViolation, InvalidArgument, NotSerializable
 MAX_PAGE = 200  # rows a page may ask for (``limit``)
 # What the schema says of a name or key on one line (a workflow, a tenant, a business key): no NUL
 # and no control character, as the engine's checks (``sagas.validation``) refuse them.
-ONE_LINE = r"^[^\x00-\x1f\x7f]*$"
-# A page cursor, as the previous page's ``cursor`` gave it (``operators.selectors.paging``), or empty.
-CURSOR = r"^([0-9]{1,20}_[0-9a-f]{1,32})?$"
+ONE_LINE = r"^[^\x00-\x1f\x7f-\x9f]*$"
+# A page cursor, as the previous page's ``cursor`` gave it (``operators.selectors.paging``), or empty:
+# microseconds since 1970 (17 digits reach the year 5000) and the last row's id, a UUID's 32 hex
+# digits (runs) or a number (effects, approvals; 18 digits stay within PostgreSQL's bigint).
+CURSOR = r"^([0-9]{1,17}_[0-9a-f]{32})?$"
+INT_CURSOR = r"^([0-9]{1,17}_[0-9]{1,18})?$"
+# A run's id as the API writes it (a UUID, lower or upper case), or empty.
+UUID_OR_EMPTY = r"^([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})?$"
+
+
+def one_of(values: Any) -> str:
+    """The pattern of a query filter that takes one of ``values`` exactly, or empty (no filter)."""
+    return choice(values)[:-1] + "?$"
+
+
+def choice(values: Any) -> str:
+    """The pattern of a value that is one of ``values`` exactly."""
+    return "^(" + "|".join(re.escape(str(v)) for v in values) + ")$"
 
 
 def _no_nul(text: str) -> str:
@@ -34,7 +49,9 @@ def _no_nul(text: str) -> str:
     return text
 
 
-Text = Annotated[str, AfterValidator(_no_nul)]  # free text the audit log and the journal keep as sent
+# Free text the audit log and the journal keep as sent; the schema says "no NUL" as a pattern.
+NO_NUL = r"^[^\x00]*$"
+Text = Annotated[str, AfterValidator(_no_nul), Field(json_schema_extra={"pattern": NO_NUL})]
 
 _NUMBER = re.compile(r"[+-]?\d+(\.\d*)?([eE][+-]?\d+)?")
 
@@ -48,6 +65,24 @@ def _iso_only(value: Any) -> Any:
 
 
 IsoDateTime = Annotated[datetime, BeforeValidator(_iso_only)]  # what the schema's date-time allows
+
+
+def integral_float(value: Any) -> Any:
+    """JSON Schema's integer includes 594.0, which a strict int field (never "5" or true) would
+    refuse: ``Annotated[int, Field(strict=True, ge=..), BeforeValidator(integral_float)]``."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+# What ``str.strip`` takes away (Python's whitespace): a name may not start or end with one.
+_SPACE = r"\t\n\x0b\x0c\r\x1c-\x20\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
+
+
+# Text that must say something: at least one character that is not a space, and no NUL.
+SAID = f"^[^\\x00]*[^{_SPACE}\\x00][^\\x00]*$"
+
+
+def name_pattern(most: int) -> str:
+    """1 to ``most`` characters, no NUL, no space around them (as ``spend_names_checked``)."""
+    return f"^[^{_SPACE}\\x00]([^\\x00]{{0,{most - 2}}}[^{_SPACE}\\x00])?$"
 
 API_MISSING_EXPECTED = ("send `expected`: the state you saw (for instance WAITING), so it can be checked that "
                         "nothing changed since; nothing was changed")

@@ -7,13 +7,14 @@ here (the Python API, ``ledger.pause_connector`` and the others, takes any name)
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
 from ninja import Field, Router, Schema
+from pydantic import BeforeValidator, ConfigDict
 
 from api.auth import ApiRequest
 from api.errors import Problem
-from api.routes.common import Text, console_action
+from api.routes.common import Text, console_action, integral_float
 from api.routes.runs import actor_of
 from core.redaction import redact_text
 from ledger.flow.selectors import ConnectorState, connector_state, connector_states
@@ -109,18 +110,40 @@ class ActIn(Schema):
     expected: str = EXPECTED
 
 
+Count1 = Annotated[int, Field(strict=True, ge=1, le=MAX_COUNT), BeforeValidator(integral_float)]
+Count0 = Annotated[int, Field(strict=True, ge=0, le=MAX_COUNT), BeforeValidator(integral_float)]
+NOT_NULL = ("burst", "key_field", "circuit_failures", "circuit_window_seconds", "circuit_cooldown_seconds")
+
+
+def _every_limit_or_declared(schema: dict[str, Any]) -> None:
+    """The schema says what ``_limits`` refuses: ``declared: true`` and no limit, or every limit,
+    null only where it means "no such limit" (rate, max_in_flight)."""
+    for name in NOT_NULL:
+        prop = schema["properties"][name]
+        typed = [option for option in prop.pop("anyOf", []) if option.get("type") != "null"]
+        prop.update(typed[0] if typed else {})
+        prop.pop("default", None)
+    schema["oneOf"] = [
+        {"required": ["declared"], "properties": {"declared": {"const": True}},
+         "not": {"anyOf": [{"required": [name]} for name in LIMIT_FIELDS]}},
+        {"required": list(LIMIT_FIELDS), "properties": {"declared": {"const": False}}},
+    ]
+
+
 class LimitsIn(Schema):
     """Every limit (as GET shows them under ``limits``), or ``declared: true`` and none."""
+
+    model_config = ConfigDict(json_schema_extra=_every_limit_or_declared)
 
     declared: bool = Field(False, description="true: back to what the connector's class declares, which it "
                                               "then follows (send no limit with it)")
     rate: float | None = Field(None, ge=0.001, le=MAX_RATE, allow_inf_nan=False,
                                description="calls per second; null: no rate limit")
-    burst: int | None = Field(None, ge=1, le=MAX_COUNT, strict=True)
-    max_in_flight: int | None = Field(None, ge=1, le=MAX_COUNT, strict=True, description="null: no limit")
+    burst: Count1 | None = None
+    max_in_flight: Count1 | None = Field(None, description="null: no limit")
     key_field: str | None = Field(None, max_length=KEY_FIELD_CHARS,
                                   description='"", "tenant" or a payload field (letters, digits, . _ -)')
-    circuit_failures: int | None = Field(None, ge=0, le=MAX_COUNT, strict=True, description="0: no breaker")
+    circuit_failures: Count0 | None = Field(None, description="0: no breaker")
     circuit_window_seconds: float | None = Field(None, ge=0.1, le=86_400, allow_inf_nan=False)
     circuit_cooldown_seconds: float | None = Field(None, ge=0.1, le=86_400, allow_inf_nan=False)
     reason: Text = REASON
@@ -170,7 +193,7 @@ def _limits(body: LimitsIn) -> Limits | None:
     if missing:
         raise _invalid(missing[0], "required (send every limit, null for no such limit, or `declared: true`)")
     values = {f: getattr(body, f) for f in LIMIT_FIELDS}
-    for field in ("burst", "key_field", "circuit_failures", "circuit_window_seconds", "circuit_cooldown_seconds"):
+    for field in NOT_NULL:
         if values[field] is None:
             raise _invalid(field, "must not be null")
     # One value at a time against valid ones, so the problem names the field the service refuses.

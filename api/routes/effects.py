@@ -9,7 +9,7 @@ from ninja import Field, Query, Router, Schema
 
 from api.auth import ApiRequest
 from api.errors import Problem
-from api.routes.common import CURSOR, MAX_PAGE, Text, console_action, int_id_of, next_link, parse_cursor
+from api.routes.common import INT_CURSOR, MAX_PAGE, Text, console_action, int_id_of, next_link, one_of, parse_cursor
 from api.routes.runs import actor_of
 from ledger.models import EffectRecord, EffectStatus
 from operators.selectors.paging import keyset_page
@@ -21,10 +21,10 @@ OPEN = (EffectStatus.UNKNOWN, EffectStatus.IN_PROGRESS)
 
 
 class EffectQuery(Schema):
-    status: str = Field("", max_length=40, description="UNKNOWN, or IN_PROGRESS (stuck: no worker holds its "
-                                                        "run); default: both")
+    status: str = Field("", max_length=40, pattern=one_of(OPEN),
+                        description="UNKNOWN, or IN_PROGRESS (stuck: no worker holds its run); default: both")
     connector: str = Field("", max_length=200)
-    cursor: str = Field("", max_length=100, pattern=CURSOR)
+    cursor: str = Field("", max_length=100, pattern=INT_CURSOR)
     limit: int = Field(50, ge=1, le=MAX_PAGE)
 
 

@@ -16,10 +16,12 @@ from api.routes.common import (
     CURSOR,
     MAX_PAGE,
     ONE_LINE,
+    UUID_OR_EMPTY,
     IsoDateTime,
     Text,
     console_action,
     next_link,
+    one_of,
     parse_cursor,
     run_id_of,
 )
@@ -191,7 +193,7 @@ STATUSES = tuple(RunStatus.values)
 
 
 class RunListQuery(Schema):
-    status: str = Field("", max_length=40, description=f"one of {', '.join(STATUSES)}")
+    status: str = Field("", max_length=40, pattern=one_of(STATUSES), description=f"one of {', '.join(STATUSES)}")
     workflow: str = Field("", max_length=200)
     version: int | None = Field(None, ge=1, le=2**31 - 1, description="with `workflow`")
     reason: str = Field("", max_length=500, description="status reasons, comma-separated (any of them)")
@@ -201,7 +203,8 @@ class RunListQuery(Schema):
     created_from: IsoDateTime | None = Field(None, description="inclusive")
     created_to: IsoDateTime | None = Field(None, description="exclusive")
     top_level: bool = Field(False, description="only runs no run started as its child")
-    parent: str = Field("", max_length=100, description="only the child runs of this run (its id)")
+    parent: str = Field("", max_length=100, pattern=UUID_OR_EMPTY,
+                        description="only the child runs of this run (its id)")
     cursor: str = Field("", max_length=100, pattern=CURSOR, description="from the previous page's `cursor`")
     limit: int = Field(RUNS_PAGE_SIZE, ge=1, le=MAX_PAGE)
 
@@ -254,8 +257,6 @@ def list_runs(request: ApiRequest, query: Query[RunListQuery]) -> dict[str, Any]
             parent = str(uuid.UUID(query.parent.strip()))
         except ValueError:
             raise Problem("validation", f"parent must be a run id, not {query.parent[:100]!r}") from None
-    if parent and query.top_level:
-        raise Problem("validation", "top_level and parent cannot go together: a run's children are never top-level")
     filters = RunFilters(status=query.status, workflow=query.workflow.strip(), version=query.version,
                          tenant=query.tenant.strip(), created_from=_aware(query.created_from),
                          created_to=_aware(query.created_to),

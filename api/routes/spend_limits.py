@@ -12,18 +12,28 @@ clients and proxies drop a DELETE's body.
 
 from __future__ import annotations
 
+import math
 from datetime import date, datetime
 from decimal import Decimal
-from typing import Any
+from typing import Annotated, Any
 
-from ninja import Field, Router, Schema
+from ninja import Field, Path, Router, Schema
+from pydantic import BeforeValidator, WithJsonSchema
 
 from api.auth import ApiRequest
 from api.errors import Problem
-from api.routes.common import Text, console_action
+from api.routes.common import Text, console_action, name_pattern
 from api.routes.runs import actor_of
 from ledger.flow.selectors import SpendLimitState
-from ledger.flow.services import MAX_SPEND, SPEND_DECIMALS, InvalidFlowSetting, spend_names_checked, spend_per_day
+from ledger.flow.services import (
+    MAX_SPEND,
+    SPEND_CONNECTOR_CHARS,
+    SPEND_DECIMALS,
+    SPEND_TENANT_CHARS,
+    InvalidFlowSetting,
+    spend_names_checked,
+    spend_per_day,
+)
 from operators.services.connectors import connector_spend_limit_act, spend_limits_seen, spend_whose
 
 router = Router(tags=["spend limits"])
@@ -55,8 +65,30 @@ class SpendLimitOut(Schema):
                                                                   "null for a tenant's own limit")
 
 
+def _float_noise_off(value: Any) -> Any:
+    """A JSON number is a binary float: 0.000003 may arrive as 3.0000000000000004e-06. Within
+    1e-9 of a value with ``SPEND_DECIMALS`` places, it is that value; text ("0.5") is taken as
+    written, and a number further off keeps its places (and is refused for them)."""
+    if isinstance(value, float) and math.isfinite(value):
+        near = round(value, SPEND_DECIMALS)
+        if abs(near - value) <= 1e-9:
+            return Decimal(f"{near:.{SPEND_DECIMALS}f}")
+    return value
+
+
+# What the schema says of an amount: text with at most SPEND_DECIMALS places, or a number up to
+# MAX_SPEND in steps of 10^-SPEND_DECIMALS.
+_AMOUNT_SCHEMA = {"anyOf": [
+    {"type": "number", "minimum": 0, "maximum": float(MAX_SPEND),
+     "multipleOf": float(Decimal(1).scaleb(-SPEND_DECIMALS))},
+    {"type": "string", "pattern": rf"^[0-9]{{1,8}}(\.[0-9]{{1,{SPEND_DECIMALS}}})?$"},
+    {"type": "null"},
+]}
+
+
 class SpendLimitIn(Schema):
-    per_day: Decimal | None = Field(..., description=f"usd per UTC day, 0 to {MAX_SPEND} with at most "
+    per_day: Annotated[Decimal | None, BeforeValidator(_float_noise_off), WithJsonSchema(_AMOUNT_SCHEMA)] = Field(
+        ..., description=f"usd per UTC day, 0 to {MAX_SPEND} with at most "
                                                      f"{SPEND_DECIMALS} decimal places (a number, or its text such "
                                                      f"as \"0.5\"); null removes the limit")
     reason: Text = Field(..., min_length=1, max_length=4000, description="goes into the audit log")
@@ -91,7 +123,9 @@ def list_spend_limits(request: ApiRequest, tenant: str = "", connector: str = ""
 
 @router.put("/{tenant}/{connector}", response=SpendLimitDone,
             summary="Set, change or remove a tenant's daily spend limit on a connector")
-def set_spend_limit(request: ApiRequest, tenant: str, connector: str, body: SpendLimitIn) -> dict[str, Any]:
+def set_spend_limit(request: ApiRequest, body: SpendLimitIn,
+                    tenant: str = Path(..., pattern=name_pattern(SPEND_TENANT_CHARS)),
+                    connector: str = Path(..., pattern=name_pattern(SPEND_CONNECTOR_CHARS))) -> dict[str, Any]:
     """``per_day`` usd per UTC day for ``tenant`` (``*``: every tenant without its own) on
     ``connector``; ``per_day: null`` removes it. Runs parked at the limit resume at the
     sweeper's next pass once their tenant's spend today is under it.

@@ -93,7 +93,9 @@ def check_workflow(request: ApiRequest, body: CheckIn) -> dict[str, Any]:
         raise Problem("forbidden", "a role is needed to check runs")
     try:
         definition = definition_for(body.workflow, body.version)
-    except (WorkflowNotRegistered, InvalidArgument) as exc:
+    except WorkflowNotRegistered as exc:
+        raise Problem("not-found", str(exc)) from None  # a well-formed name this process does not know
+    except InvalidArgument as exc:
         raise Problem("validation", str(exc)) from None
     runs = [run for run in runs_to_check(body.workflow, version=body.runs_of_version, sample=body.sample)
             if may_see(request.user, run.tenant)]

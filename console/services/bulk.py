@@ -40,9 +40,18 @@ from ledger.services import RESOLUTION_OUTCOMES
 from operators import roles
 from operators.models import AuditEntry, AuditOutcome
 from operators.selectors.tenancy import object_tenant
-from operators.services.actions import Actor, Denied, Incomplete, Refused, audit_denied
+from operators.services.actions import Actor, Denied, Incomplete, Refused, audit_denied, second_person_request
+from operators.services.dual_rules import (
+    Asked,
+    ConfirmationNeeded,
+    bulk_min_items,
+    confirming,
+    covered,
+    is_confirming,
+    register_act,
+)
 from operators.services.limits import clip_text
-from operators.services.queues import approval_act, effect_manual_resolve
+from operators.services.queues import UNSAFE_OUTCOMES, approval_act, effect_manual_resolve
 from operators.services.runs import run_cancel_act, run_move_act, run_redrive_act, run_retry_act
 from operators.services.tenancy import OUTSIDE_TENANTS, NotFound
 from sagas.events import swept
@@ -147,6 +156,7 @@ def _confirm_problem(bulk: BulkAction, batch: BulkBatch, *, reason: str, confirm
     return ""
 
 
+@register_act
 def batch_confirm(actor: Actor, *, token: Any, reason: str, confirmed: bool, outcome: str = "",
                   evidence: str = "", version: int | None = None) -> BulkBatch:
     """Queue a draft batch of ``actor``'s with ``reason`` (and, to resolve effects, the
@@ -158,8 +168,8 @@ def batch_confirm(actor: Actor, *, token: Any, reason: str, confirmed: bool, out
         batch = BulkBatch.objects.select_for_update().get(token=token)
         if batch.state != BulkState.DRAFT:
             return batch
-        if batch.user_id != actor.user.pk:  # a draft is its author's only
-            raise NotFound("no such batch")
+        if batch.user_id != actor.user.pk and not is_confirming():  # a draft is its author's only (or a
+            raise NotFound("no such batch")  # second person's, confirming the author's request)
         bulk = ACTIONS[batch.action]
         problem = _confirm_problem(bulk, batch, reason=reason, confirmed=confirmed, outcome=outcome,
                                    evidence=evidence, version=version)
@@ -170,19 +180,59 @@ def batch_confirm(actor: Actor, *, token: Any, reason: str, confirmed: bool, out
         batch = BulkBatch.objects.select_for_update().get(id=batch.id)
         if batch.state != BulkState.DRAFT:
             return batch
-        now = timezone.now()
-        batch.state, batch.reason, batch.confirmed_at, batch.heartbeat_at = BulkState.QUEUED, reason, now, now
-        batch.outcome, batch.evidence = (outcome, evidence.strip()) if bulk.object_type == "effect" else ("", "")
-        batch.version = version if bulk.name in VERSIONED else None
-        batch.save(update_fields=["state", "reason", "confirmed_at", "heartbeat_at", "outcome", "evidence", "version"])
-        _batch_audit(actor, bulk.name, object_id=batch.id, outcome=AuditOutcome.OK, reason=reason,
-                     after={"items": batch.total, "selection": batch.selection, "outcome": batch.outcome,
-                            "evidence": batch.evidence, "version": batch.version},
-                     tenant=batch.tenant)
-        batch_id = batch.id
-        for _ in range(JOBS_PER_BATCH):
-            transaction.on_commit(lambda: enqueue(batch_id))
-        transaction.on_commit(lambda: broadcast(topics.BULK))
+        asked = _needs_second_person(bulk, batch, token=token, reason=reason, confirmed=confirmed, outcome=outcome,
+                                     evidence=evidence, version=version)
+        if asked is not None:
+            request = second_person_request(actor, asked, action=bulk.item_action, object_type="bulk",
+                                            object_id=batch.id, tenant=batch.tenant, reason=reason,
+                                            seen={"state": batch.state, "items": batch.total})
+        else:
+            return _queue(actor, bulk, batch, reason=reason, outcome=outcome, evidence=evidence, version=version)
+    raise ConfirmationNeeded(request)
+
+
+def _item_rule(bulk: BulkAction, outcome: str) -> str | None:
+    """The dual-control rule that covers the batch's single action, if any."""
+    if bulk.name == "run.cancel_compensate":
+        return "run.compensate"
+    if bulk.name in ("run.move", "run.redrive"):
+        return bulk.name
+    if bulk.name == "effect.resolve" and outcome in UNSAFE_OUTCOMES:
+        return "effect.resolve_unsafe"
+    return None
+
+
+def _needs_second_person(bulk: BulkAction, batch: BulkBatch, *, token: Any, **asked: Any) -> Asked | None:
+    """Dual control of a batch: a rule covers its single action (for the batch's tenant; any
+    tenant a rule names for a batch of several), or the batch rule and its size. The items are
+    then done without asking again (``_chunk`` runs them as confirmed)."""
+    if is_confirming():
+        return None
+    rule = _item_rule(bulk, asked["outcome"])
+    if not covered(rule, batch.tenant):
+        rule = "bulk" if covered("bulk", batch.tenant) and batch.total >= bulk_min_items() else None
+    if rule is None:
+        return None
+    return Asked(rule, batch_confirm.__name__, {"token": str(token), **asked},
+                 f"{bulk.label}: {batch.total} {bulk.kind} (bulk batch {batch.id})")
+
+
+def _queue(actor: Actor, bulk: BulkAction, batch: BulkBatch, *, reason: str, outcome: str, evidence: str,
+           version: int | None) -> BulkBatch:
+    """Queue the locked draft ``batch``: its audit entry, then its jobs after commit."""
+    now = timezone.now()
+    batch.state, batch.reason, batch.confirmed_at, batch.heartbeat_at = BulkState.QUEUED, reason, now, now
+    batch.outcome, batch.evidence = (outcome, evidence.strip()) if bulk.object_type == "effect" else ("", "")
+    batch.version = version if bulk.name in VERSIONED else None
+    batch.save(update_fields=["state", "reason", "confirmed_at", "heartbeat_at", "outcome", "evidence", "version"])
+    _batch_audit(actor, bulk.name, object_id=batch.id, outcome=AuditOutcome.OK, reason=reason,
+                 after={"items": batch.total, "selection": batch.selection, "outcome": batch.outcome,
+                        "evidence": batch.evidence, "version": batch.version},
+                 tenant=batch.tenant)
+    batch_id = batch.id
+    for _ in range(JOBS_PER_BATCH):
+        transaction.on_commit(lambda: enqueue(batch_id))
+    transaction.on_commit(lambda: broadcast(topics.BULK))
     return batch
 
 
@@ -237,7 +287,8 @@ def _item(batch: BulkBatch, bulk: BulkAction, actor: Actor, item: BulkItem, *, c
         return BulkOutcome.DENIED, "the batch's author is deactivated"
     savepoint = transaction.savepoint() if careful else None
     try:
-        _act(batch, bulk, actor, item)
+        with confirming():  # a batch a rule covers was confirmed by a second person as a whole
+            _act(batch, bulk, actor, item)
     except (Denied, NotFound, Refused, Incomplete) as exc:
         if savepoint:
             transaction.savepoint_commit(savepoint)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied, ValidationError
@@ -38,6 +39,7 @@ from console.views.base import ConsoleRequest, actor_of, bad_request, live_conte
 from ledger.services import RESOLUTION_OUTCOMES
 from operators import roles
 from operators.services.actions import Denied, Incomplete
+from operators.services.dual_rules import ConfirmationNeeded
 
 BULK_FRAGMENT = "bulk_batch"
 OUTCOME_LABELS = {
@@ -149,6 +151,9 @@ def bulk_confirm(request: ConsoleRequest, token: Any) -> HttpResponse:
             outcome=typed["outcome"], evidence=typed["downstream_ref"],
             version=version,
         )
+    except ConfirmationNeeded as exc:  # dual control: the batch waits for a second person
+        messages.info(request, str(exc))
+        return redirect("console:approvals")
     except Denied as exc:
         return _preview(request, batch, status=403, error=str(exc), typed=typed)
     except Incomplete as exc:

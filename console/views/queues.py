@@ -41,6 +41,7 @@ from console.views.base import (
 from console.views.notices import message_oob, page_messages
 from ledger.models import EffectRecord
 from operators import roles
+from operators.models import DualControlRequest
 from operators.selectors.paging import BadCursor, Cursor, Page, decode_cursor
 from operators.selectors.queues import (
     approval_current_decision,
@@ -52,9 +53,11 @@ from operators.selectors.queues import (
 )
 from operators.selectors.runs import workflow_names
 from operators.services.actions import Denied, Incomplete, Refused
+from operators.services.dual import DualRefused, dual_confirm, dual_open, dual_refuse, dual_withdraw
+from operators.services.dual_rules import ConfirmationNeeded
 from operators.services.queues import approval_act, effect_manual_resolve
 from operators.services.queues import effect_query as effect_query_service
-from sagas.models import ApprovalRequest, ApprovalState
+from sagas.models import ApprovalRequest, ApprovalState, WorkflowRun
 
 EFFECTS_FRAGMENT = "effects_queue"
 APPROVALS_FRAGMENT = "approvals_inbox"
@@ -85,6 +88,11 @@ def _act(
     with a message, or the fragment for htmx."""
     try:
         result = action()
+    except ConfirmationNeeded as exc:  # dual control: stored for a second person, nothing done yet
+        if request.htmx:
+            return rerender(request, status=202, notice=str(exc))
+        messages.info(request, str(exc))
+        return redirect(back_to)
     except Denied as exc:
         return rerender(request, status=403, error=str(exc))
     except Incomplete as exc:
@@ -332,6 +340,7 @@ def _approvals_context(user: User, after: str = "") -> dict[str, Any]:
         "first_url": base,
         "next_url": f"{base}?{urlencode({'after': page.next_cursor})}" if page.next_cursor else "",
         "recent": approvals_recently_decided(user=user),
+        "dual": _dual_rows(user, now),
         "can_approve": roles.can(user, "approval.approve"),
         "can_reject": roles.can(user, "approval.reject"),
     }
@@ -370,6 +379,68 @@ def _approvals_url(request: ConsoleRequest) -> str:
 @viewer_required
 def approvals(request: ConsoleRequest) -> HttpResponse:
     return _approvals_page(request)
+
+
+def _dual_rows(user: User, now: Any) -> list[dict[str, Any]]:
+    """The requests waiting for a second person (dual control), soonest deadline first."""
+    return [
+        {"r": r, "remaining": remaining_text(r.deadline, now), "own": r.requested_by_id == user.pk,
+         "may_decide": r.requested_by_id != user.pk and roles.can(user, r.action)}
+        for r in dual_open(user)[:DUAL_SHOWN]
+    ]
+
+
+DUAL_SHOWN = 100
+DUAL_REASON_CHARS = 4000
+DUAL_VERBS = {"confirm": (dual_confirm, "Confirmed request #{id}: {summary}, done."),
+              "refuse": (dual_refuse, "Refused request #{id}: nothing was done."),
+              "withdraw": (dual_withdraw, "Withdrew request #{id}: nothing was done.")}
+
+
+def _dual_decide(request: ConsoleRequest, request_id: int, verb: str) -> HttpResponse:
+    """Confirm, refuse or withdraw a request; the service checks who may (the role of its action,
+    not the requester for confirm and refuse, only the requester to withdraw) and audits it."""
+    do, said = DUAL_VERBS[verb]
+    reason = str(request.POST.get("reason", "")).strip()
+    if "\x00" in reason or len(reason) > DUAL_REASON_CHARS:
+        return _approvals_page(request, status=400, error=f"The reason must be at most {DUAL_REASON_CHARS} characters "
+                                                           f"of text. Nothing was changed.")
+    try:
+        done = do(actor_of(request), request_id=request_id, reason=reason)
+    except DualRefused as exc:
+        return _approvals_page(request, status=403 if exc.forbidden else 409, error=str(exc))
+    except Denied as exc:
+        return _approvals_page(request, status=403, error=str(exc))
+    except Incomplete as exc:
+        return _approvals_page(request, status=400, error=str(exc))
+    except Refused as exc:
+        return _approvals_page(request, status=409, error=str(exc))
+    decided = DualControlRequest.objects.get(pk=request_id)
+    text = said.format(id=decided.pk, summary=decided.summary)
+    if verb == "confirm" and isinstance(done, WorkflowRun) and str(done.id) != decided.object_id:
+        text += f" New run {str(done.id)[:8]}."
+    if request.htmx:
+        return _approvals_page(request, notice=text)
+    messages.success(request, text)
+    return redirect(_approvals_url(request))
+
+
+@require_POST
+@viewer_required
+def dual_confirm_view(request: ConsoleRequest, request_id: int) -> HttpResponse:
+    return _dual_decide(request, request_id, "confirm")
+
+
+@require_POST
+@viewer_required
+def dual_refuse_view(request: ConsoleRequest, request_id: int) -> HttpResponse:
+    return _dual_decide(request, request_id, "refuse")
+
+
+@require_POST
+@viewer_required
+def dual_withdraw_view(request: ConsoleRequest, request_id: int) -> HttpResponse:
+    return _dual_decide(request, request_id, "withdraw")
 
 
 def _decision_action(request: ConsoleRequest) -> str:

@@ -39,6 +39,7 @@ from operators.selectors.runs import (
     run_has_compensation,
 )
 from operators.services.actions import Denied, Incomplete, Refused
+from operators.services.dual_rules import ConfirmationNeeded
 from operators.services.runs import (
     run_cancel_act,
     run_compensate_act,
@@ -91,6 +92,11 @@ def _run_action(
         extra.append(posted_version(fields.get("version")))
     try:
         call(reason, expected or None, *extra)
+    except ConfirmationNeeded as exc:  # dual control: stored for a second person, nothing done yet
+        if request.htmx:
+            return _actions_response(request, run, status=202, notice=str(exc))
+        messages.info(request, str(exc))
+        return redirect("console:run", run_id=run.id)
     except (Denied, Incomplete, Refused) as exc:
         status = 403 if isinstance(exc, Denied) else 400 if isinstance(exc, Incomplete) else 409
         run = _fresh(request, run)
@@ -282,6 +288,9 @@ def run_fork(request: ConsoleRequest, run_id: UUID) -> HttpResponse:
         fork = run_fork_act(actor_of(request), run_id=str(run.id), at_seq=at or 0, version=version,
                             reason=fields["reason"], expected=fields["expected"] or None,
                             forks_seen=_count(request.POST.get("forks_seen")), compensate_first=undo)
+    except ConfirmationNeeded as exc:
+        messages.info(request, str(exc))
+        return redirect("console:run", run_id=run.id)
     except (Denied, Incomplete, Refused) as exc:
         code = 403 if isinstance(exc, Denied) else 400 if isinstance(exc, Incomplete) else 409
         return _fork_page(request, _fresh(request, run), at=at, undo=undo, status=code, error=str(exc))

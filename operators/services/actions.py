@@ -21,12 +21,14 @@ from typing import Any
 
 from django.contrib.auth.models import User
 from django.db import transaction
+from django.utils import timezone
 
 from ledger.errors import LedgerError
 from operators import roles
 from operators.actors import system_label
-from operators.models import AuditEntry, AuditOutcome
+from operators.models import AuditEntry, AuditOutcome, DualControlRequest
 from operators.selectors.tenancy import object_tenant
+from operators.services.dual_rules import Asked, ConfirmationNeeded, asked_under_rule, changed, deadline_after
 from operators.services.limits import clip_text
 from operators.services.tenancy import check_tenant
 from sagas.errors import SagaError
@@ -106,6 +108,14 @@ def _audit(actor: Actor, action: str, object_type: str, object_id: Any, *, outco
     )
 
 
+def audit_entry(actor: Actor, action: str, object_type: str, object_id: Any, *, outcome: str, reason: str = "",
+                before: Any = None, after: Any = None, message: str = "", tenant: str | None = None) -> AuditEntry:
+    """An audit entry with any ``outcome`` (dual control's requests and decisions); call it inside
+    the transaction of what it records."""
+    return _audit(actor, action, object_type, object_id, outcome=outcome, reason=reason, before=before, after=after,
+                  message=message, tenant=tenant)
+
+
 def audit_done(actor: Actor, action: str, object_type: str, object_id: Any, *, reason: str = "", before: Any = None,
                after: Any = None, tenant: str | None = None) -> AuditEntry:
     """Record an action that went through outside ``perform`` (the API's start and signal,
@@ -150,6 +160,7 @@ def perform(
         )
     seen: dict[str, Any] | None = None
     acting = _acting.set(True)
+    asked = asked_under_rule(tenant)
     try:
         with transaction.atomic():
             target.lock()
@@ -159,10 +170,15 @@ def perform(
                     raise Incomplete(MISSING_EXPECTED)
             elif not target.same(expected, before["state"]):
                 raise Refused(target.stale(before, expected), states_now=True)
-            result = change()
-            _audit(actor, action, target.object_type, target.object_id, outcome=AuditOutcome.OK, reason=reason,
-                   before=before, after=target.snapshot(), tenant=tenant)
-            return result
+            if asked is None:
+                result = change()
+                _audit(actor, action, target.object_type, target.object_id, outcome=AuditOutcome.OK, reason=reason,
+                       before=before, after=target.snapshot(), tenant=tenant)
+                return result
+            # Under a dual-control rule: checked as the action itself, then stored, not done.
+            request = second_person_request(actor, asked, action=action, object_type=target.object_type,
+                                            object_id=target.object_id, tenant=tenant, reason=reason, seen=before)
+        raise ConfirmationNeeded(request)
     except (Incomplete, Refused) as exc:
         _audit(actor, action, target.object_type, target.object_id, outcome=AuditOutcome.REFUSED, reason=reason,
                before=seen, message=str(exc), tenant=tenant)
@@ -174,6 +190,23 @@ def perform(
         raise Refused(message) from exc
     finally:
         _acting.reset(acting)
+
+
+def second_person_request(actor: Actor, asked: Asked, *, action: str, object_type: str, object_id: Any, tenant: str,
+                          reason: str, seen: Any) -> DualControlRequest:
+    """Store ``asked`` for a second person (dual control) and its audit entry ``dual.request``;
+    call it inside the transaction that checked the action, then raise ``ConfirmationNeeded``."""
+    request = DualControlRequest.objects.create(
+        action=action, policy=asked.policy, act=asked.act, params=asked.params, object_type=object_type,
+        object_id=str(object_id), tenant=tenant, summary=clip_text(asked.summary, 300), seen=seen,
+        requested_by=actor.user, requested_by_label=actor.label, reason=clip_text(reason),
+        deadline=timezone.now() + deadline_after(),
+    )
+    _audit(actor, "dual.request", object_type, object_id, outcome=AuditOutcome.OK, reason=reason, before=seen,
+           tenant=tenant, after={"request": request.pk, "action": action, "summary": request.summary,
+                                 "deadline": request.deadline.isoformat()})
+    changed(request)
+    return request
 
 
 def at_time(when: datetime | None) -> str:

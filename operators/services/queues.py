@@ -10,8 +10,13 @@ from ledger.models import EffectRecord, EffectStatus
 from ledger.reconcile import reconcile_effect
 from ledger.services import effect_resolve
 from operators.services.actions import Actor, Incomplete, Refused, Target, at_time, perform
+from operators.services.dual_rules import dual_controlled
 from sagas.integration import approval_decide, approval_lock, effect_lock
 from sagas.models import OPEN_APPROVAL_STATES, ApprovalRequest
+
+# Resolutions that let the effect be done again (or its run be compensated as if it never ran):
+# under the dual-control rule effect.resolve_unsafe.
+UNSAFE_OUTCOMES = ("not_executed", "failed")
 
 # --- targets: locks, snapshots and what to say when the page was stale -------------------------
 
@@ -89,6 +94,8 @@ def effect_query(actor: Actor, *, effect_id: int) -> str:
                    change=change, expected=None, require_expected=False)
 
 
+@dual_controlled(lambda a: "effect.resolve_unsafe" if a["outcome"] in UNSAFE_OUTCOMES else None,
+                 lambda a: f"Resolve effect {a['effect_id']} as {a['outcome'].replace('_', ' ')}")
 def effect_manual_resolve(actor: Actor, *, effect_id: int, outcome: str, downstream_ref: str, note: str,
                           expected: str | None) -> EffectRecord:
     """``expected``: the effect's status the operator saw (required)."""

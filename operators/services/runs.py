@@ -13,6 +13,7 @@ from django.db import transaction
 
 from operators.selectors.tenancy import tenants_of
 from operators.services.actions import Actor, Denied, Target, at_time, audit_denied, perform
+from operators.services.dual_rules import dual_controlled
 from sagas.integration import (
     compensation_start,
     run_cancel,
@@ -56,6 +57,8 @@ def _run_target(run_id: str) -> Target:
                   stale=_run_stale)
 
 
+@dual_controlled(lambda a: "run.compensate" if a["compensate"] else None,
+                 lambda a: f"Cancel and compensate run {a['run_id']}")
 def run_cancel_act(actor: Actor, *, run_id: str, reason: str, compensate: bool, expected: str | None) -> Any:
     return perform(
         actor, "run.cancel", _run_target(run_id), reason=reason, expected=expected,
@@ -63,6 +66,7 @@ def run_cancel_act(actor: Actor, *, run_id: str, reason: str, compensate: bool, 
     )
 
 
+@dual_controlled(lambda a: "run.compensate", lambda a: f"Compensate run {a['run_id']}")
 def run_compensate_act(actor: Actor, *, run_id: str, reason: str, expected: str | None) -> Any:
     return perform(
         actor, "run.compensate", _run_target(run_id), reason=reason, expected=expected,
@@ -77,6 +81,7 @@ def run_retry_act(actor: Actor, *, run_id: str, reason: str, expected: str | Non
     )
 
 
+@dual_controlled(lambda a: "run.pause", lambda a: f"Pause run {a['run_id']}")
 def run_pause_act(actor: Actor, *, run_id: str, reason: str, expected: str | None) -> Any:
     return perform(
         actor, "run.pause", _run_target(run_id), reason=reason, expected=expected,
@@ -91,6 +96,7 @@ def run_resume_act(actor: Actor, *, run_id: str, reason: str, expected: str | No
     )
 
 
+@dual_controlled(lambda a: "run.move", lambda a: f"Move run {a['run_id']} to version {a['version']}")
 def run_move_act(actor: Actor, *, run_id: str, version: int, reason: str, expected: str | None) -> Any:
     return perform(
         actor, "run.move", _run_target(run_id), reason=reason, expected=expected,
@@ -98,6 +104,7 @@ def run_move_act(actor: Actor, *, run_id: str, version: int, reason: str, expect
     )
 
 
+@dual_controlled(lambda a: "run.redrive", lambda a: f"Redrive run {a['run_id']}")
 def run_redrive_act(actor: Actor, *, run_id: str, version: int | None, reason: str, expected: str | None) -> Any:
     return perform(
         actor, "run.redrive", _run_target(run_id), reason=reason, expected=expected,
@@ -105,6 +112,7 @@ def run_redrive_act(actor: Actor, *, run_id: str, version: int | None, reason: s
     )
 
 
+@dual_controlled(lambda a: "run.fork", lambda a: f"Fork run {a['run_id']} at entry {a['at_seq']}")
 def run_fork_act(actor: Actor, *, run_id: str, at_seq: int, version: int | None, reason: str,
                  expected: str | None, forks_seen: int | None = None, compensate_first: bool = False) -> Any:
     """Audited on the source run (the new run's id is in its history and the answer)."""

@@ -73,13 +73,14 @@ def test_a_date_time_parameter_takes_iso_8601_only_as_the_schema_says(keys, valu
 
 def test_the_schema_carries_the_servers_constraints_and_the_server_refuses_what_it_refuses(keys):
     doc = Client().get("/api/v1/openapi.json").json()["components"]["schemas"]
-    assert doc["StartIn"]["properties"]["business_key"]["pattern"] == "^[^\\x00-\\x1f\\x7f]*$"
+    assert doc["StartIn"]["properties"]["business_key"]["pattern"] == "^[^\\x00-\\x1f\\x7f-\\x9f]*$"
     budget_cost = doc["Budget"]["properties"]["max_cost"]
     assert any(branch.get("maximum") == 99999999.999999 for branch in budget_cost.get("anyOf", [budget_cost]))
     operator = {"HTTP_AUTHORIZATION": f"Bearer {keys['operator']}"}
     before = WorkflowRun.objects.count()
     for body, field in (({"workflow": "order", "business_key": "tab\there"}, "business_key"),
                         ({"workflow": "order\x00"}, "workflow"),
+                        ({"workflow": "order\x9b"}, "workflow"),  # a C1 control character, as the engine refuses
                         ({"workflow": "order", "budget": {"max_cost": 1e9}}, "max_cost")):
         answer = Client().post("/api/v1/runs", data=json.dumps(body), content_type="application/json", **operator)
         assert answer.status_code == 400, (body, answer.status_code)
@@ -87,3 +88,36 @@ def test_the_schema_carries_the_servers_constraints_and_the_server_refuses_what_
     assert WorkflowRun.objects.count() == before
     bad_cursor = Client().get("/api/v1/runs", {"cursor": "not-a-cursor"}, **operator)
     assert bad_cursor.status_code == 400 and any("cursor" in e["loc"] for e in problem(bad_cursor)["errors"])
+
+
+def test_the_schema_says_what_each_filter_and_body_takes_exactly(keys):
+    """What schemathesis found the schema allowed and the server refused (each is now refused by
+    the schema's own rule, with the field named, or accepted)."""
+    doc = Client().get("/api/v1/openapi.json").json()
+    viewer = {"HTTP_AUTHORIZATION": f"Bearer {keys['viewer']}"}
+    operator = {"HTTP_AUTHORIZATION": f"Bearer {keys['operator']}"}
+    for path, params, field in (("/api/v1/approvals", {"state": "pending"}, "state"),
+                                ("/api/v1/effects", {"status": "SUCCEEDED"}, "status"),
+                                ("/api/v1/effects", {"cursor": "472_c9"}, "cursor"),
+                                ("/api/v1/runs", {"parent": "0" * 99}, "parent"),
+                                ("/api/v1/runs", {"status": "DONE"}, "status")):
+        answer = Client().get(path, params, **viewer)
+        assert answer.status_code == 400 and any(field in e["loc"] for e in problem(answer)["errors"]), (path, params)
+    both = Client().get("/api/v1/runs", {"top_level": "true", "parent": "6f1c2a3b-0000-4000-8000-000000000000"},
+                        **viewer)
+    assert both.status_code == 200 and both.json()["items"] == []  # children are never top-level: none
+    schedule = doc["components"]["schemas"]["ScheduleIn"]
+    assert len(schedule["oneOf"]) == 2 and "Europe/Berlin" in schedule["properties"]["timezone"]["enum"]
+    limits = doc["components"]["schemas"]["LimitsIn"]
+    assert limits["properties"]["burst"] == {"maximum": 1000000, "minimum": 1, "title": "Burst", "type": "integer"}
+    put = Client().put("/api/v1/connectors/model/limits", data=json.dumps(
+        {"declared": False, "rate": 1, "burst": 2.0, "max_in_flight": None, "key_field": "", "circuit_failures": 0,
+         "circuit_window_seconds": 1, "circuit_cooldown_seconds": None, "reason": "r", "expected": "active"}),
+        content_type="application/json", **operator)
+    assert put.status_code == 400 and any("circuit_cooldown_seconds" in e["loc"] for e in problem(put)["errors"])
+    spend = Client().put("/api/v1/spend-limits/acme/model%1d", data=json.dumps(
+        {"per_day": 0.000003, "reason": "r", "expected": "none"}), content_type="application/json", **operator)
+    assert spend.status_code == 400 and any("connector" in e["loc"] for e in problem(spend)["errors"])
+    replay = Client().post("/api/v1/workflows/replay-check", data=json.dumps({"workflow": "nope"}),
+                           content_type="application/json", **viewer)
+    assert replay.status_code == 404 and problem(replay)["type"].endswith("/not-found")

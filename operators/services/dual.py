@@ -1,0 +1,193 @@
+"""Dual control: a dangerous action one person asks for is done only once a second person
+confirms it, with a reason, before a deadline.
+
+Which actions, for which tenants, is a setting (``SAGA_DUAL_CONTROL``, docs/operations/dual-control.md)::
+
+    SAGA_DUAL_CONTROL = {
+        "run.compensate": "*",                 # every tenant (cancelling with compensation too)
+        "effect.resolve_unsafe": ["acme"],     # resolving an effect as not executed or failed
+        "run.fork": "*", "run.move": "*", "run.redrive": "*", "run.pause": "*",   # the repair actions
+        "bulk": "*",                           # a bulk batch of at least SAGA_DUAL_CONTROL_BULK_ITEMS
+    }
+
+How it fits the frame of every action (``actions.perform``): an action function marked
+``@dual_controlled`` says which rule covers it; ``perform`` checks the tenant, the role and
+the state the requester saw exactly as for the action itself, then, when the rule applies
+and this is not a confirmation, stores the request (the action, its arguments, the state
+seen) with an audit entry ``dual.request`` in the same transaction, and raises
+``ConfirmationNeeded``. Nothing else changes.
+
+``dual_confirm`` (another person, a reason, before the deadline) runs the stored action as the
+confirmer: the confirmer's tenants and role are checked, and the state the requester saw must
+still hold (a run that moved on since is refused, and the request marked FAILED). The action's
+own audit entry, the ``dual.confirm`` entry and the request's new state are written in one
+transaction. ``dual_refuse`` ends a request with a reason; ``dual_withdraw`` is the
+requester's own. A request past its deadline is EXPIRED and can no longer be confirmed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import transaction
+from django.db.models import QuerySet
+from django.utils import timezone
+
+from operators import roles
+from operators.models import AuditOutcome, DualControlRequest, DualState
+from operators.selectors.tenancy import may_see, scope
+from operators.services.actions import Actor, Denied, Incomplete, Refused, audit_entry
+from operators.services.dual_rules import ConfirmationNeeded, DualRefused, act_named, changed, confirming
+from operators.services.limits import clip_text
+from operators.services.tenancy import NotFound
+
+__all__ = ["ConfirmationNeeded", "DualRefused", "dual_confirm", "dual_open", "dual_refuse", "dual_withdraw"]
+
+REASON_NEEDED = "A reason is required: it goes into the audit log next to the request's. Nothing was changed."
+
+
+def dual_open(user: Any) -> QuerySet[DualControlRequest]:
+    """The requests waiting for a second person that ``user`` may see (their tenants), soonest
+    deadline first. Requests past their deadline are marked EXPIRED first."""
+    expire_due()
+    return scope(DualControlRequest.objects.filter(state=DualState.PENDING), user).order_by("deadline", "id")
+
+
+def expire_due() -> int:
+    """Mark the requests past their deadline EXPIRED (audited as the system). Returns how many."""
+    now = timezone.now()
+    done = 0
+    for request in DualControlRequest.objects.filter(state=DualState.PENDING, deadline__lte=now)[:500]:
+        with transaction.atomic():
+            locked = DualControlRequest.objects.select_for_update().get(pk=request.pk)
+            if locked.state != DualState.PENDING:
+                continue
+            _end(locked, DualState.EXPIRED, result=f"not confirmed before {locked.deadline:%Y-%m-%d %H:%M} UTC")
+            audit_entry(Actor(user=None, ip=None, system="dual control"), "dual.expire",  # type: ignore[arg-type]
+                   locked.object_type, locked.object_id, outcome=AuditOutcome.OK, tenant=locked.tenant,
+                   after=_as_after(locked))
+            done += 1
+    return done
+
+
+def _as_after(request: DualControlRequest) -> dict[str, Any]:
+    return {"request": request.pk, "action": request.action, "summary": request.summary, "state": request.state,
+            "requested_by": request.requested_by_label, "result": request.result}
+
+
+def _end(request: DualControlRequest, state: str, *, actor: Actor | None = None, reason: str = "",
+         result: str = "") -> None:
+    request.state = state
+    request.decided_at = timezone.now()
+    if actor is not None:
+        request.decided_by = actor.user
+        request.decided_by_label = actor.label
+    request.decision_reason = clip_text(reason)
+    request.result = clip_text(result)
+    request.save(update_fields=["state", "decided_at", "decided_by", "decided_by_label", "decision_reason", "result"])
+    changed(request)
+
+
+def _locked_open(actor: Actor, request_id: int, *, verb: str, reason: str) -> DualControlRequest:
+    """The request, locked, still PENDING and within its deadline; else ``DualRefused`` (audited)."""
+    request = DualControlRequest.objects.select_for_update().filter(pk=request_id).first()
+    if request is None or not may_see(actor.user, request.tenant):
+        raise NotFound(f"no request #{request_id}")
+    if request.state == DualState.PENDING and request.deadline <= timezone.now():
+        _end(request, DualState.EXPIRED, result=f"not confirmed before {request.deadline:%Y-%m-%d %H:%M} UTC")
+    if request.state != DualState.PENDING:
+        by = f" by {request.decided_by_label}" if request.decided_by_label else ""
+        raise DualRefused(f"Request #{request.pk} is {request.state.lower()}{by}; it can no longer be {verb}. "
+                          f"Nothing was changed.")
+    return request
+
+
+def _refusal(actor: Actor, action: str, request_id: int, exc: Exception, reason: str) -> None:
+    """Audit a refused confirm/refuse/withdraw in its own transaction."""
+    request = DualControlRequest.objects.filter(pk=request_id).first()
+    if request is None:
+        return
+    audit_entry(actor, action, request.object_type, request.object_id, outcome=AuditOutcome.REFUSED, reason=reason,
+           message=str(exc), tenant=request.tenant, after={"request": request.pk})
+
+
+def dual_confirm(actor: Actor, *, request_id: int, reason: str) -> Any:
+    """Confirm request ``request_id`` as ``actor`` (not its requester) and do its action now, as
+    ``actor``: the action's answer. ``DualRefused`` when it cannot be confirmed; the action's own
+    refusals (``Denied``, ``Refused``) when the confirmer may not do it or the object moved on
+    since it was requested (the request is then FAILED, nothing else changed)."""
+    if not reason.strip():
+        raise Incomplete(REASON_NEEDED)
+    try:
+        with transaction.atomic():
+            request = _locked_open(actor, request_id, verb="confirmed", reason=reason)
+            if request.requested_by_id == actor.user.pk:
+                raise DualRefused(f"You asked for request #{request.pk}: another person must confirm it. "
+                                  f"Nothing was changed.", forbidden=True)
+            if not roles.can(actor.user, request.action):
+                raise Denied(f"{actor.label} may not confirm {request.action.replace('.', ' ')}: it needs the "
+                             f"{roles.ACTION_ROLES[request.action]} role")
+            confirmer = Actor(user=actor.user, ip=actor.ip, system=actor.system)
+            try:
+                with confirming():  # the action's frame has its own savepoint and audits its refusals
+                    result = act_named(request.act)(confirmer, **request.params)
+            except (Refused, Incomplete) as exc:
+                failed = exc
+            else:
+                _end(request, DualState.CONFIRMED, actor=actor, reason=reason, result=_said(result))
+                audit_entry(actor, "dual.confirm", request.object_type, request.object_id, outcome=AuditOutcome.OK,
+                       reason=reason, tenant=request.tenant, after=_as_after(request))
+                return result
+            _end(request, DualState.FAILED, actor=actor, reason=reason, result=str(failed))
+            audit_entry(actor, "dual.confirm", request.object_type, request.object_id, outcome=AuditOutcome.REFUSED,
+                   reason=reason, message=str(failed), tenant=request.tenant, after=_as_after(request))
+    except (DualRefused, Denied) as exc:
+        _refusal(actor, "dual.confirm", request_id, exc, reason)
+        raise
+    raise Refused(f"Request #{request_id} was confirmed, but the action was refused: {failed}", states_now=True)
+
+
+def _said(result: Any) -> str:
+    if result is None:
+        return "done"
+    if getattr(result, "id", None) is not None:
+        return f"done: {type(result).__name__} {result.id}"
+    return clip_text(str(result), 500)
+
+
+def dual_refuse(actor: Actor, *, request_id: int, reason: str) -> DualControlRequest:
+    """Refuse request ``request_id`` (anyone who could confirm it; a reason is required)."""
+    if not reason.strip():
+        raise Incomplete(REASON_NEEDED)
+    try:
+        with transaction.atomic():
+            request = _locked_open(actor, request_id, verb="refused", reason=reason)
+            if request.requested_by_id == actor.user.pk:
+                raise DualRefused(f"You asked for request #{request.pk}: withdraw it instead.", forbidden=True)
+            if not roles.can(actor.user, request.action):
+                raise Denied(f"{actor.label} may not refuse {request.action.replace('.', ' ')}: it needs the "
+                             f"{roles.ACTION_ROLES[request.action]} role")
+            _end(request, DualState.REFUSED, actor=actor, reason=reason)
+            audit_entry(actor, "dual.refuse", request.object_type, request.object_id, outcome=AuditOutcome.OK,
+                   reason=reason, tenant=request.tenant, after=_as_after(request))
+            return request
+    except (DualRefused, Denied) as exc:
+        _refusal(actor, "dual.refuse", request_id, exc, reason)
+        raise
+
+
+def dual_withdraw(actor: Actor, *, request_id: int, reason: str = "") -> DualControlRequest:
+    """The requester takes back their own request."""
+    try:
+        with transaction.atomic():
+            request = _locked_open(actor, request_id, verb="withdrawn", reason=reason)
+            if request.requested_by_id != actor.user.pk:
+                raise DualRefused(f"Only {request.requested_by_label}, who asked, may withdraw request "
+                                  f"#{request.pk}; refuse it instead.", forbidden=True)
+            _end(request, DualState.WITHDRAWN, actor=actor, reason=reason)
+            audit_entry(actor, "dual.withdraw", request.object_type, request.object_id, outcome=AuditOutcome.OK,
+                   reason=reason, tenant=request.tenant, after=_as_after(request))
+            return request
+    except DualRefused as exc:
+        _refusal(actor, "dual.withdraw", request_id, exc, reason)
+        raise
