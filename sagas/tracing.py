@@ -52,12 +52,12 @@ from sagas.replay.cursor import JournalCursor
 from sagas.store.systemdb import ClaimedRun
 
 if TYPE_CHECKING:
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import SpanExporter
-    from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
     from contextvars import Token
 
     from opentelemetry.context import Context as OtelContext
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SpanExporter
+    from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
     from opentelemetry.trace import Span, Tracer
 
 log = logging.getLogger("sagas.tracing")
