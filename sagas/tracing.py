@@ -25,8 +25,9 @@ Contract:
   parent. A crash in this process (``SystemExit``, ``sagas.testing``'s simulated crash) is
   treated the same way.
 * Not guaranteed: spans still in a killed worker's export queue are lost (the SDK exports
-  every ``OTEL_BSP_SCHEDULE_DELAY``, 5 s by default); a worker frozen past its lease and
-  taken over may leave a second span for an attempt it ended later.
+  every ``OTEL_BSP_SCHEDULE_DELAY``, 5 s by default); a worker frozen past its lease, or cut
+  off from PostgreSQL before it handed the run back, may leave a second span for an attempt
+  its successor exported as lost.
 * Off, nothing of the SDK is imported, and a span helper costs a test of one global.
   Nothing here raises into the engine because of tracing.
 """
@@ -46,7 +47,7 @@ from django.conf import settings
 
 from ledger.errors import EffectFailed, KeyConflict, OutcomeUnknown
 from ledger.journal import EFFECT_KINDS
-from sagas.errors import EffectUnknown, EngineSignal, Suspend
+from sagas.errors import EffectUnknown, EngineSignal, Suspend, Yield
 from sagas.models import JournalEntry, JournalKind
 from sagas.replay.cursor import JournalCursor
 from sagas.store.systemdb import ClaimedRun
@@ -93,7 +94,6 @@ _lock = threading.Lock()
 _configured = False
 _tracer: Tracer | None = None
 _provider: TracerProvider | None = None
-_ids: RandomIdGenerator | None = None
 _forced = threading.local()  # (trace id, span id) the next span of this thread takes
 
 
@@ -182,7 +182,7 @@ def stop_exporting() -> None:
 
 
 def _start(exporters: list[SpanExporter], *, batch: bool, set_global: bool) -> TracerProvider:
-    global _tracer, _provider, _ids
+    global _tracer, _provider
     from opentelemetry import trace
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
@@ -191,13 +191,12 @@ def _start(exporters: list[SpanExporter], *, batch: bool, set_global: bool) -> T
     resource = Resource.create({})
     if str(resource.attributes.get("service.name", "")).startswith("unknown_service"):
         resource = resource.merge(Resource({"service.name": SERVICE_NAME}))
-    ids = _run_ids()
-    provider = TracerProvider(resource=resource, id_generator=ids)
+    provider = TracerProvider(resource=resource, id_generator=_run_ids())
     for exporter in exporters:
         provider.add_span_processor(BatchSpanProcessor(exporter) if batch else SimpleSpanProcessor(exporter))
     if set_global and isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
         trace.set_tracer_provider(provider)  # a connector's own spans (or HTTP instrumentation) go with ours
-    _tracer, _provider, _ids = provider.get_tracer("sagas"), provider, ids
+    _tracer, _provider = provider.get_tracer("sagas"), provider
     return provider
 
 
@@ -262,6 +261,8 @@ def _status_of(exc: BaseException) -> str:
         return "UNKNOWN"
     if isinstance(exc, Suspend):
         return "HELD"  # flow control held the call back: never sent, the run waits
+    if isinstance(exc, Yield):
+        return "YIELDED"  # the worker stopped between two attempts: the next one retries, same key
     return "ERROR"
 
 
@@ -294,11 +295,11 @@ class _Live:
         try:
             span = self.span
             if exc is not None:
-                kind = getattr(exc, "error_class", "") or getattr(exc, "error_type", "") or type(exc).__name__
-                span.set_attribute(ERROR_TYPE, str(kind))
                 if self.effect:
                     span.set_attribute(EFFECT_STATUS, _status_of(exc))
-                if not isinstance(exc, Suspend):
+                if not isinstance(exc, (Suspend, Yield)):  # handed back, not failed
+                    kind = getattr(exc, "error_class", "") or getattr(exc, "error_type", "") or type(exc).__name__
+                    span.set_attribute(ERROR_TYPE, str(kind))
                     span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
             elif self.effect:
                 span.set_attribute(EFFECT_STATUS, "SUCCEEDED")
