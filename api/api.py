@@ -155,7 +155,11 @@ def _problem(request: HttpRequest, exc: Problem) -> HttpResponse:
 @api.exception_handler(ValidationError)
 def _invalid(request: HttpRequest, exc: ValidationError) -> HttpResponse:
     errors = [{"loc": [str(p) for p in e.get("loc", ())], "msg": str(e.get("msg", ""))[:300]} for e in exc.errors]
-    return problem_response(request, "validation", "the request does not match the schema", errors=errors[:20])
+    # The detail names the fields, so a person reading only it knows what to fix (errors[] has all).
+    said = "; ".join(f"{e['loc'][-1] if e['loc'] else 'body'}: {e['msg']}" for e in errors[:3])
+    more = f" (and {len(errors) - 3} more)" if len(errors) > 3 else ""
+    return problem_response(request, "validation", f"the request does not match the schema: {said}{more}",
+                            errors=errors[:20])
 
 
 @api.exception_handler(AuthenticationError)

@@ -29,8 +29,8 @@ ONE_LINE = r"^[^\x00-\x1f\x7f-\x9f]*$"
 # digits (runs) or a number (effects, approvals; 18 digits stay within PostgreSQL's bigint).
 CURSOR = r"^([0-9]{1,17}_[0-9a-f]{32})?$"
 INT_CURSOR = r"^([0-9]{1,17}_[0-9]{1,18})?$"
-# A run's id as the API writes it (a UUID, lower or upper case), or empty.
-UUID_OR_EMPTY = r"^([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})?$"
+# A run's id (a UUID, lower or upper case, with or without its dashes), or empty.
+UUID_OR_EMPTY = r"^([0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12})?$"
 
 
 def one_of(values: Any) -> str:

@@ -139,10 +139,11 @@ def connect_signals() -> None:
     """Called by the console app's ``ready``."""
     from django.db.models.signals import post_save
 
-    from console.notifications import circuits
+    from console.notifications import circuits, dual
     from sagas.events import run_changed, swept
 
     post_save.connect(forget_endpoints, sender=NotificationEndpoint, dispatch_uid="console.notifications.forget")
     run_changed.connect(on_run_changed, dispatch_uid="console.notifications.run_changed")
     swept.connect(on_swept, dispatch_uid="console.notifications.swept")
     circuits.connect_signals()
+    dual.connect_signals()

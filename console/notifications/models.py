@@ -24,6 +24,7 @@ class NotificationKind(models.TextChoices):
     RUN_FAILED = "run_failed", "FAILED run"
     CIRCUIT_OPENED = "circuit_opened", "connector circuit opened"
     CIRCUIT_CLOSED = "circuit_closed", "connector circuit closed"
+    DUAL_CONTROL = "dual_control", "dangerous action waiting for a second person"
 
 
 class NotificationFormat(models.TextChoices):

@@ -71,7 +71,7 @@ def test_a_key_moves_a_run_checks_a_workflow_and_is_refused_a_divergent_move(key
     assert call("post", "/workflows/replay-check", keys["acme-operator"],
                 {"workflow": "rm_order", "version": 3}).json()["runs"] == []  # not its tenant's run
     assert problem(call("post", "/workflows/replay-check", keys["viewer"],
-                        {"workflow": "rm_order", "version": 9})) == "validation"
+                        {"workflow": "rm_order", "version": 9})) == "not-found"  # well formed, not here
 
     diverging = call("post", f"/runs/{run.id}/move", keys["operator"],
                      {"version": 3, "reason": "try", "expected": "WAITING"})

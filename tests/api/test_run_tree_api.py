@@ -41,7 +41,10 @@ def test_the_list_filters_top_level_runs_and_one_runs_children(keys):
         str(k.id) for k in reversed(kids)]
     assert [r["id"] for r in walk(f"/runs?parent={parent.id.hex}&status=FAILED", keys["viewer"])] == [str(kids[1].id)]
     assert walk(f"/runs?parent={uuid.uuid4()}", keys["viewer"]) == []
-    for query in ("parent=not-a-run", "parent=1234", f"parent={parent.id}&top_level=true", "top_level=maybe"):
+    # A parent's children are never top-level: both filters together list nothing (as the schema
+    # allows them together; schemathesis found the 400 this was).
+    assert walk(f"/runs?parent={parent.id}&top_level=true", keys["viewer"]) == []
+    for query in ("parent=not-a-run", "parent=1234", "top_level=maybe"):
         answer = call("get", f"/runs?{query}", keys["viewer"])
         assert answer.status_code in (400, 422), (query, answer.status_code)
         assert problem(answer) == "validation", query

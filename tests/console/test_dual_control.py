@@ -14,15 +14,20 @@ from django.utils import timezone
 
 from api.keys import apikey_create
 from console.models import BulkBatch, BulkState
+from console.notifications.bodies import body_for
+from console.notifications.dual import _item as dual_item
+from console.notifications.models import NotificationDelivery
 from console.services.bulk import batch_work
 from ledger.models import EffectRecord
 from operators.models import AuditEntry, AuditOutcome, DualControlRequest, DualState
+from sagas.events import send_swept
 from sagas.models import CompensationPlan, RunStatus
 from tests.api.actions_data import call
 from tests.console.conftest import client_for
 from tests.console.queue_data import make_effect, resolve
 from tests.console.run_data import act, run_url, text, waiting_run
 from tests.console.test_bulk_actions import confirm, preview, token_of
+from tests.console.test_notifications import endpoint
 
 pytestmark = pytest.mark.django_db
 
@@ -229,3 +234,27 @@ def test_a_large_bulk_batch_waits_for_a_second_person_then_runs_as_confirmed(peo
     assert DualControlRequest.objects.count() == 1
     [whole] = _entries("bulk.effect.resolve")
     assert whole.actor_label == "oscar"
+
+
+def test_a_request_is_notified_once_to_the_endpoints_that_want_it(people, settings,
+                                                                 django_capture_on_commit_callbacks):
+    settings.SAGA_DUAL_CONTROL = COMPENSATION_NEEDS_TWO
+    run = waiting_run()
+    endpoint("ops", kinds=["dual_control"])
+    endpoint("acme-only", kinds=["dual_control"], tenants=["acme"])
+    endpoint("failures", kinds=["run_failed"])
+    with django_capture_on_commit_callbacks(execute=True):
+        act(client_for(people["operator"]), run, "compensate", reason="refund <b>ticket</b> 7")
+    request = DualControlRequest.objects.get()
+
+    [delivery] = NotificationDelivery.objects.all()
+    assert (delivery.endpoint.name, delivery.kind, delivery.item) == ("ops", "dual_control", f"dual:{request.pk}")
+    send_swept(report=None)  # the sweeper's pass looks again: nothing twice
+    assert NotificationDelivery.objects.count() == 1
+    body = body_for(dual_item(request), "generic", delivery_id=delivery.id)
+    NotificationDelivery.objects.all().delete()  # as if the signal had been lost with its process
+    send_swept(report=None)
+    assert list(NotificationDelivery.objects.values_list("endpoint__name", "item")) == [("ops", f"dual:{request.pk}")]
+    assert f"Compensate run {run.id}, asked by olga" in body["summary"]
+    assert (body["run_id"], body["requested_by"], body["reason"]) == (str(run.id), "olga", "refund <b>ticket</b> 7")
+    assert body["link"].endswith(f"/approvals/#dual-{request.pk}")
