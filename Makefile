@@ -20,7 +20,7 @@ DEMO_SETTINGS := DJANGO_SETTINGS_MODULE=config.settings_demo
 export PYTHONPYCACHEPREFIX := $(CURDIR)/$(VENV)/pycache
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: install test lint demo demo-quick docs bench bench-env bench-chaos bench-faults bench-agents worker sweep clean
+.PHONY: install test lint demo demo-quick docs bench bench-env bench-chaos bench-faults bench-agents contract worker sweep clean
 
 # Installs pyproject.toml with the extras $(1) into .venv. uv (from PyPI, into .venv) installs
 # the dev extra in 2 to 8 s here where pip took 24 s (same versions); pip does it if uv cannot
@@ -85,6 +85,12 @@ bench-faults: $(STAMP)
 
 bench-agents: $(STAMP) bench-env
 	$(PY) bench/agents.py
+
+# The API contract in full: schemathesis' coverage phase too (every schema boundary, ~3,000
+# requests; tests/api/test_schemathesis.py runs the other phases in make test).
+contract: $(STAMP)
+	SAGA_SCHEMATHESIS_PHASES=examples,coverage,fuzzing,stateful SAGA_SCHEMATHESIS_EXAMPLES=10 \
+		$(PY) -m pytest tests/api/test_schemathesis.py
 
 worker: $(STAMP)
 	$(DEV) $(PY) manage.py sagas_worker

@@ -7,7 +7,7 @@ import re
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from django.core.exceptions import ObjectDoesNotExist
@@ -64,7 +64,19 @@ def _iso_only(value: Any) -> Any:
     return value
 
 
-IsoDateTime = Annotated[datetime, BeforeValidator(_iso_only)]  # what the schema's date-time allows
+def _in_utc(value: datetime) -> datetime:
+    """In UTC (no offset: taken as UTC), as PostgreSQL is given it: it refuses offsets past
+    ±15:59, which ISO 8601 allows ("-18:18"). A time that leaves years 1 to 9999 once in UTC
+    (0001-01-01T00:00+01:00) is the first or last time there is: no run is created outside them."""
+    if value.tzinfo is None:
+        return value.replace(tzinfo=UTC)
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:
+        return (datetime.min if value.year == 1 else datetime.max).replace(tzinfo=UTC)
+
+
+IsoDateTime = Annotated[datetime, BeforeValidator(_iso_only), AfterValidator(_in_utc)]  # as the schema's date-time
 
 
 def integral_float(value: Any) -> Any:

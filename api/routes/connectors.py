@@ -18,7 +18,7 @@ from api.routes.common import Text, console_action, integral_float
 from api.routes.runs import actor_of
 from core.redaction import redact_text
 from ledger.flow.selectors import ConnectorState, connector_state, connector_states
-from ledger.flow.services import KEY_FIELD_CHARS, MAX_COUNT, MAX_RATE, InvalidFlowSetting, Limits
+from ledger.flow.services import KEY_FIELD, KEY_FIELD_CHARS, MAX_COUNT, MAX_RATE, InvalidFlowSetting, Limits
 from ledger.models import ConnectorFlow
 from operators.selectors.tenancy import tenants_of
 from operators.services.connectors import connector_limits_act, connector_pause_act, connector_resume_act
@@ -141,7 +141,7 @@ class LimitsIn(Schema):
                                description="calls per second; null: no rate limit")
     burst: Count1 | None = None
     max_in_flight: Count1 | None = Field(None, description="null: no limit")
-    key_field: str | None = Field(None, max_length=KEY_FIELD_CHARS,
+    key_field: str | None = Field(None, max_length=KEY_FIELD_CHARS, pattern=f"^{KEY_FIELD.pattern}$",
                                   description='"", "tenant" or a payload field (letters, digits, . _ -)')
     circuit_failures: Count0 | None = Field(None, description="0: no breaker")
     circuit_window_seconds: float | None = Field(None, ge=0.1, le=86_400, allow_inf_nan=False)

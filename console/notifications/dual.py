@@ -19,6 +19,7 @@ from console.notifications.bodies import Item, clean
 from console.notifications.deliveries import WINDOW, active_endpoints, delivery_create
 from console.notifications.models import NotificationDelivery, NotificationKind
 from operators.models import DualControlRequest, DualState
+from operators.services.dual import expire_due
 from sagas.models import WorkflowRun
 
 log = logging.getLogger("console.notifications")
@@ -72,6 +73,11 @@ def on_dual_changed(sender: Any, request: DualControlRequest, **kwargs: Any) -> 
 
 
 def on_swept(sender: Any, **kwargs: Any) -> None:
+    """The sweeper's pass: requests past their deadline are marked EXPIRED (audited; rows a
+    person is deciding are skipped), then the waiting ones' missing notifications are made."""
+    expired = expire_due()
+    if expired:
+        log.info("dual control: %d request(s) expired unconfirmed", expired)
     created = deliveries_create_for_requests()
     if created:
         log.info("notifications: %d dual-control delivery(ies) created by the sweeper's pass", created)

@@ -21,6 +21,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Iterable, Mapping
+from contextlib import nullcontext
 from datetime import timedelta
 from typing import Any
 
@@ -38,7 +39,7 @@ from console.selectors.bulk import ACTIONS, BulkAction, matching
 from core.storage import is_database_error, is_storage_error
 from ledger.services import RESOLUTION_OUTCOMES
 from operators import roles
-from operators.models import AuditEntry, AuditOutcome
+from operators.models import AuditEntry, AuditOutcome, DualControlRequest, DualState
 from operators.selectors.tenancy import object_tenant
 from operators.services.actions import Actor, Denied, Incomplete, Refused, audit_denied, second_person_request
 from operators.services.dual_rules import (
@@ -276,7 +277,8 @@ class _Unexpected(Exception):
     """An item failed in a way its action does not answer (neither refused nor denied)."""
 
 
-def _item(batch: BulkBatch, bulk: BulkAction, actor: Actor, item: BulkItem, *, careful: bool) -> tuple[str, str]:
+def _item(batch: BulkBatch, bulk: BulkAction, actor: Actor, item: BulkItem, *, careful: bool,
+          confirmed: bool = False) -> tuple[str, str]:
     """Act on one item; its outcome and why. A refusal or denial keeps the audit entry the
     single action wrote. Any other failure: in a first pass, ``_Unexpected`` (the chunk rolls
     back and is done again ``careful``ly); when ``careful``, the item is in a savepoint, rolled
@@ -285,9 +287,12 @@ def _item(batch: BulkBatch, bulk: BulkAction, actor: Actor, item: BulkItem, *, c
     if not actor.user.is_active:
         audit_denied(actor, bulk.item_action, bulk.object_type, item.object_id, reason=batch.reason)
         return BulkOutcome.DENIED, "the batch's author is deactivated"
+    if not confirmed and covered(_item_rule(bulk, batch.outcome), batch.tenant):
+        return BulkOutcome.REFUSED, ("a dual-control rule covers this action now and the batch was not confirmed by a "
+                                     "second person: ask for it again")
     savepoint = transaction.savepoint() if careful else None
     try:
-        with confirming():  # a batch a rule covers was confirmed by a second person as a whole
+        with confirming() if confirmed else nullcontext():  # a confirmed batch: its items ask no one again
             _act(batch, bulk, actor, item)
     except (Denied, NotFound, Refused, Incomplete) as exc:
         if savepoint:
@@ -324,6 +329,10 @@ def _chunk(batch_id: int, *, careful: bool = False) -> int:
     bulk = ACTIONS[batch.action]
     # Fresh each chunk: a role or tenant taken away mid-batch applies from the next chunk on.
     actor = Actor(user=get_user_model().objects.get(pk=batch.user_id), ip=batch.ip)
+    # Dual control: a batch a second person confirmed does its items as confirmed (no request per
+    # item). One that was not, whose single action a rule now covers, has those items refused.
+    confirmed = DualControlRequest.objects.filter(object_type="bulk", object_id=str(batch_id),
+                                                  state=DualState.CONFIRMED).exists()
     try:
         with transaction.atomic():
             items = list(BulkItem.objects.select_for_update(skip_locked=True)
@@ -331,7 +340,7 @@ def _chunk(batch_id: int, *, careful: bool = False) -> int:
             counts: Counter[str] = Counter()
             now = timezone.now()
             for item in items:
-                item.outcome, message = _item(batch, bulk, actor, item, careful=careful)
+                item.outcome, message = _item(batch, bulk, actor, item, careful=careful, confirmed=confirmed)
                 # Stored as the audit log stores it: a NUL in an error would fail the chunk's
                 # UPDATE on every retry, and 100,000 unbounded messages would bloat the table.
                 item.message = clip_text(message)

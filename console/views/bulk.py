@@ -38,7 +38,7 @@ from console.services.bulk import MAX_ITEMS, batch_confirm, batch_denied, batch_
 from console.views.base import ConsoleRequest, actor_of, bad_request, live_context, viewer_required
 from ledger.services import RESOLUTION_OUTCOMES
 from operators import roles
-from operators.services.actions import Denied, Incomplete
+from operators.services.actions import Denied, Incomplete, Refused
 from operators.services.dual_rules import ConfirmationNeeded
 
 BULK_FRAGMENT = "bulk_batch"
@@ -158,6 +158,8 @@ def bulk_confirm(request: ConsoleRequest, token: Any) -> HttpResponse:
         return _preview(request, batch, status=403, error=str(exc), typed=typed)
     except Incomplete as exc:
         return _preview(request, batch, status=400, error=str(exc), typed=typed)
+    except Refused as exc:  # a request for this batch waits already (a double submit)
+        return _preview(request, batch, status=409, error=str(exc), typed=typed)
     return redirect("console:bulk_batch", token=batch.token)
 
 

@@ -44,6 +44,7 @@ from console.views.run_archive import archived_get, run_archived_page
 from core.redaction import redact_text
 from ledger.flow.selectors import run_waiting_for
 from operators import roles
+from operators.models import DualControlRequest, DualState
 from operators.selectors.runs import (
     RUN_EFFECTS_LIMIT,
     run_approvals,
@@ -183,6 +184,10 @@ def actions_context(run: WorkflowRun, user: User, *, has_plan: bool) -> dict[str
         "action_hint": hint,
         "effects_url": reverse("console:effects"),
         "approvals_url": reverse("console:approvals"),
+        # Dual control: what someone asked for on this run and a second person has not confirmed yet.
+        "waiting_second": list(DualControlRequest.objects.filter(
+            state=DualState.PENDING, deadline__gt=timezone.now(), object_type="run", object_id=str(run.id),
+        ).order_by("deadline")[:5]),
     }
 
 

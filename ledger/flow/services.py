@@ -21,6 +21,8 @@ from ledger.errors import LedgerError
 from ledger.flow import gate, spend
 from ledger.models import ConnectorFlow, FlowBucket, SpendLimit
 
+# A payload field's name, ASCII (what the HTTP API's schema says too: `key_field`'s pattern).
+KEY_FIELD = re.compile(r"[A-Za-z0-9._-]*")
 KEY_FIELD_CHARS = 100
 MAX_RATE = 1_000_000.0
 MAX_COUNT = 1_000_000
@@ -85,9 +87,9 @@ class Limits:
         number("the circuit's window (seconds)", self.circuit_window_seconds, low=0.1, high=86_400, whole=False)
         number("the circuit's cool-down (seconds)", self.circuit_cooldown_seconds, low=0.1, high=86_400, whole=False)
         key = self.key_field
-        if not isinstance(key, str) or len(key) > KEY_FIELD_CHARS or any(not (c.isalnum() or c in "._-") for c in key):
+        if not isinstance(key, str) or len(key) > KEY_FIELD_CHARS or not KEY_FIELD.fullmatch(key):
             raise InvalidFlowSetting(
-                f"the limit key must be empty, \"tenant\" or a payload field name (letters, digits, . _ -; "
+                f"the limit key must be empty, \"tenant\" or a payload field name (ASCII letters, digits, . _ -; "
                 f"at most {KEY_FIELD_CHARS}), not {key!r}")
         return self
 

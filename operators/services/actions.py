@@ -12,6 +12,7 @@ state is now, and both are audited with the state each really found under the lo
 
 from __future__ import annotations
 
+import json
 import operator
 from collections.abc import Callable
 from contextvars import ContextVar
@@ -26,9 +27,16 @@ from django.utils import timezone
 from ledger.errors import LedgerError
 from operators import roles
 from operators.actors import system_label
-from operators.models import AuditEntry, AuditOutcome, DualControlRequest
+from operators.models import AuditEntry, AuditOutcome, DualControlRequest, DualState
 from operators.selectors.tenancy import object_tenant
-from operators.services.dual_rules import Asked, ConfirmationNeeded, asked_under_rule, changed, deadline_after
+from operators.services.dual_rules import (
+    Asked,
+    ConfirmationNeeded,
+    asked_under_rule,
+    changed,
+    deadline_after,
+    seen_at_request,
+)
 from operators.services.limits import clip_text
 from operators.services.tenancy import check_tenant
 from sagas.errors import SagaError
@@ -170,6 +178,9 @@ def perform(
                     raise Incomplete(MISSING_EXPECTED)
             elif not target.same(expected, before["state"]):
                 raise Refused(target.stale(before, expected), states_now=True)
+            moved = _moved_since_request(target.object_type, before)
+            if moved:
+                raise Refused(moved, states_now=True)
             if asked is None:
                 result = change()
                 _audit(actor, action, target.object_type, target.object_id, outcome=AuditOutcome.OK, reason=reason,
@@ -192,13 +203,39 @@ def perform(
         _acting.reset(acting)
 
 
+def _moved_since_request(object_type: str, now: dict[str, Any]) -> str:
+    """When confirming a dual-control request: what changed in the object since the requester's
+    check (its fence, version, last change...), or "" (also outside a confirmation). Its state
+    alone could be the same again (FAILED, retried, FAILED) over a different run."""
+    seen = seen_at_request()
+    if not seen:
+        return ""
+    now_json = json.loads(json.dumps(now, default=str))
+    changed = sorted(key for key in set(seen) | set(now_json) if seen.get(key) != now_json.get(key))
+    if not changed:
+        return ""
+    return (f"This {object_type} changed since the request was made ({', '.join(changed)}; it was "
+            f"{seen.get('state')}, it is {now_json.get('state')}), so the request's action was not done: ask again "
+            f"if it is still needed.")
+
+
 def second_person_request(actor: Actor, asked: Asked, *, action: str, object_type: str, object_id: Any, tenant: str,
                           reason: str, seen: Any) -> DualControlRequest:
     """Store ``asked`` for a second person (dual control) and its audit entry ``dual.request``;
-    call it inside the transaction that checked the action, then raise ``ConfirmationNeeded``."""
+    call it inside the transaction that checked the action (holding the object's lock), then
+    raise ``ConfirmationNeeded``. ``Refused`` when the same action on the object already waits
+    (a double submit, or a second operator asking again): one request, one confirmation."""
+    waiting = DualControlRequest.objects.filter(
+        state=DualState.PENDING, deadline__gt=timezone.now(), object_type=object_type, object_id=str(object_id),
+        act=asked.act).first()
+    if waiting is not None:
+        raise Refused(f"Request #{waiting.pk} ({waiting.summary}, asked by {waiting.requested_by_label}) already waits "
+                      f"for a second person until {waiting.deadline:%Y-%m-%d %H:%M} UTC; confirm, refuse or withdraw "
+                      f"it in the approvals inbox. Nothing was changed.", states_now=True)
     request = DualControlRequest.objects.create(
         action=action, policy=asked.policy, act=asked.act, params=asked.params, object_type=object_type,
-        object_id=str(object_id), tenant=tenant, summary=clip_text(asked.summary, 300), seen=seen,
+        object_id=str(object_id), tenant=tenant, summary=clip_text(asked.summary, 300),
+        seen=json.loads(json.dumps(seen, default=str)),
         requested_by=actor.user, requested_by_label=actor.label, reason=clip_text(reason),
         deadline=timezone.now() + deadline_after(),
     )

@@ -27,12 +27,14 @@ requester's own. A request past its deadline is EXPIRED and can no longer be con
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
+from core.storage import is_storage_error
 from operators import roles
 from operators.models import AuditOutcome, DualControlRequest, DualState
 from operators.selectors.tenancy import may_see, scope
@@ -40,6 +42,8 @@ from operators.services.actions import Actor, Denied, Incomplete, Refused, audit
 from operators.services.dual_rules import ConfirmationNeeded, DualRefused, act_named, changed, confirming
 from operators.services.limits import clip_text
 from operators.services.tenancy import NotFound
+
+log = logging.getLogger("operators.dual")
 
 __all__ = ["ConfirmationNeeded", "DualRefused", "dual_confirm", "dual_open", "dual_refuse", "dual_withdraw"]
 
@@ -50,24 +54,33 @@ def dual_open(user: Any) -> QuerySet[DualControlRequest]:
     """The requests waiting for a second person that ``user`` may see (their tenants), soonest
     deadline first. Requests past their deadline are marked EXPIRED first."""
     expire_due()
-    return scope(DualControlRequest.objects.filter(state=DualState.PENDING), user).order_by("deadline", "id")
+    waiting = DualControlRequest.objects.filter(state=DualState.PENDING, deadline__gt=timezone.now())
+    return scope(waiting, user).order_by("deadline", "id")
 
 
 def expire_due() -> int:
-    """Mark the requests past their deadline EXPIRED (audited as the system). Returns how many."""
-    now = timezone.now()
+    """Mark the requests past their deadline EXPIRED, each audited (``dual.expire`` by the system)
+    in its own transaction; rows another process holds are left for the next call. How many."""
     done = 0
-    for request in DualControlRequest.objects.filter(state=DualState.PENDING, deadline__lte=now)[:500]:
-        with transaction.atomic():
-            locked = DualControlRequest.objects.select_for_update().get(pk=request.pk)
-            if locked.state != DualState.PENDING:
-                continue
-            _end(locked, DualState.EXPIRED, result=f"not confirmed before {locked.deadline:%Y-%m-%d %H:%M} UTC")
-            audit_entry(Actor(user=None, ip=None, system="dual control"), "dual.expire",  # type: ignore[arg-type]
-                   locked.object_type, locked.object_id, outcome=AuditOutcome.OK, tenant=locked.tenant,
-                   after=_as_after(locked))
-            done += 1
+    for request_id in DualControlRequest.objects.filter(state=DualState.PENDING, deadline__lte=timezone.now()
+                                                        ).values_list("pk", flat=True)[:500]:
+        done += _expire_if_due(request_id, skip_locked=True)
     return done
+
+
+def _expire_if_due(request_id: int, *, skip_locked: bool = False) -> bool:
+    """Expire request ``request_id`` if it is PENDING past its deadline, with its audit entry, in
+    a transaction of its own (committed whatever the caller does next)."""
+    with transaction.atomic():
+        request = (DualControlRequest.objects.select_for_update(skip_locked=skip_locked)
+                   .filter(pk=request_id, state=DualState.PENDING, deadline__lte=timezone.now()).first())
+        if request is None:
+            return False
+        _end(request, DualState.EXPIRED, result=f"not confirmed before {request.deadline:%Y-%m-%d %H:%M} UTC")
+        audit_entry(Actor(user=None, ip=None, system="dual control"), "dual.expire",  # type: ignore[arg-type]
+                    request.object_type, request.object_id, outcome=AuditOutcome.OK, tenant=request.tenant,
+                    after=_as_after(request))
+        return True
 
 
 def _as_after(request: DualControlRequest) -> dict[str, Any]:
@@ -93,8 +106,9 @@ def _locked_open(actor: Actor, request_id: int, *, verb: str, reason: str) -> Du
     request = DualControlRequest.objects.select_for_update().filter(pk=request_id).first()
     if request is None or not may_see(actor.user, request.tenant):
         raise NotFound(f"no request #{request_id}")
-    if request.state == DualState.PENDING and request.deadline <= timezone.now():
-        _end(request, DualState.EXPIRED, result=f"not confirmed before {request.deadline:%Y-%m-%d %H:%M} UTC")
+    if request.state == DualState.PENDING and request.deadline <= timezone.now():  # since _expire_if_due
+        raise DualRefused(f"Request #{request.pk} is past its deadline ({request.deadline:%Y-%m-%d %H:%M} UTC); it "
+                          f"can no longer be {verb}. Nothing was changed.")
     if request.state != DualState.PENDING:
         by = f" by {request.decided_by_label}" if request.decided_by_label else ""
         raise DualRefused(f"Request #{request.pk} is {request.state.lower()}{by}; it can no longer be {verb}. "
@@ -118,6 +132,7 @@ def dual_confirm(actor: Actor, *, request_id: int, reason: str) -> Any:
     since it was requested (the request is then FAILED, nothing else changed)."""
     if not reason.strip():
         raise Incomplete(REASON_NEEDED)
+    _expire_if_due(request_id)
     try:
         with transaction.atomic():
             request = _locked_open(actor, request_id, verb="confirmed", reason=reason)
@@ -128,12 +143,23 @@ def dual_confirm(actor: Actor, *, request_id: int, reason: str) -> Any:
                 raise Denied(f"{actor.label} may not confirm {request.action.replace('.', ' ')}: it needs the "
                              f"{roles.ACTION_ROLES[request.action]} role")
             confirmer = Actor(user=actor.user, ip=actor.ip, system=actor.system)
+            # The action's frame audits its own refusals (kept: the savepoint is committed then) and
+            # refuses an object that changed since the request (``seen``), not only one in another state.
+            savepoint = transaction.savepoint()
             try:
-                with confirming():  # the action's frame has its own savepoint and audits its refusals
+                with confirming(request.seen if isinstance(request.seen, dict) else {}):
                     result = act_named(request.act)(confirmer, **request.params)
-            except (Refused, Incomplete) as exc:
-                failed = exc
+            except (Refused, Incomplete, Denied, NotFound) as exc:
+                transaction.savepoint_commit(savepoint)
+                failed: Exception = exc
+            except Exception as exc:  # an object gone, stored arguments the code no longer takes...
+                transaction.savepoint_rollback(savepoint)
+                if is_storage_error(exc):
+                    raise  # our storage failing is not the request failing: it stays PENDING
+                log.exception("dual control: request #%s's action %s failed", request.pk, request.act)
+                failed = Refused(f"the action could not be done ({type(exc).__name__}: {str(exc)[:300]})")
             else:
+                transaction.savepoint_commit(savepoint)
                 _end(request, DualState.CONFIRMED, actor=actor, reason=reason, result=_said(result))
                 audit_entry(actor, "dual.confirm", request.object_type, request.object_id, outcome=AuditOutcome.OK,
                        reason=reason, tenant=request.tenant, after=_as_after(request))
@@ -144,6 +170,8 @@ def dual_confirm(actor: Actor, *, request_id: int, reason: str) -> Any:
     except (DualRefused, Denied) as exc:
         _refusal(actor, "dual.confirm", request_id, exc, reason)
         raise
+    if isinstance(failed, (Denied, NotFound)):
+        raise failed
     raise Refused(f"Request #{request_id} was confirmed, but the action was refused: {failed}", states_now=True)
 
 
@@ -159,6 +187,7 @@ def dual_refuse(actor: Actor, *, request_id: int, reason: str) -> DualControlReq
     """Refuse request ``request_id`` (anyone who could confirm it; a reason is required)."""
     if not reason.strip():
         raise Incomplete(REASON_NEEDED)
+    _expire_if_due(request_id)
     try:
         with transaction.atomic():
             request = _locked_open(actor, request_id, verb="refused", reason=reason)
@@ -178,6 +207,7 @@ def dual_refuse(actor: Actor, *, request_id: int, reason: str) -> DualControlReq
 
 def dual_withdraw(actor: Actor, *, request_id: int, reason: str = "") -> DualControlRequest:
     """The requester takes back their own request."""
+    _expire_if_due(request_id)
     try:
         with transaction.atomic():
             request = _locked_open(actor, request_id, verb="withdrawn", reason=reason)

@@ -60,7 +60,9 @@ class Asked:
 
 
 _asked: ContextVar[Asked | None] = ContextVar("dual_asked", default=None)
-_confirming: ContextVar[bool] = ContextVar("dual_confirming", default=False)
+# Set while a confirmed request's action (or a confirmed batch's items) is done: False, or the
+# object as the requester's check found it (a dict; {} for a batch's items: nothing to compare).
+_confirming: ContextVar[dict[str, Any] | bool] = ContextVar("dual_confirming", default=False)
 _ACTS: dict[str, Callable[..., Any]] = {}
 
 
@@ -71,6 +73,11 @@ def rules() -> dict[str, Any]:
     if unknown:
         raise ImproperlyConfigured(f"SAGA_DUAL_CONTROL: unknown rule(s) {', '.join(unknown)}; the rules are "
                                    f"{', '.join(POLICIES)}")
+    for name, tenants in configured.items():
+        if not (tenants == "*" or (isinstance(tenants, (list, tuple)) and all(isinstance(t, str) and t
+                                                                                for t in tenants))):
+            raise ImproperlyConfigured(f'SAGA_DUAL_CONTROL: rule {name} must name "*" (every tenant) or a list of '
+                                       f"tenants, not {tenants!r}")
     return dict(configured)
 
 
@@ -117,15 +124,16 @@ def asked_under_rule(tenant: str) -> Asked | None:
     """For ``perform``: the action being done, when a rule covers it for ``tenant`` and it is not
     the confirmation of a request (which does it)."""
     asked = _asked.get()
-    if asked is None or _confirming.get() or not applies(asked.policy, tenant):
+    if asked is None or is_confirming() or not applies(asked.policy, tenant):
         return None
     return asked
 
 
 @contextmanager
-def confirming() -> Iterator[None]:
-    """Inside: the actions done are confirmations of a request (no new request)."""
-    token = _confirming.set(True)
+def confirming(seen: dict[str, Any] | None = None) -> Iterator[None]:
+    """Inside: the actions done are confirmations of a request (no new request); ``seen``: the
+    object as it was when the request was made, which ``perform`` finds unchanged or refuses."""
+    token = _confirming.set(seen or {})
     try:
         yield
     finally:
@@ -133,7 +141,13 @@ def confirming() -> Iterator[None]:
 
 
 def is_confirming() -> bool:
-    return _confirming.get()
+    return _confirming.get() is not False
+
+
+def seen_at_request() -> dict[str, Any]:
+    """While confirming a request: the object as the requester's check found it ({} otherwise)."""
+    seen = _confirming.get()
+    return seen if isinstance(seen, dict) else {}
 
 
 def covered(policy: str | None, tenant: str) -> bool:

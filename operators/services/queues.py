@@ -95,7 +95,8 @@ def effect_query(actor: Actor, *, effect_id: int) -> str:
 
 
 @dual_controlled(lambda a: "effect.resolve_unsafe" if a["outcome"] in UNSAFE_OUTCOMES else None,
-                 lambda a: f"Resolve effect {a['effect_id']} as {a['outcome'].replace('_', ' ')}")
+                 lambda a: f"Resolve effect {a['effect_id']} as {a['outcome'].replace('_', ' ')}"
+                           + (f" (provider reference {a['downstream_ref']})" if a["downstream_ref"] else ""))
 def effect_manual_resolve(actor: Actor, *, effect_id: int, outcome: str, downstream_ref: str, note: str,
                           expected: str | None) -> EffectRecord:
     """``expected``: the effect's status the operator saw (required)."""

@@ -104,7 +104,8 @@ def run_move_act(actor: Actor, *, run_id: str, version: int, reason: str, expect
     )
 
 
-@dual_controlled(lambda a: "run.redrive", lambda a: f"Redrive run {a['run_id']}")
+@dual_controlled(lambda a: "run.redrive",
+                 lambda a: f"Redrive run {a['run_id']}" + (f" on version {a['version']}" if a["version"] else ""))
 def run_redrive_act(actor: Actor, *, run_id: str, version: int | None, reason: str, expected: str | None) -> Any:
     return perform(
         actor, "run.redrive", _run_target(run_id), reason=reason, expected=expected,
@@ -112,7 +113,9 @@ def run_redrive_act(actor: Actor, *, run_id: str, version: int | None, reason: s
     )
 
 
-@dual_controlled(lambda a: "run.fork", lambda a: f"Fork run {a['run_id']} at entry {a['at_seq']}")
+@dual_controlled(lambda a: "run.fork", lambda a: (
+    f"Re-run run {a['run_id']} from entry {a['at_seq']}" + (f" on version {a['version']}" if a["version"] else "")
+    + (", compensating its later effects first" if a.get("compensate_first") else "")))
 def run_fork_act(actor: Actor, *, run_id: str, at_seq: int, version: int | None, reason: str,
                  expected: str | None, forks_seen: int | None = None, compensate_first: bool = False) -> Any:
     """Audited on the source run (the new run's id is in its history and the answer)."""

@@ -16,7 +16,10 @@ from pathlib import Path
 from api.models import ApiKey
 from tests.api.conftest import http
 
-EXAMPLES = 5  # per operation and phase: about 2,000 requests in all
+# Per operation and phase: about 1,000 requests. The coverage phase (every schema boundary, ~2,000
+# more requests, twice the time) is `make contract`, kept out of make test's ten minutes.
+EXAMPLES = int(os.environ.get("SAGA_SCHEMATHESIS_EXAMPLES", "20"))
+PHASES = os.environ.get("SAGA_SCHEMATHESIS_PHASES", "examples,fuzzing,stateful")
 
 
 def test_schemathesis_finds_nothing(api_server, keys, tmp_path):
@@ -25,7 +28,7 @@ def test_schemathesis_finds_nothing(api_server, keys, tmp_path):
     assert http(api_server.base, "GET", "/openapi.json").status == 200
     command = [
         str(Path(sys.executable).with_name("st")), "run", f"{api_server.base}/api/v1/openapi.json",
-        "--checks", "all", "--phases", "examples,coverage,fuzzing,stateful", "--generation-deterministic",
+        "--checks", "all", "--phases", PHASES, "--generation-deterministic",
         "--max-examples", str(EXAMPLES), "-H", f"Authorization: Bearer {keys['operator']}",
         "--no-color", "--request-timeout", "30", "--output-sanitize", "false",
     ]
@@ -34,5 +37,6 @@ def test_schemathesis_finds_nothing(api_server, keys, tmp_path):
     report = done.stdout[-30000:] + done.stderr[-5000:]
     assert done.returncode == 0, report
     generated = re.search(r"(\d+) generated", done.stdout)
-    assert generated and int(generated.group(1)) >= 1000, report  # it really sent traffic
+    assert generated and int(generated.group(1)) >= 400, report  # it really sent traffic
+    print(generated.group(0), "test cases")
     assert re.search(r"Stateful.{0,80}?Scenarios:\s+[1-9]", done.stdout, re.S), report  # the phase ran

@@ -9,6 +9,7 @@ from datetime import timedelta
 import pytest
 from django.core.management import call_command
 from django.core.management.base import SystemCheckError
+from django.db.models import F
 from django.urls import reverse
 from django.utils import timezone
 
@@ -21,7 +22,7 @@ from console.services.bulk import batch_work
 from ledger.models import EffectRecord
 from operators.models import AuditEntry, AuditOutcome, DualControlRequest, DualState
 from sagas.events import send_swept
-from sagas.models import CompensationPlan, RunStatus
+from sagas.models import CompensationPlan, RunStatus, WorkflowRun
 from tests.api.actions_data import call
 from tests.console.conftest import client_for
 from tests.console.queue_data import make_effect, resolve
@@ -53,7 +54,12 @@ def test_a_compensation_waits_for_a_second_operator_who_confirms_it(people, sett
     assert run.status == RunStatus.WAITING and not CompensationPlan.objects.filter(run=run).exists()
     [request] = DualControlRequest.objects.all()
     assert (request.state, request.requested_by_label, request.action) == (DualState.PENDING, "olga", "run.compensate")
-    assert "needs a second person" in text(olga.get(run_url(run)))
+    run_page = text(olga.get(run_url(run)))
+    assert "needs a second person" in run_page  # the notice of the request
+    assert f'id="run-dual-{request.pk}"' in run_page and "waits for a second person" in run_page  # and while it waits
+    again = act(client_for(people["operator2"]), run, "compensate")  # asked again: one request, one confirmation
+    assert again.status_code == 409 and f"Request #{request.pk}" in text(again)
+    assert DualControlRequest.objects.count() == 1
     [asked_entry] = _entries("dual.request")
     assert (asked_entry.actor_label, asked_entry.object_id, asked_entry.outcome) == ("olga", str(run.id), "ok")
 
@@ -66,7 +72,8 @@ def test_a_compensation_waits_for_a_second_operator_who_confirms_it(people, sett
     request.refresh_from_db()
     assert run.status == RunStatus.COMPENSATING
     assert (request.state, request.decided_by_label) == (DualState.CONFIRMED, "oscar")
-    [compensated] = _entries("run.compensate")
+    asked_twice, compensated = _entries("run.compensate")  # oscar's own ask, refused, then the confirmation
+    assert (asked_twice.actor_label, asked_twice.outcome) == ("oscar", AuditOutcome.REFUSED)
     assert (compensated.actor_label, compensated.outcome, compensated.reason) == ("oscar", "ok",
                                                                                   "customer asked on ticket 4411")
     [confirmed] = _entries("dual.confirm")
@@ -258,3 +265,61 @@ def test_a_request_is_notified_once_to_the_endpoints_that_want_it(people, settin
     assert f"Compensate run {run.id}, asked by olga" in body["summary"]
     assert (body["run_id"], body["requested_by"], body["reason"]) == (str(run.id), "olga", "refund <b>ticket</b> 7")
     assert body["link"].endswith(f"/approvals/#dual-{request.pk}")
+
+
+def test_a_run_that_changed_and_came_back_to_the_same_status_is_not_acted_on(people, settings):
+    settings.SAGA_DUAL_CONTROL = COMPENSATION_NEEDS_TWO
+    run = waiting_run()
+    act(client_for(people["operator"]), run, "compensate")
+    request = DualControlRequest.objects.get()
+    WorkflowRun.objects.filter(id=run.id).update(fence=F("fence") + 1)  # a worker claimed it meanwhile; WAITING again
+
+    answer = _decide(client_for(people["operator2"]), request, "confirm")
+
+    assert answer.status_code == 409 and "changed since the request was made (fence" in text(answer)
+    request.refresh_from_db()
+    assert request.state == DualState.FAILED and not CompensationPlan.objects.filter(run=run).exists()
+    [refused] = _entries("run.compensate")  # the action's own refusal, kept with the request's end
+    assert (refused.actor_label, refused.outcome) == ("oscar", AuditOutcome.REFUSED)
+    assert [e.outcome for e in _entries("dual.confirm")] == [AuditOutcome.REFUSED]
+
+
+def test_a_request_whose_action_cannot_run_any_more_fails_clearly_not_with_a_500(people, settings):
+    settings.SAGA_DUAL_CONTROL = COMPENSATION_NEEDS_TWO
+    run = waiting_run()
+    act(client_for(people["operator"]), run, "compensate")
+    request = DualControlRequest.objects.get()
+    DualControlRequest.objects.filter(pk=request.pk).update(params={**request.params, "removed_since": 1})
+
+    answer = _decide(client_for(people["operator2"]), request, "confirm")
+
+    assert answer.status_code == 409 and "could not be done (TypeError" in text(answer)
+    request.refresh_from_db()
+    run.refresh_from_db()
+    assert request.state == DualState.FAILED and run.status == RunStatus.WAITING
+    assert [e.outcome for e in _entries("dual.confirm")] == [AuditOutcome.REFUSED]
+
+
+def test_the_sweepers_pass_expires_requests_past_their_deadline_with_an_audit_entry(people, settings):
+    settings.SAGA_DUAL_CONTROL = COMPENSATION_NEEDS_TWO
+    run = waiting_run()
+    act(client_for(people["operator"]), run, "compensate")
+    DualControlRequest.objects.update(deadline=timezone.now() - timedelta(seconds=1))
+
+    send_swept(report=None)
+
+    request = DualControlRequest.objects.get()
+    assert request.state == DualState.EXPIRED
+    [expired] = _entries("dual.expire")
+    assert (expired.actor_label, expired.object_id) == ("system: dual control", str(run.id))
+
+
+def test_a_bulk_batch_asked_for_twice_is_refused_the_second_time(people, settings):
+    settings.SAGA_DUAL_CONTROL = {"effect.resolve_unsafe": ["*"]}
+    make_effect(step="s1")
+    olga = client_for(people["operator"])
+    token = token_of(preview(olga, "effect.resolve"))
+    assert confirm(olga, token, outcome="not_executed").status_code == 302
+    again = confirm(olga, token, outcome="not_executed")
+    assert again.status_code == 409 and "already waits for a second person" in text(again)
+    assert DualControlRequest.objects.count() == 1
