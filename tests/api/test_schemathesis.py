@@ -16,9 +16,9 @@ from pathlib import Path
 from api.models import ApiKey
 from tests.api.conftest import http
 
-# Per operation and phase: about 1,000 requests. The coverage phase (every schema boundary, ~2,000
+# Per operation and phase: about 600 requests. The coverage phase (every schema boundary, ~2,000
 # more requests, twice the time) is `make contract`, kept out of make test's ten minutes.
-EXAMPLES = int(os.environ.get("SAGA_SCHEMATHESIS_EXAMPLES", "20"))
+EXAMPLES = int(os.environ.get("SAGA_SCHEMATHESIS_EXAMPLES", "12"))
 PHASES = os.environ.get("SAGA_SCHEMATHESIS_PHASES", "examples,fuzzing,stateful")
 
 
