@@ -53,7 +53,7 @@ from operators.selectors.queues import (
 )
 from operators.selectors.runs import workflow_names
 from operators.services.actions import Denied, Incomplete, Refused
-from operators.services.dual import DualRefused, dual_confirm, dual_open, dual_refuse, dual_withdraw
+from operators.services.dual import DualRefused, dual_confirm, dual_open, dual_refuse, dual_withdraw, person_of
 from operators.services.dual_rules import ConfirmationNeeded
 from operators.services.queues import approval_act, effect_manual_resolve
 from operators.services.queues import effect_query as effect_query_service
@@ -383,10 +383,11 @@ def approvals(request: ConsoleRequest) -> HttpResponse:
 
 def _dual_rows(user: User, now: Any) -> list[dict[str, Any]]:
     """The requests waiting for a second person (dual control), soonest deadline first."""
+    me = person_of(user)
     return [
         {"r": r, "remaining": remaining_text(r.deadline, now), "own": r.requested_by_id == user.pk,
-         "may_decide": r.requested_by_id != user.pk and roles.can(user, r.action)}
-        for r in dual_open(user)[:DUAL_SHOWN]
+         "may_decide": r.requested_by_id != user.pk and person_of(r.requested_by) != me and roles.can(user, r.action)}
+        for r in dual_open(user).select_related("requested_by")[:DUAL_SHOWN]
     ]
 
 

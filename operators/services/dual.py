@@ -30,6 +30,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from django.core.exceptions import ObjectDoesNotExist
 from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
@@ -48,6 +49,21 @@ log = logging.getLogger("operators.dual")
 __all__ = ["ConfirmationNeeded", "DualRefused", "dual_confirm", "dual_open", "dual_refuse", "dual_withdraw"]
 
 REASON_NEEDED = "A reason is required: it goes into the audit log next to the request's. Nothing was changed."
+
+
+def person_of(user: Any) -> int:
+    """Who is behind ``user``: for an API key's user, the person who made the key (when the
+    console made it: ``created_by``), else the user. A person's keys and their own login are
+    one person for dual control, so none of them confirms another's request."""
+    try:
+        key = user.api_key  # the API key this user stands for (api.models.ApiKey), if any
+    except ObjectDoesNotExist:
+        return int(user.pk)
+    return int(key.created_by_id or user.pk)
+
+
+def same_person(one: Any, other: Any) -> bool:
+    return one.pk == other.pk or person_of(one) == person_of(other)
 
 
 def dual_open(user: Any) -> QuerySet[DualControlRequest]:
@@ -136,7 +152,7 @@ def dual_confirm(actor: Actor, *, request_id: int, reason: str) -> Any:
     try:
         with transaction.atomic():
             request = _locked_open(actor, request_id, verb="confirmed", reason=reason)
-            if request.requested_by_id == actor.user.pk:
+            if same_person(request.requested_by, actor.user):
                 raise DualRefused(f"You asked for request #{request.pk}: another person must confirm it. "
                                   f"Nothing was changed.", forbidden=True)
             if not roles.can(actor.user, request.action):
@@ -191,7 +207,7 @@ def dual_refuse(actor: Actor, *, request_id: int, reason: str) -> DualControlReq
     try:
         with transaction.atomic():
             request = _locked_open(actor, request_id, verb="refused", reason=reason)
-            if request.requested_by_id == actor.user.pk:
+            if same_person(request.requested_by, actor.user):
                 raise DualRefused(f"You asked for request #{request.pk}: withdraw it instead.", forbidden=True)
             if not roles.can(actor.user, request.action):
                 raise Denied(f"{actor.label} may not refuse {request.action.replace('.', ' ')}: it needs the "

@@ -323,3 +323,22 @@ def test_a_bulk_batch_asked_for_twice_is_refused_the_second_time(people, setting
     again = confirm(olga, token, outcome="not_executed")
     assert again.status_code == 409 and "already waits for a second person" in text(again)
     assert DualControlRequest.objects.count() == 1
+
+
+def test_a_persons_keys_and_login_are_one_person_for_dual_control(people, settings):
+    settings.SAGA_DUAL_CONTROL = COMPENSATION_NEEDS_TWO
+    olga = people["operator"]
+    first = apikey_create(name="olga-bot", role="operator", created_by=olga)[1]
+    second = apikey_create(name="olga-bot-2", role="operator", created_by=olga)[1]
+    run = waiting_run()
+    asked = call("post", f"/runs/{run.id}/compensate", first, {"reason": "refund ticket 8", "expected": "WAITING"})
+    request_id = asked.json()["dual_control"]["id"]
+
+    by_her_other_key = call("post", f"/dual-control/{request_id}/confirm", second, {"reason": "fine"})
+    assert by_her_other_key.status_code == 403 and by_her_other_key.json()["type"].endswith("/second-person")
+    by_her_login = _decide(client_for(olga), DualControlRequest.objects.get(), "confirm")
+    assert by_her_login.status_code == 403
+    assert "Confirm and do it" not in text(client_for(olga).get(reverse("console:approvals")))
+    assert _decide(client_for(people["operator2"]), DualControlRequest.objects.get(), "confirm").status_code == 302
+    run.refresh_from_db()
+    assert run.status == RunStatus.COMPENSATING
