@@ -127,6 +127,19 @@ class PostgresServer:
                 _wait(lambda: not _alive(pid), 30, f"postmaster {pid} to exit")
         _wait(lambda: not port_open(self.port), 30, f"port {self.port} to close")
 
+    def start_standby_of(self, primary: PostgresServer) -> None:
+        """Start this server as a streaming hot standby of ``primary`` (``pg_basebackup -R``
+        instead of initdb: initdb's defaults already give the primary wal_level=replica and trust
+        for replication from 127.0.0.1). Returns once it accepts connections."""
+        if self._initialised:
+            raise RuntimeError("start_standby_of() makes a new server; this one is already initialised")
+        if self._as_postgres:
+            shutil.chown(self.dir, PG_USER, PG_USER)
+        self._run("pg_basebackup", "-h", HOST, "-p", str(primary.port), "-U", PG_USER, "-D", str(self.data),
+                  "-R", "-X", "stream", "--no-sync", "-c", "fast")
+        self._initialised = True
+        self.start()
+
     def restart(self, mode: str = "fast") -> None:
         """``stop(mode)`` then ``start()``; ``mode="immediate"`` is a crash followed by recovery."""
         self.stop(mode)

@@ -143,28 +143,28 @@ def production_secret_key(name: str, *, dev_key: str) -> str:
     return value
 
 
-def parse_database_url(url: str) -> dict:
+def parse_database_url(url: str, *, name: str = "DATABASE_URL") -> dict:
     """Turn ``postgres://user:pass@host:port/name?opt=v`` into a Django DATABASES entry."""
     parts = urlsplit(url)
     if parts.scheme not in {"postgres", "postgresql", "pgsql"}:
-        raise ImproperlyConfigured(f"DATABASE_URL scheme {parts.scheme!r} is not supported (use postgres://)")
-    name = unquote(parts.path.lstrip("/"))
-    if not name:
-        raise ImproperlyConfigured("DATABASE_URL has no database name")
+        raise ImproperlyConfigured(f"{name} scheme {parts.scheme!r} is not supported (use postgres://)")
+    dbname = unquote(parts.path.lstrip("/"))
+    if not dbname:
+        raise ImproperlyConfigured(f"{name} has no database name")
     try:
         port = parts.port
     except ValueError:
-        raise ImproperlyConfigured(f"DATABASE_URL has a malformed port: {url!r}") from None
+        raise ImproperlyConfigured(f"{name} has a malformed port: {url!r}") from None
     options: dict[str, str] = {}
     if parts.query:
         for pair in parts.query.split("&"):
             key, sep, value = pair.partition("=")
             if not sep:
-                raise ImproperlyConfigured(f"DATABASE_URL option {pair!r} is not key=value")
+                raise ImproperlyConfigured(f"{name} option {pair!r} is not key=value")
             options[unquote(key)] = unquote(value)
     return {
         "ENGINE": "django.db.backends.postgresql",
-        "NAME": name,
+        "NAME": dbname,
         "USER": unquote(parts.username or ""),
         "PASSWORD": unquote(parts.password or ""),
         "HOST": parts.hostname or "",

@@ -1,6 +1,6 @@
 """Django settings. Everything that differs between machines comes from the environment.
 
-Variables: DATABASE_URL, REDIS_URL, SECRET_KEY, DEBUG, ALLOWED_HOSTS, SAGAS_MODULES,
+Variables: DATABASE_URL, DATABASE_REPLICA_URL, REDIS_URL, SECRET_KEY, DEBUG, ALLOWED_HOSTS, SAGAS_MODULES,
 SECURE_* / SESSION_COOKIE_SECURE / CSRF_* (README: "Deploying: settings from the environment"),
 SAGAS_LEASE_TTL, SAGAS_SWEEP_INTERVAL, SAGAS_DISPATCH_LISTEN, SAGAS_DISPATCH_THREADS, SAGAS_DISPATCH_RQ_DELAY,
 SAGAS_QUEUE,
@@ -16,6 +16,7 @@ installed by ``config.settings_demo``, which ``make demo`` and the tests use.
 from __future__ import annotations
 
 import re
+from copy import deepcopy
 from datetime import timedelta
 from importlib.util import find_spec
 from pathlib import Path
@@ -185,6 +186,22 @@ if DB_POOL_SIZE:
     # so one the server dropped (a restart) is replaced instead of failing the request that drew it.
     _db.setdefault("OPTIONS", {})["pool"] = {"min_size": 1, "max_size": DB_POOL_SIZE, "timeout": 10}
 DATABASES = {"default": _db}
+# A PostgreSQL standby of that database for the console's page reads (lists, history, audit,
+# exports); actions, the engine, workers, the sweeper and the API stay on the primary
+# (core/replica.py, docs/operations/standby.md). Unset: no alias, no router.
+DATABASE_REPLICA_URL = env_str("DATABASE_REPLICA_URL", "").strip()
+if DATABASE_REPLICA_URL:
+    _replica = parse_database_url(DATABASE_REPLICA_URL, name="DATABASE_REPLICA_URL")
+    _replica_options = {**deepcopy(_db.get("OPTIONS", {})), **_replica["OPTIONS"]}
+    # A standby that is gone is given up on quickly (pages then read the primary).
+    _replica_options.setdefault("connect_timeout", "2")
+    if "pool" in _replica_options:
+        _replica_options["pool"]["timeout"] = min(_replica_options["pool"]["timeout"], 3)
+    DATABASES["replica"] = {
+        **_replica, "OPTIONS": _replica_options, "CONN_MAX_AGE": _db["CONN_MAX_AGE"],
+        "CONN_HEALTH_CHECKS": True, "TEST": {"MIRROR": "default"},
+    }
+    DATABASE_ROUTERS = ["core.replica.ReplicaRouter"]
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = validate_redis_url(env_str("REDIS_URL", "redis://127.0.0.1:6379/0"))

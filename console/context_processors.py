@@ -5,6 +5,7 @@ from typing import Any
 from django.http import HttpRequest
 from django.urls import reverse
 
+from core.replica import behind_seconds
 from operators import roles
 
 NAV = [
@@ -27,4 +28,6 @@ def console(request: HttpRequest) -> dict[str, Any]:
     for label, name in NAV:
         url = reverse(name)
         items.append({"label": label, "url": url, "current": request.path.startswith(url)})
-    return {"console_nav": items, "console_roles": sorted(roles.roles_of(request.user))}
+    # A page read from a standby more than a second behind says so (core/replica.py).
+    return {"console_nav": items, "console_roles": sorted(roles.roles_of(request.user)),
+            "standby_behind": behind_seconds()}

@@ -23,6 +23,7 @@ from console.selectors.audit import AuditFilters, audit_known_values, audit_page
 from console.views.base import ConsoleRequest, live_context, viewer_required
 from console.views.run_history import async_parts
 from core.redaction import redact, redact_text
+from core.replica import follow
 from operators.models import AuditEntry
 
 AUDIT_FRAGMENT = "audit_log"
@@ -107,7 +108,7 @@ def audit_csv(request: ConsoleRequest) -> HttpResponseBase:
         return HttpResponse(f"invalid filters: {errors}", status=400, content_type="text/plain; charset=utf-8")
     filters = form.filters()
     user = request.user
-    rows = _rows_sync(filters, user)
+    rows = follow(_rows_sync(filters, user))  # from the standby, as the page, if the page is
     body = async_parts(rows) if isinstance(request, ASGIRequest) else rows
     response = StreamingHttpResponse(body, content_type="text/csv; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="audit-{timezone.now():%Y%m%d-%H%M%S}.csv"'

@@ -30,6 +30,7 @@ from console.history_forms import HistoryPageForm
 from console.selectors.history import history_jump_before, history_timeline, kinds_for
 from console.views.base import ConsoleRequest, get_run_for_user, viewer_required
 from core.redaction import redact
+from core.replica import follow
 from operators.selectors.runs import run_history_batches
 from sagas.models import WorkflowRun
 from sagas.selectors import run_newest_seq
@@ -112,7 +113,7 @@ async def async_parts(parts: Iterator[str]) -> AsyncIterator[str]:
 @viewer_required
 def run_history_json(request: ConsoleRequest, run_id: UUID) -> StreamingHttpResponse:
     run = get_run_for_user(request, run_id)
-    parts = _history_json_parts(run)
+    parts = follow(_history_json_parts(run))  # from the standby, as the page, if the page is
     content = async_parts(parts) if isinstance(request, ASGIRequest) else parts
     response = StreamingHttpResponse(content, content_type="application/json; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="run-{run.id}-history.json"'
