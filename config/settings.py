@@ -202,6 +202,8 @@ if DATABASE_REPLICA_URL:
         "CONN_HEALTH_CHECKS": True, "TEST": {"MIRROR": "default"},
     }
     DATABASE_ROUTERS = ["core.replica.ReplicaRouter"]
+    # A browser that has just acted reads the primary for a few seconds (its own action shows).
+    MIDDLEWARE.append("core.replica.AfterWriteMiddleware")
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = validate_redis_url(env_str("REDIS_URL", "redis://127.0.0.1:6379/0"))

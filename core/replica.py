@@ -18,8 +18,13 @@ the age of the last transaction it replayed. A standby that cannot be reached (r
 no answer within the connect timeout) is left alone for ``DOWN_SECONDS``: pages read the
 primary meanwhile, and the outage is logged once (core/storage.py ``OUTAGES``).
 
-Not guaranteed: what a page shows is as old as the standby's replay (``lag``); a page read
-from the standby right after an action may not show it yet.
+Read your own writes: a browser that has just sent a POST (an action) gets a short-lived cookie
+(``AFTER_WRITE_COOKIE``, ``AFTER_WRITE_SECONDS``; ``AfterWriteMiddleware``), and while it has it
+its pages read the primary, so the page an action redirects to shows the action. The cookie can
+only send reads to the primary, never a write anywhere else.
+
+Not guaranteed: what a page shows is as old as the standby's replay (``lag``); another person's
+page read from the standby right after an action may not show it yet.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connections
 
 from core.storage import OUTAGES, is_database_error
@@ -42,6 +48,9 @@ RESOURCE = "PostgreSQL standby"
 CHECK_SECONDS = 2.0
 DOWN_SECONDS = 10.0
 BEHIND_NOTICE_SECONDS = 1.0
+AFTER_WRITE_COOKIE = "saga_primary"
+AFTER_WRITE_SECONDS = 10
+SAFE_METHODS = ("GET", "HEAD", "OPTIONS", "TRACE")
 
 T = TypeVar("T")
 log = logging.getLogger("core.replica")
@@ -140,11 +149,12 @@ def reads_on_replica() -> Iterator[None]:
         _on_replica.reset(token)
 
 
-def page_on_replica(view: Callable[[], T]) -> T:
-    """``view()`` with its reads on the standby when one is configured and up; when the standby
-    fails during it, it is marked down and ``view()`` runs again on the primary (a page view
-    only reads, so running it again is safe)."""
-    if not configured() or not replica_state().up:
+def page_on_replica(view: Callable[[], T], *, after_write: bool = False) -> T:
+    """``view()`` with its reads on the standby when one is configured and up, and the browser
+    has not just written (``after_write``); when the standby fails during it, it is marked down
+    and ``view()`` runs again on the primary (a page view only reads, so running it again is
+    safe)."""
+    if not configured() or after_write or not replica_state().up:
         return view()
     try:
         with reads_on_replica():
@@ -181,6 +191,21 @@ def behind_seconds() -> int | None:
         return None
     lag = _state.lag
     return round(lag) if _state.up and lag > BEHIND_NOTICE_SECONDS else None
+
+
+class AfterWriteMiddleware:
+    """Marks a browser that sent a POST (or any unsafe method) for AFTER_WRITE_SECONDS, so that
+    its next pages read the primary. Installed only with a standby (config/settings.py)."""
+
+    def __init__(self, get_response: Callable[[Any], Any]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: Any) -> Any:
+        response = self.get_response(request)
+        if request.method not in SAFE_METHODS and response.status_code < 500:
+            response.set_cookie(AFTER_WRITE_COOKIE, "1", max_age=AFTER_WRITE_SECONDS, httponly=True, samesite="Lax",
+                                secure=settings.SESSION_COOKIE_SECURE)
+        return response
 
 
 def _replica_answers() -> bool:

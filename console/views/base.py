@@ -17,7 +17,7 @@ from django.shortcuts import render
 from django_htmx.middleware import HtmxDetails
 
 from console.forms import ActionForm
-from core.replica import page_on_replica
+from core.replica import AFTER_WRITE_COOKIE, page_on_replica
 from ledger.models import EffectRecord
 from operators import roles
 from operators.selectors.runs import run_get
@@ -40,8 +40,9 @@ class ConsoleRequest(HttpRequest):
 
 def viewer_required(view: Callable[..., HttpResponseBase]) -> Callable[..., HttpResponseBase]:
     """Login, then any console role (viewer, operator, approver) to read pages. A GET or HEAD
-    page reads from the standby when one is configured and up (core/replica.py); the session,
-    the user and their roles are read from the primary before that."""
+    page reads from the standby when one is configured and up, unless this browser has just
+    acted (core/replica.py); the session, the user and their roles are read from the primary
+    before that."""
 
     @login_required
     @wraps(view)
@@ -49,7 +50,8 @@ def viewer_required(view: Callable[..., HttpResponseBase]) -> Callable[..., Http
         if not roles.can_view(request.user):
             raise PermissionDenied("your account has no console role")
         if request.method in ("GET", "HEAD"):
-            return page_on_replica(lambda: view(request, *args, **kwargs))
+            return page_on_replica(lambda: view(request, *args, **kwargs),
+                                   after_write=AFTER_WRITE_COOKIE in request.COOKIES)
         return view(request, *args, **kwargs)
 
     return wrapped

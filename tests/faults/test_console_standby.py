@@ -152,7 +152,10 @@ def test_it_acts_on_the_primary_while_the_standby_lags(pair):
     pair.on(pair.standby, "SELECT pg_wal_replay_pause()")
     try:
         status, page = pair.post(f"/runs/{run_id}/cancel/", {"reason": "customer called", "expected": "PENDING"})
-        assert status == 200 and "Run cancelled." in page  # the redirect's page, with the action's notice
+        # The page the action redirects to: read from the primary (this browser has just acted), so
+        # it shows the cancel the standby has not replayed, under the action's notice.
+        assert status == 200 and "Run cancelled." in page
+        assert '<span class="badge CANCELLED">CANCELLED</span>' in page
         primary = pair.on(pair.primary, f"SELECT status FROM sagas_workflowrun WHERE id = '{run_id}'")
         standby = pair.on(pair.standby, f"SELECT status FROM sagas_workflowrun WHERE id = '{run_id}'")
         assert (primary, standby) == ([("CANCELLED",)], [("PENDING",)])
@@ -161,6 +164,10 @@ def test_it_acts_on_the_primary_while_the_standby_lags(pair):
         # The same action again checks the state on the primary (CANCELLED), not the standby's.
         status, page = pair.post(f"/runs/{run_id}/cancel/", {"reason": "again", "expected": "PENDING"})
         assert status == 409
+        # Ten seconds on (its read-your-writes cookie gone), this browser reads the lagging standby again.
+        pair.jar.clear("127.0.0.1", "/", "saga_primary")
+        status, page = pair.get(f"/runs/{run_id}/")
+        assert status == 200 and '<span class="badge PENDING">PENDING</span>' in page
     finally:
         pair.on(pair.standby, "SELECT pg_wal_replay_resume()")
 
