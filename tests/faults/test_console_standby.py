@@ -168,8 +168,13 @@ def test_it_acts_on_the_primary_while_the_standby_lags(pair):
         pair.jar.clear("127.0.0.1", "/", "saga_primary")
         status, page = pair.get(f"/runs/{run_id}/")
         assert status == 200 and '<span class="badge PENDING">PENDING</span>' in page
+        # Exports too: the audit CSV (streamed after its view returned) has not the cancel yet.
+        status, csv = pair.get("/audit.csv")
+        assert status == 200 and "run.cancel" not in csv
     finally:
         pair.on(pair.standby, "SELECT pg_wal_replay_resume()")
+    pair.caught_up()
+    assert "customer called" in pair.get("/audit.csv")[1]  # once the standby has it
 
 
 def test_it_reads_the_primary_when_the_standby_is_down(pair):
