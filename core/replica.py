@@ -38,6 +38,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+import psycopg
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connections
 
@@ -122,6 +123,8 @@ def mark_down(exc: BaseException) -> None:
 
 
 def _measure() -> ReplicaState:
+    if not _state.up and not _replica_answers():  # still down: no page waits on the pool for it
+        return ReplicaState(up=False, lag=0.0, checked=time.monotonic())
     try:
         with connections[REPLICA].cursor() as cursor:
             cursor.execute(LAG_SQL)
@@ -209,13 +212,11 @@ class AfterWriteMiddleware:
 
 
 def _replica_answers() -> bool:
-    conn = connections[REPLICA]
+    """Whether the standby accepts a connection: one of its own, not the pool's (which would
+    wait its whole timeout for a server that refuses at once)."""
     try:
-        conn.close()
-        conn.ensure_connection()
+        with psycopg.connect(**connections[REPLICA].get_connection_params()) as conn:
+            conn.execute("SELECT 1")
         return True
-    except Exception as exc:
-        if not is_database_error(exc):
-            raise
-        conn.close()
+    except psycopg.Error:
         return False
