@@ -37,6 +37,7 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.db import connections
 
+from core.direct import session_conninfo
 from sagas.models import OPEN_APPROVAL_STATES, TERMINAL_STATUSES, RunStatus, WorkflowRun
 
 log = logging.getLogger("api.waiting")
@@ -119,7 +120,9 @@ class RunStatusListener:
         self._stop.set()
 
     def _conninfo(self) -> dict[str, Any]:
-        params = dict(connections[self.alias].get_connection_params())
+        # LISTEN needs a session: behind a transaction pooler, the direct URL (core.direct).
+        params = session_conninfo() if self.alias == "default" else dict(
+            connections[self.alias].get_connection_params())
         for django_only in ("cursor_factory", "context", "prepare_threshold", "server_side_binding",
                             "isolation_level", "assume_role", "pool"):
             params.pop(django_only, None)

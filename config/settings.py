@@ -204,6 +204,23 @@ if DATABASE_REPLICA_URL:
     DATABASE_ROUTERS = ["core.replica.ReplicaRouter"]
     # A browser that has just acted reads the primary for a few seconds (its own action shows).
     MIDDLEWARE.append("core.replica.AfterWriteMiddleware")
+# Behind a connection pooler (PgBouncer): DATABASE_POOLER=transaction when it pools by
+# transaction. Then the engine prepares no statement (PgBouncer 1.18 cannot carry them from one
+# transaction to the next), and what needs a session of its own (the workers' and the API's
+# LISTEN connections, the sweeper's and the archiver's session advisory locks) connects to
+# DATABASE_DIRECT_URL, the database itself (docs/operations/deploy.md, "Behind PgBouncer").
+# session (or unset): everything works through the pooler unchanged.
+DATABASE_POOLER = env_str("DATABASE_POOLER", "").strip().lower()
+if DATABASE_POOLER not in ("", "session", "transaction"):
+    raise ImproperlyConfigured(f"DATABASE_POOLER must be session or transaction, not {DATABASE_POOLER!r}")
+DATABASE_DIRECT_URL = env_str("DATABASE_DIRECT_URL", "").strip()
+if DATABASE_POOLER == "transaction" and not DATABASE_DIRECT_URL:
+    raise ImproperlyConfigured("DATABASE_POOLER=transaction needs DATABASE_DIRECT_URL: the LISTEN connections and the "
+                               "session advisory locks need a session of their own, which a transaction pooler "
+                               "does not keep")
+DATABASE_DIRECT = (parse_database_url(DATABASE_DIRECT_URL, name="DATABASE_DIRECT_URL")
+                   if DATABASE_DIRECT_URL else None)
+SAGAS_PREPARED_STATEMENTS = DATABASE_POOLER != "transaction"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = validate_redis_url(env_str("REDIS_URL", "redis://127.0.0.1:6379/0"))

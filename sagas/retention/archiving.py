@@ -41,6 +41,7 @@ from django.db import connection, transaction
 from django.dispatch import Signal
 from django.utils import timezone
 
+from core.direct import session_advisory_lock
 from ledger.keyindex import keys_keep, keys_purge
 from sagas.models import TERMINAL_STATUSES, ArchivedRun
 from sagas.retention.store import ArchiveStore, member_bytes, store_for
@@ -316,18 +317,14 @@ def archive_due(
 def try_archive_locked(*, stop: threading.Event | None = None) -> ArchiveReport | None:
     """One scheduled pass unless another process runs one (session advisory lock): archive
     what is due with the settings' batch size and pause, then purge expired effect keys."""
-    with connection.cursor() as cur:
-        cur.execute("SELECT pg_try_advisory_lock(%s)", [ARCHIVE_LOCK_ID])
-        if not cur.fetchone()[0]:
+    # The lock is a session's: behind a transaction pooler, on a direct connection (core.direct).
+    with session_advisory_lock(ARCHIVE_LOCK_ID) as taken:
+        if not taken:
             return None
-        try:
-            report = archive_due(batch_size=settings.SAGAS_ARCHIVE_BATCH, pause=settings.SAGAS_ARCHIVE_PAUSE,
-                                 stop=stop)
-            while keys_purge() and not (stop is not None and stop.is_set()):
-                pass
-            return report
-        finally:
-            cur.execute("SELECT pg_advisory_unlock(%s)", [ARCHIVE_LOCK_ID])
+        report = archive_due(batch_size=settings.SAGAS_ARCHIVE_BATCH, pause=settings.SAGAS_ARCHIVE_PAUSE, stop=stop)
+        while keys_purge() and not (stop is not None and stop.is_set()):
+            pass
+        return report
 
 
 class ArchiveThread(threading.Thread):

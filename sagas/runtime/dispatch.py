@@ -26,8 +26,9 @@ import threading
 from typing import Any
 
 from django.conf import settings
-from django.db import connection, connections
+from django.db import connection
 
+from core.direct import session_conninfo
 from core.storage import is_storage_error, note_failure
 from sagas.replay.context import shutdown_requested
 from sagas.runtime.identity import set_thread_worker_id
@@ -119,10 +120,7 @@ class DispatchListener(threading.Thread):
         self.handed = 0
 
     def _conninfo(self) -> dict[str, Any]:
-        params = dict(connections["default"].get_connection_params())
-        for django_only in ("cursor_factory", "context", "prepare_threshold", "server_side_binding",
-                            "isolation_level", "assume_role", "pool"):
-            params.pop(django_only, None)
+        params = session_conninfo()  # LISTEN needs a session: behind a transaction pooler, the direct URL
         params.setdefault("connect_timeout", 5)
         # The process's own name (``sagas_worker <name>``, set by the command): an operator who
         # ends a worker's sessions by name in pg_stat_activity ends this one too, and it reconnects.

@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.db import connection
 
+from core.direct import session_advisory_lock
 from ledger.flow import pump
 from ledger.reconcile import reconcile_due
 from sagas import events, resolutions, selectors, services, waits
@@ -147,11 +148,11 @@ def try_sweep_locked() -> SweepReport | None:
     none swept within the last sweep interval (``SweepTurn``, taken by one conditional UPDATE),
     so N workers make about one sweep per interval between them instead of N. None when it was
     another's turn. (``sagas_sweep`` sweeps every pass regardless.)"""
-    with connection.cursor() as cur:
-        cur.execute("SELECT pg_try_advisory_lock(%s)", [SWEEP_LOCK_ID])
-        if not cur.fetchone()[0]:
+    # The lock is a session's: behind a transaction pooler, on a direct connection (core.direct).
+    with session_advisory_lock(SWEEP_LOCK_ID) as taken:
+        if not taken:
             return None
-        try:
+        with connection.cursor() as cur:
             cur.execute(  # the row is made by the first sweep (and again after a test empties the table)
                 """INSERT INTO sagas_sweepturn (id, swept_at) VALUES (1, clock_timestamp())
                    ON CONFLICT (id) DO UPDATE SET swept_at = EXCLUDED.swept_at
@@ -161,6 +162,4 @@ def try_sweep_locked() -> SweepReport | None:
             )
             if cur.fetchone() is None:
                 return None
-            return sweep()
-        finally:
-            cur.execute("SELECT pg_advisory_unlock(%s)", [SWEEP_LOCK_ID])
+        return sweep()

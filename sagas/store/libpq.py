@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any
 
 import psycopg
+from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connections
 from psycopg.types.string import TextLoader
 
@@ -77,6 +78,8 @@ class Statement:
         )
 
     def _exec(self, conn: psycopg.Connection, values: list[bytes | None]) -> psycopg.pq.abc.PGresult:
+        if not settings.SAGAS_PREPARED_STATEMENTS:  # behind a transaction pooler: unnamed, parsed each time
+            return conn.pgconn.exec_params(self.sql.encode(), values)
         prepared = _PREPARED.get(conn)
         if prepared is None:
             prepared = _PREPARED[conn] = set()

@@ -25,6 +25,7 @@ from decimal import Decimal
 from typing import Any
 
 import psycopg
+from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connections
 
 from sagas.errors import LeaseLost
@@ -85,8 +86,11 @@ def cursor() -> Iterator[psycopg.Cursor]:
     db = connections[DEFAULT_DB_ALIAS]  # one thread-local lookup (``connection`` makes one per attribute)
     db.ensure_connection()
     conn = db.connection
-    if conn.prepare_threshold != PREPARE_AFTER:
-        conn.prepare_threshold = PREPARE_AFTER
+    # Behind a transaction pooler nothing is prepared: the next transaction may run on another
+    # server connection, where the statement does not exist (PgBouncer 1.18).
+    threshold = PREPARE_AFTER if settings.SAGAS_PREPARED_STATEMENTS else None
+    if conn.prepare_threshold != threshold:
+        conn.prepare_threshold = threshold
     with db.wrap_database_errors, psycopg.Cursor(conn) as cur:
         yield cur
 
