@@ -16,3 +16,20 @@ def test_our_sessions_run_without_jit_and_without_parallel_workers():
     with connection.cursor() as cur:
         cur.execute("SELECT current_setting('jit'), current_setting('max_parallel_workers_per_gather')")
         assert cur.fetchone() == ("off", "0")
+
+
+def test_a_transaction_pooler_without_a_direct_url_stops_the_process_at_start_up():
+    """DATABASE_POOLER=transaction needs DATABASE_DIRECT_URL (LISTEN and session locks need a
+    session): without it a process refuses to start and says why, rather than a sweeper whose
+    lock is never released or a worker that never hears a run."""
+    import os
+
+    from tests.procs import run_python
+
+    env = {**os.environ, "DEBUG": "1", "DJANGO_SETTINGS_MODULE": "config.settings", "DATABASE_POOLER": "transaction"}
+    env.pop("DATABASE_DIRECT_URL", None)
+    done = run_python(["manage.py", "check"], env=env, timeout=60)
+    assert done.returncode != 0
+    assert "DATABASE_POOLER=transaction needs DATABASE_DIRECT_URL" in done.stderr, done.stderr[-2000:]
+    typo = run_python(["manage.py", "check"], env={**env, "DATABASE_POOLER": "transactions"}, timeout=60)
+    assert typo.returncode != 0 and "must be session or transaction" in typo.stderr, typo.stderr[-2000:]
