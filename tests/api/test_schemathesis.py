@@ -16,9 +16,9 @@ from pathlib import Path
 from api.models import ApiKey
 from tests.api.conftest import http
 
-# Per operation and phase: about 600 requests. The coverage phase (every schema boundary, ~2,000
+# Per operation and phase: about 350 requests. The coverage phase (every schema boundary, ~2,000
 # more requests, twice the time) is `make contract`, kept out of make test's ten minutes.
-EXAMPLES = int(os.environ.get("SAGA_SCHEMATHESIS_EXAMPLES", "12"))
+EXAMPLES = int(os.environ.get("SAGA_SCHEMATHESIS_EXAMPLES", "6"))
 PHASES = os.environ.get("SAGA_SCHEMATHESIS_PHASES", "examples,fuzzing,stateful")
 
 
@@ -37,6 +37,6 @@ def test_schemathesis_finds_nothing(api_server, keys, tmp_path):
     report = done.stdout[-30000:] + done.stderr[-5000:]
     assert done.returncode == 0, report
     generated = re.search(r"(\d+) generated", done.stdout)
-    assert generated and int(generated.group(1)) >= 400, report  # it really sent traffic
+    assert generated and int(generated.group(1)) >= 250, report  # it really sent traffic
     print(generated.group(0), "test cases")
     assert re.search(r"Stateful.{0,80}?Scenarios:\s+[1-9]", done.stdout, re.S), report  # the phase ran

@@ -57,6 +57,7 @@ HOSTILE = "<script>alert('a11y')</script><img src=x onerror=alert(1)>"
 # An approver sees what a viewer sees (every page is swept as a viewer), plus the approval
 # controls on these: swept as an approver too. The operator and staff, who see the most, sweep all.
 APPROVER_PAGES = frozenset({"overview", "approvals", "run waiting for an approval"})
+STAFF_PAGES = frozenset({"overview", "API keys", "notification endpoints"})
 # Variants of a page already checked for every role (the runs list with other filters, a run page
 # of another shape), which a role changes no more than it changes that page (its action controls):
 # checked as an operator, who sees the most controls. The suite runs on two cores for ten minutes.
@@ -196,6 +197,8 @@ class States:
             pages += [("bulk preview (a draft batch)", f"/bulk/{self.draft.token}/", 200)]
         if role == "approver":  # a viewer's pages, and the approval controls on these three
             pages = [page for page in pages if page[0] in APPROVER_PAGES]
+        elif role == "staff":  # an operator's pages (checked as the operator) plus its own: the nav's
+            pages = [page for page in pages if page[0] in STAFF_PAGES]  # staff links, and the staff pages
         elif role != "operator":
             pages = [page for page in pages if page[0] not in OPERATOR_ONLY_VARIANTS]
         return pages

@@ -49,8 +49,7 @@ MARKUP = ("<img src=x onerror", "<script>alert")
 HOSTILE = (
     "<img src=x onerror=alert(1)>",
     '"><script>alert(1)</script>',
-    "\x00",
-    "a\x00b",
+    "a\x00b",  # a NUL inside text (a lone one is the same to every check)
     "9999-12-31",
     "0001-01-01",
     "-1",
