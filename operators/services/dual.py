@@ -68,8 +68,8 @@ def same_person(one: Any, other: Any) -> bool:
 
 def dual_open(user: Any) -> QuerySet[DualControlRequest]:
     """The requests waiting for a second person that ``user`` may see (their tenants), soonest
-    deadline first. Requests past their deadline are marked EXPIRED first."""
-    expire_due()
+    deadline first; those past their deadline are left out (the sweeper's pass marks them
+    EXPIRED, and a decision on one expires it first): a page or a live push writes nothing."""
     waiting = DualControlRequest.objects.filter(state=DualState.PENDING, deadline__gt=timezone.now())
     return scope(waiting, user).order_by("deadline", "id")
 
