@@ -144,17 +144,30 @@ def production_secret_key(name: str, *, dev_key: str) -> str:
 
 
 def parse_database_url(url: str, *, name: str = "DATABASE_URL") -> dict:
-    """Turn ``postgres://user:pass@host:port/name?opt=v`` into a Django DATABASES entry."""
-    parts = urlsplit(url)
+    """Turn ``postgres://user:pass@host:port/name?opt=v`` into a Django DATABASES entry.
+
+    Several hosts, as libpq takes them (``postgres://u@db-a:5432,db-b:5432/name?target_session_attrs=read-write``,
+    what ``pg_autoctl show uri`` prints): HOST and PORT become libpq's comma-separated lists, and
+    each new connection tries the hosts in order and keeps the first that matches
+    ``target_session_attrs``; after a failover, the next connection finds the new primary."""
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:  # an unclosed [ of an IPv6 address
+        raise ImproperlyConfigured(f"{name} has a malformed host ({exc}): {url!r}") from None
     if parts.scheme not in {"postgres", "postgresql", "pgsql"}:
         raise ImproperlyConfigured(f"{name} scheme {parts.scheme!r} is not supported (use postgres://)")
     dbname = unquote(parts.path.lstrip("/"))
     if not dbname:
         raise ImproperlyConfigured(f"{name} has no database name")
-    try:
-        port = parts.port
-    except ValueError:
-        raise ImproperlyConfigured(f"{name} has a malformed port: {url!r}") from None
+    userinfo, _, hostlist = parts.netloc.rpartition("@")
+    user, _, password = userinfo.partition(":")
+    hosts, ports = [], []
+    for item in hostlist.split(",") if hostlist else []:
+        host, port = _host_port(item, name=name, url=url)
+        hosts.append(host)
+        ports.append(port)
+    if len(hosts) > 1 and "" in hosts:
+        raise ImproperlyConfigured(f"{name} has an empty host in its host list: {url!r}")
     options: dict[str, str] = {}
     if parts.query:
         for pair in parts.query.split("&"):
@@ -165,12 +178,27 @@ def parse_database_url(url: str, *, name: str = "DATABASE_URL") -> dict:
     return {
         "ENGINE": "django.db.backends.postgresql",
         "NAME": dbname,
-        "USER": unquote(parts.username or ""),
-        "PASSWORD": unquote(parts.password or ""),
-        "HOST": parts.hostname or "",
-        "PORT": str(port or ""),
+        "USER": unquote(user),
+        "PASSWORD": unquote(password),
+        "HOST": ",".join(hosts),
+        # One port for every host, or one per host (libpq: an empty one is the default, 5432).
+        "PORT": ",".join(ports) if any(ports) else "",
         "OPTIONS": options,
     }
+
+
+def _host_port(item: str, *, name: str, url: str) -> tuple[str, str]:
+    """``host``, ``host:port`` or ``[v6]:port`` of a URL's host list."""
+    if item.startswith("["):
+        host, bracket, rest = item[1:].partition("]")
+        if not bracket or (rest and not rest.startswith(":")):
+            raise ImproperlyConfigured(f"{name} has a malformed host {item!r}: {url!r}")
+        port = rest[1:]
+    else:
+        host, _, port = item.partition(":")
+    if port and not (port.isdigit() and 0 < int(port) < 65536):
+        raise ImproperlyConfigured(f"{name} has a malformed port: {url!r}")
+    return unquote(host), port
 
 
 def validate_redis_url(url: str) -> str:
