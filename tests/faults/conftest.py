@@ -165,6 +165,15 @@ class Driver:
         assert answer["ok"], answer
         return answer["run_id"]
 
+    def start_many(self, workflow: str, inputs: list[Any], business_keys: list[str], *, retry_for: float = 60,
+                   timeout: float = 300) -> dict[str, Any]:
+        """Start one run per input, each retried with its business key while it fails (a client
+        retrying through an outage): ``{"ok", "run_ids", "errors"}`` (``errors``: each failed attempt)."""
+        request = {"workflow": workflow, "inputs": inputs, "business_keys": business_keys, "retry_for": retry_for}
+        self.popen.stdin.write((json.dumps(request) + "\n").encode())
+        self.popen.stdin.flush()
+        return self._answer(timeout)
+
     def _answer(self, timeout: float) -> dict[str, Any]:
         deadline = time.monotonic() + timeout
         fd = self.popen.stdout.fileno()

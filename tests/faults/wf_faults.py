@@ -75,3 +75,14 @@ def swallow_effect(ctx: Context, spec: dict) -> dict:
         time.sleep(spec.get("linger", 0.0))
         return {"swallowed": True, "error": f"{type(exc).__name__}: {exc}"[:500]}
     return {"swallowed": False, "message_id": mail["message_id"]}
+
+
+@workflow("failover_order", version=1)
+def failover_order(ctx: Context, order: dict) -> dict:
+    """The lighter order of the failover load: a counted step, a capture (the provider dedupes
+    by key) and an email (a connector with neither lookup nor idempotency: sent twice, it is
+    delivered twice)."""
+    ctx.step("prepare", tick, ctx.run_id, "prepare")
+    charge = ctx.effect("capture", "payments.capture", {"order": order["id"], "amount_cents": 1250, "currency": "EUR"})
+    mail = ctx.effect("email", "email.send", {"to": f"{order['id']}@example.com", "subject": "Paid", "body": "ok"})
+    return {"transaction_id": charge["transaction_id"], "message_id": mail["message_id"]}
