@@ -642,6 +642,9 @@ class BenchJournal:
     def durably(self, write, *, kind, name, recorded):  # type: ignore[no-untyped-def]
         return write()
 
+    def intent_recorded(self, effect):  # type: ignore[no-untyped-def]
+        pass
+
     def crash_point(self, point: str, name: str) -> None:
         pass
 

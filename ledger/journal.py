@@ -130,6 +130,12 @@ class Journal(Protocol):
         """Inside a transaction: hold the caller's ownership to its end, or raise ``FenceLost``."""
         ...
 
+    def intent_recorded(self, effect: Any) -> None:
+        """The ``EffectRecord`` just created with this journal's intent entry (same commit): the
+        journal's owner may keep what it takes to record it again if the database loses both
+        (``sagas.gaps``: a failover with asynchronous replication)."""
+        ...
+
     def durably(self, write: Callable[[], T], *, kind: str, name: str, recorded: Callable[[int], T]) -> T:
         """``write()``, one commit that appends entry ``kind``/``name``, retried while the
         database is away and the caller owns the journal; ``recorded(seq)`` instead if a

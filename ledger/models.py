@@ -23,7 +23,8 @@ class EffectStatus(models.TextChoices):
 E = EffectStatus
 # The one table of legal effect transitions.
 EFFECT_TRANSITIONS: dict[str, frozenset[str]] = {
-    E.PENDING: frozenset({E.IN_PROGRESS, E.FAILED_FINAL}),
+    # PENDING -> UNKNOWN: a failover lost commits (sagas.gaps), its dispatch mark among them maybe.
+    E.PENDING: frozenset({E.IN_PROGRESS, E.FAILED_FINAL, E.UNKNOWN}),
     # IN_PROGRESS -> PENDING: a Retryable error (known not executed) before the next attempt.
     E.IN_PROGRESS: frozenset({E.IN_PROGRESS, E.PENDING, E.SUCCEEDED, E.FAILED_FINAL, E.UNKNOWN}),
     # UNKNOWN -> PENDING: evidence that it was not executed (lookup or a person): retry, same key.

@@ -218,6 +218,7 @@ def _record_intent(
         effect.status = EffectStatus.IN_PROGRESS if mark_now else EffectStatus.PENDING
         effect.attempts, effect.dispatched_at = (1, now) if mark_now else (0, None)
         effect.save(force_insert=True)  # held: PENDING, and the dispatch mark asks the gate again
+        journal.intent_recorded(effect)
     return effect, True, None
 
 

@@ -247,6 +247,15 @@ class SpendLimitReached(RunHalted):
     code = reason = "spend_limit"
 
 
+class JournalGap(RunHalted):
+    """The journal went back in time under a live worker: entries this worker wrote and the
+    database acknowledged are not on the database it reaches now (a failover to a standby that
+    had not received them, with asynchronous replication). The run stops for a person; every
+    effect in the gap is UNKNOWN (``sagas.gaps``), never "not executed"."""
+
+    code = reason = "journal_gap"
+
+
 class EffectUnknown(RunHalted):
     """An effect's outcome is not known: the run waits for reconciliation or a person."""
 

@@ -313,7 +313,9 @@ def run_retry(*, run_id: str, user: User | None, reason: str) -> WorkflowRun:
     * ``version_mismatch``: only if a live worker has the run's exact code again;
     * ``compensation_failed``: failed compensation items are retried under a new key
       (the failed attempt is known not to have executed);
-    * ``model_unavailable``: an agent's model request is sent again (same key).
+    * ``model_unavailable``: an agent's model request is sent again (same key);
+    * ``journal_gap``: a failover lost journal entries; the replay goes on from the journal the
+      database has, the effects in the gap UNKNOWN (``sagas.gaps``).
 
     Other reasons have their own action (resolve the effect, decide the approval) or none
     (non-determinism: deploy the fix as a new version, then cancel or compensate).
@@ -348,6 +350,10 @@ def run_retry(*, run_id: str, user: User | None, reason: str) -> WorkflowRun:
                 )
         elif run.status_reason == "model_unavailable":
             pass  # the turn was not journaled: the run asks the model again, under the same key
+        elif run.status_reason == "journal_gap":
+            # A failover lost entries (sagas.gaps): the replay runs the lost steps again and asks
+            # each effect again under its key; those the gap hid are UNKNOWN until settled.
+            pass
         elif run.status_reason == "compensation_failed":
             plan = CompensationPlan.objects.select_for_update().get(run=run)
             failed = list(plan.items.filter(state=CompensationItemState.FAILED))

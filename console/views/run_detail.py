@@ -82,7 +82,8 @@ RUN_FRAGMENTS = [RUN_HEADER, RUN_ACTIONS, RUN_HISTORY, RUN_EFFECTS, RUN_APPROVAL
 COMPENSABLE = frozenset({RunStatus.PENDING, RunStatus.RUNNING, RunStatus.WAITING, RunStatus.NEEDS_ATTENTION,
                          RunStatus.FAILED})
 # NEEDS_ATTENTION reasons that "retry" resolves (sagas.services.run_retry); the others have their own way out.
-RETRYABLE_REASONS = frozenset({"budget_exceeded", "version_mismatch", "compensation_failed", "model_unavailable"})
+RETRYABLE_REASONS = frozenset({"budget_exceeded", "version_mismatch", "compensation_failed", "model_unavailable",
+                               "journal_gap"})
 NOT_RETRYABLE_HINTS = {
     "effect_unknown": "It waits for an unknown effect: resolve it on the ambiguous-effects page and the run "
                       "resumes by itself.",

@@ -25,14 +25,14 @@ import math
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from django.db import connection, transaction
 from django.utils import timezone
 
 from core.storage import Backoff, is_database_error, note_failure, note_success
 from ledger.flow import spend as spending
-from sagas.errors import BudgetExceeded, NonDeterminismError, StorageUnavailable, Suspend, Yield
+from sagas.errors import BudgetExceeded, JournalGap, NonDeterminismError, StorageUnavailable, Suspend, Yield
 from sagas.models import CALL_KINDS, JournalKind
 from sagas.runtime.crashpoints import crash_point
 from sagas.store import systemdb
@@ -86,6 +86,12 @@ class JournalCursor:
         # The newest seq this worker knows of: suspending is refused if anything was
         # appended since (a decision, a signal), and the run is replayed with it instead.
         self.last_seq = journal[-1].seq if journal else 0
+        # What this claim wrote, newest last (seq, kind, name), and the ledger records created with
+        # its intents (key -> the record's fields): if the database loses them (a failover with
+        # asynchronous replication), the gap is reported and its effects recorded again as
+        # UNKNOWN (``sagas.gaps``).
+        self.written: list[tuple[int, str, str]] = []
+        self.intents: dict[str, dict[str, Any]] = {}
         self._pos = 0
         self._names: dict[tuple[str, str], int] = {}
         self._steps_used = run.steps_used
@@ -268,12 +274,38 @@ class JournalCursor:
             appended = write()
         else:
             appended = self.durably(write, kind=kind, name=name, recorded=systemdb.Appended)
+        if appended.seq <= self.last_seq:
+            self._journal_went_back(appended.seq)
         if appended.paused:
             self.pause_requested = True
         self._steps_used += steps
         self._cost_used += cost
         self.last_seq = appended.seq
+        self.written.append((appended.seq, kind, name))
         return appended.seq
+
+    def _journal_went_back(self, seq: int) -> NoReturn:
+        """Our entry was numbered ``seq``, at or below one the database had acknowledged
+        (``last_seq``): what we wrote from ``seq`` on is gone from the database we reach now.
+        Stop the run (``JournalGap``); the engine records the gap (``sagas.gaps``)."""
+        in_transaction = connection.in_atomic_block  # the entry just written goes with the rollback
+        lost = [{"seq": s, "kind": k, "name": n} for s, k, n in self.written if s >= seq]
+        acknowledged = self.last_seq
+        self.last_seq = seq - 1 if in_transaction else seq
+        raise JournalGap(
+            f"the journal went back in time: this worker's entries {seq} to {acknowledged}, acknowledged by the "
+            f"database, are missing from the database it reaches now (a failover to a standby that had not "
+            f"received them); every effect in the gap is UNKNOWN until a person settles it",
+            lost_from=seq, lost_to=acknowledged, lost=lost, worker=self.worker_id,
+        )
+
+    def intent_recorded(self, effect: Any) -> None:
+        """Keep what it takes to record ``effect`` again (``ledger.journal.Journal``)."""
+        self.intents[effect.idempotency_key] = {
+            "kind": effect.kind, "step_name": effect.step_name, "connector": effect.connector,
+            "request_payload": effect.request_payload, "payload_hash": effect.payload_hash,
+            "flow_key": effect.flow_key,
+        }
 
     def durably(self, write: Callable[[], T], *, kind: str, name: str, recorded: Callable[[int], T]) -> T:
         """``write()`` (one commit that appends the journal entry ``kind``/``name``), retried

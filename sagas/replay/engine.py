@@ -24,11 +24,12 @@ from django.conf import settings
 from django.db import InterfaceError, OperationalError
 
 from core.storage import is_storage_error, note_failure, note_success, wait_for_database
-from sagas import events, services, tracing
+from sagas import events, gaps, services, tracing
 from sagas.compensation import compensate_claimed, needs_compensation, plan_for_failure, undo_before_fork
 from sagas.errors import (
     ApprovalRejected,
     ContinueAsNew,
+    JournalGap,
     LeaseLost,
     NotSerializable,
     RunHalted,
@@ -175,6 +176,10 @@ def _execute(run: ClaimedRun, owner: str, beat: Heartbeat | None = None) -> Outc
                 if continuation.continue_claimed(run, owner=owner, expect_last_seq=ctx.last_seq, state=cont.state):
                     return Outcome.COMPLETED  # this run is done; its successor is woken
                 continue  # a signal or decision arrived while we ran: replay with it
+            except JournalGap as gap:
+                # Never replayed: the journal it would replay from is the one that lost entries.
+                gap.details["effects"] = gaps.record_gap(ctx, gap)
+                return _halt(run, owner, gap) or Outcome.NEEDS_ATTENTION
             except RunHalted as halt:
                 outcome = _halt(run, owner, halt, expect_last_seq=ctx.last_seq)
                 if outcome is not None:

@@ -20,7 +20,7 @@ from collections import Counter
 import pytest
 
 from bench.autofailover import AutoFailover
-from bench.servers import RedisServer
+from bench.servers import PostgresServer, RedisServer
 from tests.faults.conftest import LEASE_TTL, MODULES, WRONG_STATUSES, Driver
 from tests.faults.test_postgres_outages import provider_executions
 from tests.procs import Procs, run_python, start_providers, wait_until, worker_env
@@ -163,3 +163,77 @@ def test_two_failovers_under_load_lose_repeat_and_fail_nothing(formation, procs:
     assert repeated == {}, f"journaled steps ran again: {list(repeated.items())[:5]}"
     assert all(w.alive() for w in workers), "a worker died in a failover"
     assert started_errors > 0, "no start met a failover: the client's retry was not exercised"
+
+
+def test_a_failover_that_loses_acknowledged_entries_stops_the_run_and_makes_its_effects_unknown(procs: Procs,
+                                                                                                tmp_path):
+    """Asynchronous replication: the standby stops receiving WAL while a run captures a payment
+    and sends an email on the primary, then the primary crashes and the standby is promoted.
+    The worker, still holding the run, reaches the new primary and finds its journal shorter
+    than what it was told was written. Going on would replay the lost steps and take the lost
+    effects for never asked; it stops the run instead (NEEDS_ATTENTION, ``journal_gap``) with
+    both effects UNKNOWN, each executed once at its provider and not again."""
+    primary, standby, redis_server = PostgresServer(), PostgresServer(), RedisServer()
+    try:
+        primary.start()
+        redis_server.start()
+        primary.create_database("faults_gap")
+        url = (f"postgres://postgres@127.0.0.1:{primary.port},127.0.0.1:{standby.port}/faults_gap"
+               f"?target_session_attrs=read-write")
+        env = worker_env(MODULES, DATABASE_URL=url, REDIS_URL=redis_server.url(),
+                         DEMO_PROVIDERS_URL=start_providers(procs), SAGAS_LEASE_TTL=LEASE_TTL,
+                         FAULTS_CALLS=str(tmp_path / "calls.log"))
+        done = run_python(["manage.py", "migrate", "--noinput", "-v", "0"], env=env, timeout=180)
+        assert done.returncode == 0, done.stdout + done.stderr
+        standby.start_standby_of(primary)  # asynchronous: the primary waits for no standby
+        worker = procs.start("w1", ["manage.py", "sagas_worker", "--name", "w1"], env)
+        wait_until(lambda: "sagas worker " in worker.log() or not worker.alive(), 60, what="the worker to start")
+        run_id = Driver(procs, env).start_ok("gap_order", {"id": "gap-1", "pause": 0.3, "after": 12})
+
+        def kinds(server: PostgresServer) -> list[tuple[str, str]]:
+            with server.connect("faults_gap") as conn:
+                return conn.execute("SELECT kind, name FROM sagas_journalentry WHERE run_id = %s ORDER BY seq",
+                                    [run_id]).fetchall()
+
+        wait_until(lambda: ("step", "prepare") in kinds(standby), 60, interval=0.05, what="prepare on the standby")
+        with standby.connect() as conn:  # replication stops here: the standby receives nothing more
+            conn.execute("ALTER SYSTEM SET primary_conninfo = ''")
+            conn.execute("SELECT pg_reload_conf()")
+        wait_until(lambda: not standby.connect().execute("SELECT 1 FROM pg_stat_wal_receiver").fetchall(), 30,
+                   what="the standby's WAL receiver to stop")
+        wait_until(lambda: ("step", "after1") in kinds(primary), 60, interval=0.05,
+                   what="the run to capture, email and go on, on the primary alone")
+        acknowledged = kinds(primary)
+        primary.stop("immediate")
+        standby._run("pg_ctl", "promote", "-w", "-D", str(standby.data))
+        promoted_at = time.time()
+
+        def parked() -> bool:
+            with standby.connect("faults_gap") as conn:
+                return conn.execute("SELECT status FROM sagas_workflowrun WHERE id = %s",
+                                    [run_id]).fetchone()[0] in WRONG_STATUSES | {"COMPLETED"}
+        wait_until(parked, 60, interval=0.1, what="the worker to find the gap")
+        with standby.connect("faults_gap") as conn:
+            status, reason, error = conn.execute(
+                "SELECT status, status_reason, error FROM sagas_workflowrun WHERE id = %s", [run_id]).fetchone()
+            effects = dict(conn.execute("SELECT step_name, status FROM ledger_effectrecord WHERE run_id = %s",
+                                        [run_id]).fetchall())
+            after = conn.execute("SELECT kind, name FROM sagas_journalentry WHERE run_id = %s ORDER BY seq",
+                                 [run_id]).fetchall()
+        lost = [entry for entry in acknowledged if entry not in after]
+        print(f"\nasynchronous failover: {len(lost)} acknowledged entries lost ({lost[:4]}...); the worker stopped "
+              f"the run {time.time() - promoted_at:.1f} s after the promotion: {status} {reason}; effects {effects}")
+
+        assert ("effect_intent", "email") in lost, "the failover lost nothing: the test did not test a gap"
+        assert (status, reason) == ("NEEDS_ATTENTION", "journal_gap"), (status, reason, error, worker.log()[-3000:])
+        assert error["lost_to"] >= error["lost_from"], error
+        assert {e["name"] for e in error["effects"]} >= {"capture", "email"}, error["effects"]
+        assert effects == {"capture": "UNKNOWN", "email": "UNKNOWN"}, "an effect in the gap was taken as not executed"
+        executions = {(p, op): n for (p, op, _key), n in provider_executions().items()}
+        assert executions == {("payments", "capture"): 1, ("email", "send"): 1}, executions
+        assert after[-1][0] == "halted", after[-3:]
+        assert worker.alive()
+    finally:
+        primary.cleanup()
+        standby.cleanup()
+        redis_server.cleanup()

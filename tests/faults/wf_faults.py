@@ -86,3 +86,17 @@ def failover_order(ctx: Context, order: dict) -> dict:
     charge = ctx.effect("capture", "payments.capture", {"order": order["id"], "amount_cents": 1250, "currency": "EUR"})
     mail = ctx.effect("email", "email.send", {"to": f"{order['id']}@example.com", "subject": "Paid", "body": "ok"})
     return {"transaction_id": charge["transaction_id"], "message_id": mail["message_id"]}
+
+
+@workflow("gap_order", version=1)
+def gap_order(ctx: Context, spec: dict) -> dict:
+    """Steps of ``pause`` seconds around a capture and an email, then ``after`` more: long
+    enough for a test to cut replication and fail over while the run is in the middle."""
+    pause = spec.get("pause", 0.3)
+    ctx.step("prepare", tick, ctx.run_id, "prepare", pause)
+    charge = ctx.effect("capture", "payments.capture", {"order": spec["id"], "amount_cents": 990, "currency": "EUR"})
+    ctx.step("check", tick, ctx.run_id, "check", pause)
+    mail = ctx.effect("email", "email.send", {"to": f"{spec['id']}@example.com", "subject": "Paid", "body": "ok"})
+    for i in range(spec.get("after", 10)):
+        ctx.step(f"after{i}", tick, ctx.run_id, f"after{i}", pause)
+    return {"transaction_id": charge["transaction_id"], "message_id": mail["message_id"]}

@@ -123,6 +123,9 @@ class ListJournal:
     def durably(self, write, *, kind, name, recorded):  # type: ignore[no-untyped-def]
         return write()
 
+    def intent_recorded(self, effect: Any) -> None:
+        pass
+
     def hold(self, hold: Any) -> typing.NoReturn:
         raise Held(hold)
 
