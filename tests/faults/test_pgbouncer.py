@@ -3,6 +3,7 @@
 ``DATABASE_POOLER=transaction`` with ``DATABASE_DIRECT_URL``: every statement of the workers
 and of the driver that starts the runs goes through the pooler, unprepared; the workers'
 ``LISTEN`` connections and the sweeper's session lock go to the database itself. Every run
+of 1,000 (each a step and two provider effects, started through the pooler while it restarts)
 completes, nothing runs twice at the providers, no step is journaled twice, and no statement
 fails for a prepared statement the next transaction's server connection does not have.
 """
@@ -15,7 +16,9 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -28,6 +31,8 @@ from tests.procs import wait_until
 pytestmark = pytest.mark.django_db(transaction=True)
 
 PGBOUNCER = shutil.which("pgbouncer") or "/usr/sbin/pgbouncer"
+RUNS = 1000  # the failover test's load: each run a step, a capture and an email
+DURING = 20  # of them started one by one across the restart
 
 
 def _free_port() -> int:
@@ -107,23 +112,44 @@ def test_workers_behind_pgbouncer_in_transaction_mode_lose_and_repeat_nothing_ac
         w2 = faults.worker("w2", "--concurrency", "2", **through)
         faults.workers_ready(w1, w2)
         driver = Driver(faults.procs, faults.env(**through))  # starts the runs through the pooler too
-        runs = [driver.start_ok("fault_order", {"id": f"pgb-{i}", "pause": 0.3}) for i in range(10)]
-        wait_until(lambda: faults.db.statuses(runs).get("COMPLETED", 0) >= 2, 60, interval=0.1,
-                   what="the first runs to complete")
-        in_flight = faults.db.statuses(runs)
+        keys = [f"pgb-{i}" for i in range(RUNS - DURING)]
+        started: dict = {}
+        client = threading.Thread(target=lambda: started.update(driver.start_many(
+            "failover_order", [{"id": key} for key in keys], keys, retry_for=60, timeout=300)), daemon=True)
+        client.start()
+        wait_until(lambda: faults.db.rows("SELECT count(*) FROM sagas_workflowrun WHERE status = 'COMPLETED'")[0][0]
+                   >= RUNS * 2 // 5, 240, interval=0.2, what="the first runs to complete")
+        in_flight = Counter(dict(faults.db.rows("SELECT status, count(*) FROM sagas_workflowrun GROUP BY status")))
 
+        second, during = Driver(faults.procs, faults.env(**through), name="driver-during"), []
+
+        def start_during() -> None:  # a client starting runs one by one while the pooler restarts
+            for j in range(DURING):
+                during.append(second.start_many("failover_order", [{"id": f"pgd-{j}"}], [f"pgd-{j}"], retry_for=60))
+                time.sleep(0.05)
+        trickle = threading.Thread(target=start_during, daemon=True)
+        trickle.start()
+        time.sleep(0.1)
         bouncer.kill()  # every client connection is dropped at once
         time.sleep(0.5)
         bouncer.start()
         back = time.time()
-        after = faults.wait_completed(runs, 120, since=back)
-        print(f"\npgbouncer (transaction mode) restarted with {dict(in_flight)}: the last of 10 runs completed "
-              f"{after:.2f}s after it was back")
+        client.join(300)
+        trickle.join(120)
+        assert started.get("ok") and all(a["ok"] for a in during), (
+            f"the clients could not start every run: {started.get('errors', [])[-5:]} {during[-3:]}")
+        runs = started["run_ids"] + [rid for a in during for rid in a["run_ids"]]
+        retried = len(started["errors"]) + sum(len(a["errors"]) for a in during)
+        assert len(set(runs)) == RUNS
+        after = faults.wait_completed(runs, 240, since=back)
+        print(f"\npgbouncer (transaction mode) restarted with {dict(in_flight)}: the last of {RUNS} runs completed "
+              f"{after:.2f}s after it was back; {retried} start attempts failed and were sent again")
 
         assert in_flight.get("COMPLETED", 0) < len(runs), "the restart hit no run in flight; nothing was tested"
+        assert retried > 0, "no start met the restart: the clients' retry was not exercised"
         executions = provider_executions()
         assert {key: n for key, n in executions.items() if n != 1} == {}, "a provider executed something twice"
-        assert len(executions) == 3 * len(runs)
+        assert len(executions) == 2 * len(runs)
         assert faults.repeated_steps() == {}, "a journaled step ran again"
         logs = w1.log() + w2.log()
         assert "prepared statement" not in logs, logs[-3000:]
