@@ -185,7 +185,11 @@ def _execute(run: ClaimedRun, owner: str, beat: Heartbeat | None = None) -> Outc
                 if outcome is not None:
                     return outcome
                 continue  # a decision or resolution arrived while we ran: replay with it
-            except (Yield, LeaseLost):
+            except LeaseLost:
+                if systemdb.fence_behind(run.id, fence=run.fence):
+                    return _claim_went_back(run, owner, ctx)
+                raise
+            except Yield:
                 raise
             except (OperationalError, InterfaceError) as exc:
                 # The workflow's own query on our database failed because the database
@@ -214,6 +218,26 @@ def _execute(run: ClaimedRun, owner: str, beat: Heartbeat | None = None) -> Outc
     except LeaseLost as lost:
         log.warning("run %s: lease lost, stopping without recording: %s", run.id, lost)
         return Outcome.LEASE_LOST
+
+
+def _claim_went_back(run: ClaimedRun, owner: str, ctx: Context) -> Outcome:
+    """The run's fence is below our claim's: the database we reach now lost the claim and what
+    followed it (a failover with asynchronous replication; ``sagas.gaps``). The run stops for a
+    person, fenced past our claim, with every effect it may hide UNKNOWN."""
+    gap = JournalGap(
+        f"the journal went back in time: this worker's claim (fence {run.fence}) and its entries up to "
+        f"{ctx.last_seq}, acknowledged by the database, are missing from the database it reaches now (a failover "
+        f"to a standby that had not received them); every effect in the gap is UNKNOWN until a person settles it",
+        lost_from=min((seq for seq, _k, _n in ctx.written), default=run.last_seq), lost_to=ctx.last_seq,
+        lost=[{"seq": seq, "kind": kind, "name": name} for seq, kind, name in ctx.written], worker=owner,
+        claim_lost=True,
+    )
+    gap.details["effects"] = gaps.record_gap(ctx, gap)
+    if systemdb.halt_behind(run.id, fence=run.fence, worker=owner, reason=gap.reason, payload=gap.as_dict()) is None:
+        log.warning("run %s: lease lost, stopping without recording (the claim went back, then moved on)", run.id)
+        return Outcome.LEASE_LOST
+    log.warning("run %s: needs attention (%s): %s", run.id, gap.reason, gap.message)
+    return Outcome.NEEDS_ATTENTION
 
 
 # How many times a join re-checks what arrived while it was suspending, before it replays instead.

@@ -283,6 +283,46 @@ def append_event(run_id: str, *, kind: str, name: str, payload: str, worker: str
     return row[0]
 
 
+_HALT_BEHIND_SQL = f"""
+WITH w AS (
+    UPDATE sagas_workflowrun r
+       SET status = 'NEEDS_ATTENTION', status_reason = %(reason)s, error = %(payload)s::jsonb,
+           lease_owner = '', lease_expires_at = NULL, wake_at = NULL, fence = %(fence)s + 1,
+           updated_at = now(), {COUNTED_AND_NEXT}
+     WHERE r.id = %(run)s AND r.fence < %(fence)s AND r.status = ANY(%(statuses)s::text[])
+ RETURNING r.id, r.last_seq
+)
+INSERT INTO sagas_journalentry (run_id, seq, kind, name, payload, worker_id, created_at)
+SELECT id, last_seq, 'halted', '', %(payload)s::jsonb, %(worker)s, now() FROM w
+RETURNING seq
+"""
+
+
+def fence_behind(run_id: str, *, fence: int) -> bool:
+    """True if the run's fence is below ``fence``, which this worker claimed it with: the claim
+    is gone from the database (a failover lost it), not taken over (a takeover moves it on)."""
+    with cursor() as cur:
+        cur.execute("SELECT fence FROM sagas_workflowrun WHERE id = %s", [run_id])
+        row = cur.fetchone()
+    return row is not None and int(row[0]) < fence
+
+
+def halt_behind(run_id: str, *, fence: int, worker: str, reason: str, payload: dict[str, Any]) -> int | None:
+    """NEEDS_ATTENTION (``reason``, ``payload`` as the run's error and its ``halted`` entry) for a
+    run whose fence is still below ``fence`` (``fence_behind``), fencing out every older claim
+    (the fence moves past ``fence``). The entry's seq, or None if the run moved on meanwhile."""
+    params = {"run": run_id, "fence": fence, "worker": worker, "reason": reason, "payload": dumps(payload),
+              "statuses": sources(RunStatus.NEEDS_ATTENTION)}
+
+    def write() -> tuple[Any, ...] | None:
+        with cursor() as cur:
+            cur.execute(_HALT_BEHIND_SQL, params)
+            return cur.fetchone()
+
+    row = numbered(write)
+    return None if row is None else int(row[0])
+
+
 def check_fence(run_id: str, *, fence: int) -> None:
     """Lock the run row FOR SHARE if ``fence`` is current (a concurrent claim waits for our
     commit); raise ``LeaseLost`` otherwise. Meant to be called inside a transaction."""

@@ -165,14 +165,19 @@ def test_two_failovers_under_load_lose_repeat_and_fail_nothing(formation, procs:
     assert started_errors > 0, "no start met a failover: the client's retry was not exercised"
 
 
-def test_a_failover_that_loses_acknowledged_entries_stops_the_run_and_makes_its_effects_unknown(procs: Procs,
+@pytest.mark.parametrize("claim", ["replicated", "lost"])
+def test_a_failover_that_loses_acknowledged_entries_stops_the_run_and_makes_its_effects_unknown(claim, procs: Procs,
                                                                                                 tmp_path):
     """Asynchronous replication: the standby stops receiving WAL while a run captures a payment
     and sends an email on the primary, then the primary crashes and the standby is promoted.
     The worker, still holding the run, reaches the new primary and finds its journal shorter
     than what it was told was written. Going on would replay the lost steps and take the lost
     effects for never asked; it stops the run instead (NEEDS_ATTENTION, ``journal_gap``) with
-    both effects UNKNOWN, each executed once at its provider and not again."""
+    both effects UNKNOWN, each executed once at its provider and not again.
+
+    ``claim``: the worker's claim of the run reached the standby (its next entry is numbered
+    below one it was told was written), or was lost with the rest (the run's fence on the new
+    primary is below the worker's: the run is fenced past it and stopped the same way)."""
     primary, standby, redis_server = PostgresServer(), PostgresServer(), RedisServer()
     try:
         primary.start()
@@ -186,8 +191,6 @@ def test_a_failover_that_loses_acknowledged_entries_stops_the_run_and_makes_its_
         done = run_python(["manage.py", "migrate", "--noinput", "-v", "0"], env=env, timeout=180)
         assert done.returncode == 0, done.stdout + done.stderr
         standby.start_standby_of(primary)  # asynchronous: the primary waits for no standby
-        worker = procs.start("w1", ["manage.py", "sagas_worker", "--name", "w1"], env)
-        wait_until(lambda: "sagas worker " in worker.log() or not worker.alive(), 60, what="the worker to start")
         run_id = Driver(procs, env).start_ok("gap_order", {"id": "gap-1", "pause": 0.3, "after": 12})
 
         def kinds(server: PostgresServer) -> list[tuple[str, str]]:
@@ -195,12 +198,21 @@ def test_a_failover_that_loses_acknowledged_entries_stops_the_run_and_makes_its_
                 return conn.execute("SELECT kind, name FROM sagas_journalentry WHERE run_id = %s ORDER BY seq",
                                     [run_id]).fetchall()
 
-        wait_until(lambda: ("step", "prepare") in kinds(standby), 60, interval=0.05, what="prepare on the standby")
-        with standby.connect() as conn:  # replication stops here: the standby receives nothing more
-            conn.execute("ALTER SYSTEM SET primary_conninfo = ''")
-            conn.execute("SELECT pg_reload_conf()")
-        wait_until(lambda: not standby.connect().execute("SELECT 1 FROM pg_stat_wal_receiver").fetchall(), 30,
-                   what="the standby's WAL receiver to stop")
+        def cut_replication() -> None:  # the standby receives nothing more
+            with standby.connect() as conn:
+                conn.execute("ALTER SYSTEM SET primary_conninfo = ''")
+                conn.execute("SELECT pg_reload_conf()")
+            wait_until(lambda: not standby.connect().execute("SELECT 1 FROM pg_stat_wal_receiver").fetchall(), 30,
+                       what="the standby's WAL receiver to stop")
+
+        wait_until(lambda: ("started", "") in kinds(standby), 60, interval=0.05, what="the run on the standby")
+        if claim == "lost":
+            cut_replication()
+        worker = procs.start("w1", ["manage.py", "sagas_worker", "--name", "w1"], env)
+        wait_until(lambda: "sagas worker " in worker.log() or not worker.alive(), 60, what="the worker to start")
+        if claim == "replicated":
+            wait_until(lambda: ("step", "prepare") in kinds(standby), 60, interval=0.05, what="prepare on the standby")
+            cut_replication()
         wait_until(lambda: ("step", "after1") in kinds(primary), 60, interval=0.05,
                    what="the run to capture, email and go on, on the primary alone")
         acknowledged = kinds(primary)
@@ -225,6 +237,7 @@ def test_a_failover_that_loses_acknowledged_entries_stops_the_run_and_makes_its_
               f"the run {time.time() - promoted_at:.1f} s after the promotion: {status} {reason}; effects {effects}")
 
         assert ("effect_intent", "email") in lost, "the failover lost nothing: the test did not test a gap"
+        assert (("claimed", "") in lost) == (claim == "lost"), lost
         assert (status, reason) == ("NEEDS_ATTENTION", "journal_gap"), (status, reason, error, worker.log()[-3000:])
         assert error["lost_to"] >= error["lost_from"], error
         assert {e["name"] for e in error["effects"]} >= {"capture", "email"}, error["effects"]
