@@ -146,8 +146,10 @@ class AutoFailover:
     def kill(self, node: Node) -> None:
         if node.popen is not None and node.popen.poll() is None:
             # The keeper and its helper processes, not PostgreSQL: that one is stopped in immediate mode.
+            # The supervisor too ("/usr/bin/pg_autoctl run ...", by path): left alive, it restarts the
+            # services of a keeper started by rejoin() and the node never goes down.
             for pid in _session_pids(node.popen.pid):
-                if _comm(pid).startswith("pg_autoctl"):
+                if _comm(pid).split(" ", 1)[0].rsplit("/", 1)[-1].startswith("pg_autoctl"):
                     _signal(pid, signal.SIGKILL)
             node.popen.wait(10)
         self._run(str(self.bindir / "pg_ctl"), "stop", "-D", str(node.pgdata), "-m", "immediate", "-w", check=False)
