@@ -1,8 +1,9 @@
 """Private PostgreSQL and Redis servers that tests and bench scripts may stop, crash and restart.
 
 Never the shared servers (127.0.0.1:5432 and :6379): each object here owns a
-temp directory and a free port on 127.0.0.1, and only ever signals the
-processes it started. No Django import: the test process, bench scripts and
+temp directory and a free port on 127.0.0.1 (and, with ``listen``, on other local
+addresses too: a bridge's, for clients in network namespaces), and only ever
+signals the processes it started. No Django import: the test process, bench scripts and
 fixtures all use it before (or without) configuring Django.
 
 Contracts:
@@ -88,13 +89,17 @@ class PostgresServer:
     crash (``stop("immediate")``) recovers from WAL on the next start.
     """
 
-    def __init__(self, base_dir: Path | None = None, *, max_connections: int = 200) -> None:
+    def __init__(self, base_dir: Path | None = None, *, max_connections: int = 200,
+                 listen: tuple[str, ...] = (), trust: tuple[str, ...] = ()) -> None:
+        """``listen``: addresses to listen on besides 127.0.0.1 (a bridge's, for clients in other
+        network namespaces); ``trust``: client subnets (CIDR) let in without a password."""
         self.dir = Path(tempfile.mkdtemp(prefix="saga-pg-", dir=base_dir))
         self.data = self.dir / "data"
         self.sockets = self.dir / "sock"
         self.log_path = self.dir / "postgres.log"
         self.port = free_port()
         self.max_connections = max_connections
+        self.listen, self.trust = tuple(listen), tuple(trust)
         self.bindir = pg_bindir()
         self._as_postgres = os.geteuid() == 0
         self._initialised = False
@@ -162,8 +167,9 @@ class PostgresServer:
 
     # --- clients --------------------------------------------------------------
 
-    def url(self, dbname: str) -> str:
-        return f"postgres://{PG_USER}@{HOST}:{self.port}/{dbname}"
+    def url(self, dbname: str, *, host: str = HOST) -> str:
+        """``host``: 127.0.0.1, or one of the ``listen`` addresses."""
+        return f"postgres://{PG_USER}@{host}:{self.port}/{dbname}"
 
     def connect(self, dbname: str = "postgres", **kwargs: Any) -> psycopg.Connection:
         kwargs.setdefault("connect_timeout", 5)
@@ -234,7 +240,7 @@ class PostgresServer:
             "-E", "UTF8", "--locale=C.UTF-8",
         )
         settings = {
-            "listen_addresses": f"'{HOST}'",
+            "listen_addresses": "'" + ",".join((HOST, *self.listen)) + "'",
             "port": str(self.port),
             "unix_socket_directories": f"'{self.sockets}'",
             "max_connections": str(self.max_connections),
@@ -247,6 +253,9 @@ class PostgresServer:
         with open(self.data / "postgresql.conf", "a") as conf:
             conf.write("\n# bench/servers.py\n")
             conf.writelines(f"{key} = {value}\n" for key, value in settings.items())
+        if self.trust:
+            with open(self.data / "pg_hba.conf", "a") as hba:
+                hba.writelines(f"host all all {subnet} trust\n" for subnet in self.trust)
         self._initialised = True
 
     def _run(self, binary: str, *args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -283,8 +292,10 @@ class PostgresServer:
 class RedisServer:
     """A private ``redis-server`` on a free port of 127.0.0.1, persisting nothing."""
 
-    def __init__(self, base_dir: Path | None = None) -> None:
+    def __init__(self, base_dir: Path | None = None, *, listen: tuple[str, ...] = ()) -> None:
+        """``listen``: addresses to listen on besides 127.0.0.1."""
         self.dir = Path(tempfile.mkdtemp(prefix="saga-redis-", dir=base_dir))
+        self.listen = tuple(listen)
         self.log_path = self.dir / "redis.log"
         self.port = free_port()
         self.binary = shutil.which("redis-server") or "/usr/bin/redis-server"
@@ -298,7 +309,7 @@ class RedisServer:
             return
         self.proc = subprocess.Popen(
             [
-                self.binary, "--port", str(self.port), "--bind", HOST, "--dir", str(self.dir),
+                self.binary, "--port", str(self.port), "--bind", HOST, *self.listen, "--dir", str(self.dir),
                 "--save", "", "--appendonly", "no", "--daemonize", "no", "--logfile", str(self.log_path),
                 "--protected-mode", "no",
             ],
@@ -331,8 +342,8 @@ class RedisServer:
     def flushall(self) -> None:
         self._client().flushall()
 
-    def url(self, db: int = 0) -> str:
-        return f"redis://{HOST}:{self.port}/{db}"
+    def url(self, db: int = 0, *, host: str = HOST) -> str:
+        return f"redis://{host}:{self.port}/{db}"
 
     def cleanup(self) -> None:
         if self._cleaned:

@@ -272,12 +272,13 @@ class SharedProviders:
         self.procs.stop_all()
 
 
-def start_providers(procs, name: str = "providers", **env: str) -> str:
+def start_providers(procs, name: str = "providers", *, host: str = "127.0.0.1", **env: str) -> str:
     """The demo providers as a real ``demo_providers`` process on a port it picks itself (no race
-    with another suite), started by ``procs``; its URL once it listens."""
+    with another suite), started by ``procs``; its URL once it listens (on ``host``: 127.0.0.1, or
+    a bridge's address for workers in network namespaces, ``tests.faults.netns``)."""
     import re
 
-    server = procs.start(name, ["manage.py", "demo_providers", "--port", "0"], worker_env("", **env))
+    server = procs.start(name, ["manage.py", "demo_providers", "--host", host, "--port", "0"], worker_env("", **env))
     found = wait_until(lambda: re.search(r"listening on (http://\S+)", server.log()) or not server.alive(), 30,
                        what="the provider server to listen")
     assert server.alive(), server.log()
