@@ -42,10 +42,10 @@ def _free_port() -> int:
 
 
 class PgBouncer:
-    """Debian's pgbouncer in front of one PostgreSQL server, in transaction pooling mode, run as
-    the ``postgres`` user (it refuses root)."""
+    """Debian's pgbouncer in front of one PostgreSQL server, in ``pool_mode`` (transaction by
+    default), run as the ``postgres`` user (it refuses root)."""
 
-    def __init__(self, pg_port: int) -> None:
+    def __init__(self, pg_port: int, pool_mode: str = "transaction", pool_size: int = 4) -> None:
         self.port = _free_port()
         self.dir = Path(tempfile.mkdtemp(prefix="pgbouncer-"))
         self.dir.chmod(0o755)
@@ -58,8 +58,8 @@ listen_port = {self.port}
 unix_socket_dir =
 auth_type = trust
 auth_file = {self.dir}/users.txt
-pool_mode = transaction
-default_pool_size = 4
+pool_mode = {pool_mode}
+default_pool_size = {pool_size}
 max_client_conn = 200
 ignore_startup_parameters = options,extra_float_digits
 logfile = {self.dir}/pgbouncer.log
@@ -162,5 +162,38 @@ def test_workers_behind_pgbouncer_in_transaction_mode_lose_and_repeat_nothing_ac
             own = [query for port, query in sessions if port in tcp_client_ports(worker.pid)]
             assert len(own) == 1 and own[0].strip().upper() in ("LISTEN SAGAS_DISPATCH", "SELECT 1"), (worker.name, own)
         assert w1.alive() and w2.alive()
+    finally:
+        bouncer.cleanup()
+
+
+def test_in_session_mode_the_workers_need_no_setting_and_lose_nothing_across_its_restart(faults):
+    """Session pooling: a client keeps its server connection, so everything works as against the
+    database itself, prepared statements and LISTEN included, with no DATABASE_POOLER."""
+    # In session mode each client connection keeps a server connection for its whole life: the
+    # pool must hold them all (a worker's threads, its LISTEN and sweeper connections, the
+    # client), or a newcomer waits for one and fails with query_wait_timeout.
+    bouncer = PgBouncer(faults.pg.port, pool_mode="session", pool_size=30)
+    try:
+        bouncer.start()
+        through = {"DATABASE_URL": bouncer.url(faults.dbname)}
+        w1 = faults.worker("w1", "--concurrency", "2", **through)
+        faults.workers_ready(w1)
+        driver = Driver(faults.procs, faults.env(**through))
+        keys = [f"pgs-{i}" for i in range(100)]
+        answer = driver.start_many("failover_order", [{"id": key} for key in keys], keys, retry_for=60)
+        assert answer["ok"], answer["errors"][-3:]
+        wait_until(lambda: faults.db.statuses(answer["run_ids"]).get("COMPLETED", 0) >= 30, 120, interval=0.1,
+                   what="the first runs to complete")
+        in_flight = faults.db.statuses(answer["run_ids"])
+        bouncer.kill()
+        time.sleep(0.5)
+        bouncer.start()
+        faults.wait_completed(answer["run_ids"], 120)
+
+        assert in_flight.get("COMPLETED", 0) < 100, "the restart hit no run in flight"
+        executions = provider_executions()
+        assert {key: n for key, n in executions.items() if n != 1} == {} and len(executions) == 200
+        assert faults.repeated_steps() == {}
+        assert "prepared statement" not in w1.log() and w1.alive()
     finally:
         bouncer.cleanup()
