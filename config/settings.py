@@ -7,7 +7,7 @@ SAGAS_QUEUE,
 SAGAS_CRASH_AT, SAGAS_WORKER_CONCURRENCY, SAGAS_MODEL_PRICES,
 SAGAS_ARCHIVE_URL, SAGAS_ARCHIVE_WRITER, SAGAS_RETENTION_DAYS, SAGAS_EFFECT_KEY_DAYS, SAGAS_ARCHIVE_INTERVAL,
 SAGAS_ARCHIVE_BATCH, SAGAS_ARCHIVE_PAUSE, CONSOLE_URL, NOTIFY_TIMEOUT, SAGAS_TRACING (with the OTEL_* variables),
-SAGAS_TRACE_URL_TEMPLATE, SAGA_OIDC_* / SAGA_LOCAL_PASSWORDS / OIDC_* (single sign-on).
+SAGAS_TRACE_URL_TEMPLATE, SAGA_OIDC_* / SAGA_LOCAL_PASSWORDS / OIDC_* (single sign-on), DB_TCP_TIMEOUT.
 
 The demo (example workflows and simulated providers) is not part of the product: it is
 installed by ``config.settings_demo``, which ``make demo`` and the tests use.
@@ -40,6 +40,7 @@ from config.env import (
     production_secret_key,
     validate_redis_url,
 )
+from config.tcp import tcp_timeout_options
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -174,6 +175,13 @@ _db["TEST"] = {"NAME": env_str("TEST_DATABASE_NAME", f"test_{_db['NAME']}")}
 _session_settings = [] if env_bool("DB_JIT", False) else ["-c jit=off"]
 if not env_bool("DB_PARALLEL", False):
     _session_settings.append("-c max_parallel_workers_per_gather=0")
+# A host cut off from the network leaves its connections open at both ends (the server's for 2 h,
+# with their locks): DB_TCP_TIMEOUT seconds without a TCP answer drops them (config/tcp.py; 0: the
+# OS defaults). The URL's own connection parameters win.
+DB_TCP_TIMEOUT = env_float("DB_TCP_TIMEOUT", 30.0)
+_tcp_client, _tcp_server = tcp_timeout_options(DB_TCP_TIMEOUT)
+_db["OPTIONS"] = {**_tcp_client, **_db.get("OPTIONS", {})}
+_session_settings += _tcp_server
 if _session_settings:
     _options = _db.setdefault("OPTIONS", {})
     _options["options"] = " ".join([_options.get("options", ""), *_session_settings]).strip()

@@ -16,6 +16,7 @@ from typing import Any
 from django.conf import settings
 from django.db import connection, connections
 
+_TCP = ("keepalives", "keepalives_idle", "keepalives_interval", "keepalives_count", "tcp_user_timeout")
 _DJANGO_ONLY = ("cursor_factory", "context", "prepare_threshold", "server_side_binding", "isolation_level",
                 "assume_role", "pool")
 
@@ -28,10 +29,14 @@ def session_conninfo() -> dict[str, Any]:
         for key, field in (("user", "USER"), ("password", "PASSWORD"), ("host", "HOST"), ("port", "PORT")):
             if direct.get(field):
                 params[key] = direct[field]
-        # The session settings Django's connections get (jit, parallel query) hold here too.
-        default_options = settings.DATABASES["default"].get("OPTIONS", {}).get("options")
-        if default_options and "options" not in params:
-            params["options"] = default_options
+        # The session settings Django's connections get (jit, parallel query, the server's TCP
+        # keepalives) hold here too, and so do the client's TCP keepalives (config/tcp.py).
+        default = settings.DATABASES["default"].get("OPTIONS", {})
+        if default.get("options") and "options" not in params:
+            params["options"] = default["options"]
+        for key in _TCP:
+            if key in default and key not in params:
+                params[key] = default[key]
     else:
         params = dict(connections["default"].get_connection_params())
     for key in _DJANGO_ONLY:
