@@ -35,8 +35,8 @@ def free_port() -> int:
 
 def start_providers(port: int) -> subprocess.Popen:
     env = common.bench_env(DATABASE_URL=PROVIDER_DB)
-    for args in (["sagas_ensuredb"], ["migrate", "-v0"]):
-        subprocess.run([sys.executable, "manage.py", *args], cwd=common.ROOT, env=env, check=True)
+    common.ensure_database(PROVIDER_DB)
+    subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=common.ROOT, env=env, check=True)
     return common.start_providers(env, port)[0]
 
 
