@@ -97,11 +97,13 @@ def marker_key(run_id: str) -> str:
 
 
 def enqueue_advance(
-    run_id: str, definition_hash: str, *, compensating: bool = False, priority: int = DEFAULT_PRIORITY
+    run_id: str, definition_hash: str, *, compensating: bool = False, priority: int = DEFAULT_PRIORITY,
+    marker: str = "1",
 ) -> bool:
     """Wake a worker that has this code version for ``run_id`` (any worker, when the run
     is ``compensating``). Returns False (and logs) when Redis is unreachable: the run is
-    still safe in PostgreSQL and the sweeper will enqueue it later."""
+    still safe in PostgreSQL and the sweeper will enqueue it later. ``marker`` is the value of
+    the run's wake-up marker (the sweeper's, for a run whose lease expired: ``lease:<fence>``)."""
     run_id = str(run_id)
     name = compensation_queue_name() if compensating else queue_name_for(definition_hash, priority)
     try:
@@ -120,7 +122,7 @@ def enqueue_advance(
         )
         with redis_connection().pipeline() as pipe:
             rq_queue.enqueue_job(job, pipeline=pipe)
-            pipe.set(marker_key(run_id), "1", ex=MARKER_TTL_SECONDS)
+            pipe.set(marker_key(run_id), marker, ex=MARKER_TTL_SECONDS)
             pipe.execute()
     except redis.RedisError as exc:
         # One line per outage (not per run); the run is safe in PostgreSQL and the
@@ -243,20 +245,22 @@ def clear_marker(run_id: str) -> None:
         log.warning("could not clear queue marker for %s: %s", run_id, exc)
 
 
-def queued_markers(run_ids: list[str]) -> set[str]:
-    """The subset of ``run_ids`` that a queue still holds a wake-up for."""
+def queued_markers(run_ids: list[str]) -> dict[str, str] | None:
+    """The runs of ``run_ids`` that a queue still holds a wake-up for, with their marker's value
+    (``enqueue_advance``'s ``marker``); None while Redis is unreachable."""
     if not run_ids:
-        return set()
+        return {}
     conn = redis_connection()
     pipe = conn.pipeline(transaction=False)
     for run_id in run_ids:
-        pipe.exists(marker_key(run_id))
+        pipe.get(marker_key(run_id))
     try:
-        present = pipe.execute()
+        values = pipe.execute()
     except redis.RedisError as exc:
-        # Redis is away: nothing can be enqueued now anyway. Report every run as held
-        # so the caller skips them; a later pass finds them again.
+        # Redis is away: nothing can be enqueued now anyway. The caller skips every run;
+        # a later pass finds them again.
         note_failure(exc, doing="sweeping")
-        return set(run_ids)
+        return None
     OUTAGES.up(REDIS)
-    return {run_id for run_id, flag in zip(run_ids, present, strict=True) if flag}
+    return {run_id: value.decode() if isinstance(value, bytes) else str(value)
+            for run_id, value in zip(run_ids, values, strict=True) if value is not None}

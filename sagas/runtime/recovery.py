@@ -84,27 +84,37 @@ class SweepReport:
                 + self.released + self.scheduled + self.children)
 
 
-def _rows(sql: str, params: list) -> list[tuple[str, str, str, int]]:
-    """(run id, definition hash, status, priority) of each run the query finds."""
+def _rows(sql: str, params: list) -> list[tuple[str, str, str, int, int]]:
+    """(run id, definition hash, status, priority, fence) of each run the query finds."""
     with connection.cursor() as cur:
         cur.execute(sql, params)
-        return [(str(run_id), definition_hash, status, priority)
-                for run_id, definition_hash, status, priority in cur.fetchall()]
+        return [(str(run_id), definition_hash, status, priority, fence)
+                for run_id, definition_hash, status, priority, fence in cur.fetchall()]
 
 
-def _route(rows: list[tuple[str, str, str, int]], live: set[str] | None, report: SweepReport) -> int:
-    """Enqueue each run that has no wake-up marker; park those no live worker can run."""
+def _route(rows: list[tuple[str, str, str, int, int]], live: set[str] | None, report: SweepReport, *,
+           expired: bool = False) -> int:
+    """Enqueue each run that has no wake-up marker; park those no live worker can run.
+
+    ``expired``: the runs' leases expired. Such a run is enqueued again unless a sweep already
+    did so for this very lease (its marker is ``lease:<fence>``): a wake-up sent before may
+    have gone to the worker that lost the run. A host cut off from the network takes the jobs
+    Redis was handing it down with it, their markers stay, and trusting them held the run for
+    the markers' ``MARKER_TTL_SECONDS`` rather than its lease. At most one extra job per
+    expiry; a duplicate is harmless (claims are atomic)."""
     if not rows:
         return 0
-    held = queue.queued_markers([run_id for run_id, _, _, _ in rows])
+    held = queue.queued_markers([run_id for run_id, _, _, _, _ in rows])
     count = 0
-    for run_id, definition_hash, status, priority in rows:
+    for run_id, definition_hash, status, priority, fence in rows:
         compensating = status == RunStatus.COMPENSATING
+        # Redis away (None): nothing can be enqueued now; a later pass finds the run again.
+        queued = held is None or (run_id in held and (not expired or held[run_id] == f"lease:{fence}"))
         if live is not None and definition_hash not in live and not compensating:
             if services.run_park_unroutable(run_id=run_id, live_hashes=live):
                 report.parked += 1
-        elif run_id not in held and queue.enqueue_advance(run_id, definition_hash, compensating=compensating,
-                                                          priority=priority):
+        elif not queued and queue.enqueue_advance(run_id, definition_hash, compensating=compensating,
+                                                  priority=priority, marker=f"lease:{fence}" if expired else "1"):
             count += 1
     return count
 
@@ -114,14 +124,14 @@ def sweep() -> SweepReport:
     live = selectors.live_definition_hashes()
     grace = max(1.0, 2 * settings.SAGAS_SWEEP_INTERVAL)
     expired = _rows(
-        f"""SELECT id, definition_hash, status, priority FROM sagas_workflowrun r
+        f"""SELECT id, definition_hash, status, priority, fence FROM sagas_workflowrun r
             WHERE status = ANY(%s) AND lease_expires_at < now() AND NOT {PAUSED}
             ORDER BY lease_expires_at LIMIT %s""",
         [sorted(LEASED_STATUSES), BATCH],
     )
-    report.expired = _route(expired, live, report)
+    report.expired = _route(expired, live, report, expired=True)
     orphaned = _rows(
-        f"""SELECT id, definition_hash, status, priority FROM sagas_workflowrun r
+        f"""SELECT id, definition_hash, status, priority, fence FROM sagas_workflowrun r
             WHERE (status = %s OR (status = %s AND lease_expires_at IS NULL))
               AND updated_at < now() - make_interval(secs => %s::float8) AND NOT {PAUSED}
             ORDER BY updated_at LIMIT %s""",

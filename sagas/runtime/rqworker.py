@@ -18,7 +18,7 @@ fails if an upgrade changes any of it):
   ``_install_signal_handlers``: RQ has no public switch for the signal handlers
   ``work()`` installs, and ``signal.signal`` fails outside the main thread;
 * a stop is noticed at the heartbeat RQ sends before each (re)try of its
-  blocking dequeue: a thread worker blocks ``POLL_SECONDS`` at a time, so it
+  blocking dequeue: a worker blocks ``POLL_SECONDS`` at a time, so it
   leaves an idle loop within about that long, and any worker leaves RQ's
   retries of a dead Redis there;
 * ``register_birth`` refuses a name whose registration has no death date; a
@@ -403,6 +403,14 @@ class SagaWorker(RideOutRedisOutages, QuietBookkeeping, LeanAdvanceJobs, TakeOve
     def request_stop(self, signum: int, frame: FrameType | None) -> None:
         shutdown_requested.set()
         super().request_stop(signum, frame)
+
+    @property
+    def dequeue_timeout(self) -> int:
+        """``POLL_SECONDS``, as a thread worker's, not RQ's 405 s: Redis hands the next job to
+        the client blocked longest, even one whose host has just lost the network, and that job
+        is gone with it (its marker then holds the run for ``MARKER_TTL_SECONDS``). A cut-off
+        worker stops being such a client within ``POLL_SECONDS``."""
+        return POLL_SECONDS
 
 
 class ThreadWorker(RideOutRedisOutages, QuietBookkeeping, LeanAdvanceJobs, TakeOverStaleName, SimpleWorker):
