@@ -8,6 +8,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -38,10 +40,10 @@ def setup_django(**extra: str) -> None:
     from django.core.management import call_command
     from django.db import connection
 
-    fresh = _ensure_database(_server_params(), connection.settings_dict["NAME"])
-    call_command("migrate", verbosity=0)
-    if fresh:
-        _keep_as_template()
+    with _database(_server_params(), connection.settings_dict["NAME"]) as fresh:
+        call_command("migrate", verbosity=0)
+        if fresh:
+            _keep_as_template()
 
 
 # A database just migrated from nothing is copied (CREATE DATABASE ... TEMPLATE, a fraction of a
@@ -75,32 +77,44 @@ def ensure_database(url: str) -> None:
 
     params = conninfo_to_dict(url)
     name = params.pop("dbname")
-    _ensure_database({k: v for k, v in params.items() if k in {"host", "port", "user", "password"}}, name)
+    with _database({k: v for k, v in params.items() if k in {"host", "port", "user", "password"}}, name):
+        pass
 
 
-def _ensure_database(params: dict, name: str) -> bool:
+@contextmanager
+def _database(params: dict, name: str) -> Iterator[bool]:
     """Create database ``name`` if it does not exist, as a copy of this migration set's template
-    when the server has one; whether it was created empty (migrate makes it all)."""
+    when the server has one; yields whether it was created empty (migrate makes it all). While
+    one made empty is being migrated (inside), the server's other benches wait to make theirs:
+    then they copy the template the first one leaves (``_keep_as_template``) instead of migrating
+    from nothing too (the smokes' first two, on two xdist workers, started together)."""
     import psycopg
 
     with psycopg.connect(dbname="postgres", autocommit=True, **params) as conn:
-        if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone():
-            return False
-        template = _template_name()
-        if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [template]).fetchone():
+        exists = "SELECT 1 FROM pg_database WHERE datname = %s"
+        if conn.execute(exists, [name]).fetchone():
+            yield False
+            return
+        conn.execute("SELECT pg_advisory_lock(hashtext(%s))", [TEMPLATE_PREFIX])  # until this session ends
+        template, copied = _template_name(), False
+        if conn.execute(exists, [template]).fetchone():
             try:
                 conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
-                return False
-            except psycopg.errors.ObjectInUse:  # another bench copying it this moment: made empty instead
+                copied = True
+            except psycopg.errors.ObjectInUse:  # a session on the template (by hand?): made empty instead
                 pass
+        if copied:
+            conn.execute("SELECT pg_advisory_unlock_all()")
+            yield False
+            return
         conn.execute(f'CREATE DATABASE "{name}"')
-        return True
+        yield True
 
 
 def _keep_as_template() -> None:
     """Copy the database just migrated from nothing as this migration set's template (and drop
-    the templates of other migration sets). Best effort: a copy that cannot be made now (another
-    bench made the template first, or holds a session on either database) is simply not made."""
+    the templates of other migration sets). Best effort: a copy that cannot be made now (a
+    session on either database) is simply not made."""
     import psycopg
     from django.db import connection
 
