@@ -1,7 +1,9 @@
 """Fault soak: order runs under worker SIGKILLs, PostgreSQL and Redis outages and provider timeouts.
 
-    .venv/bin/python bench/faults.py            # 1,000 runs, 4 workers, every fault kind (about 4 minutes)
-    .venv/bin/python bench/faults.py --smoke    # 40 runs, 2 workers, one fault of most kinds (the test suite)
+    .venv/bin/python bench/faults.py               # both rounds below, one after the other (6 to 7 minutes)
+    .venv/bin/python bench/faults.py --no-failover # 1,000 runs, 4 workers, every fault kind but failover (about 4 minutes)
+    .venv/bin/python bench/faults.py --failover    # 500 runs, 4 workers, 3 failovers of a pg_auto_failover formation (about 2.5 minutes)
+    .venv/bin/python bench/faults.py --smoke       # 40 runs, 2 workers, one fault of most kinds (the test suite)
 
 What runs: ``faults_order`` (``bench/faults_workflows.py``): a pure step, then
 ``payments.capture``, ``inventory.reserve`` and ``shipping.create`` through the
@@ -14,8 +16,9 @@ end COMPLETED.
 Where: the engine runs on its OWN PostgreSQL and Redis servers (``bench/servers.py``:
 temp directories, free ports), which this script restarts, crashes and flushes. The
 providers keep their books on the shared server (database
-``saga_bench_faults_providers``), which nothing here restarts, so every real
-execution is counted whatever happens to the engine's servers.
+``saga_bench_faults_providers``; ``..._2`` and so on while another soak holds that
+one), which nothing here restarts, so every real execution is counted whatever
+happens to the engine's servers.
 
 How: ``--workers`` ``sagas_worker`` processes (``faults-w1`` ...), each in its own
 process group, each respawned under its name one second after it dies on its own (a
@@ -32,6 +35,19 @@ from (or 60 s have passed) and a gap of 1 to 3 s:
 * provider timeout: the provider does the work, commits it, and answers too late
   (``timeout_after_work``), so the effect goes UNKNOWN and has to be reconciled by
   a status lookup.
+
+The failover round (``--failover``; the default run does it after the round above, in a
+process of its own): the same load, workers and providers, but the engine's database is a
+pg_auto_failover formation (``bench/autofailover.py``: a monitor, a primary and a synchronous
+secondary) and every process has its multi-host URL (``target_session_attrs=read-write``) and
+nothing else. The only fault is the primary's host going down (``kill_primary``: its keeper
+SIGKILLed, its PostgreSQL stopped ``-m immediate``), ``--failovers`` times (default 3); the
+killed node rejoins as the secondary before the next kill. Measured per failover, from the kill
+(its PostgreSQL stopped): until the new primary accepts writes, until the first step journaled
+on it, until every worker progressing again, until a run finished again. ``--smoke`` leaves the
+round out: the formation alone costs about 25 s to start and clean up here, and
+``tests/faults/test_failover.py`` proves failover in the suite; ``--failover --smoke`` is 40
+runs and one failover.
 
 Measured, sampled every 0.2 s from the engine's database: for each fault, the time
 from its start until every worker had written a journal entry after it ended
@@ -57,7 +73,7 @@ import threading
 import time
 import traceback
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +82,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import psycopg
 
 from bench import common
+from bench.autofailover import AutoFailover
+from bench.autofailover import installed as autofailover_installed
 from bench.servers import PostgresServer, RedisServer
 
 ENGINE_DB = "saga_bench_faults"
@@ -100,7 +118,8 @@ TERMINATE = "pg_terminate_backend round"
 REDIS_RESTART = "Redis restart"
 FLUSHALL = "Redis FLUSHALL"
 PROVIDER_TIMEOUT_FAULT = "provider timeout (after the work)"
-KINDS = (KILL, PG_FAST, PG_IMMEDIATE, TERMINATE, REDIS_RESTART, FLUSHALL, PROVIDER_TIMEOUT_FAULT)
+FAILOVER = "primary killed, failover (pg_auto_failover)"
+KINDS = (KILL, PG_FAST, PG_IMMEDIATE, TERMINATE, REDIS_RESTART, FLUSHALL, PROVIDER_TIMEOUT_FAULT, FAILOVER)
 
 
 @dataclass(frozen=True)
@@ -112,6 +131,7 @@ class Size:
     gap: tuple[float, float]  # seconds between a recovery and the next fault
     settle_timeout: float
     think: float  # seconds of model-like steps per run: what makes the soak last
+    span: tuple[float, float] = (0.05, 0.85)  # the planned faults at lo + (hi - lo) * k / len(planned) of runs finished
 
 
 FULL = Size(
@@ -124,6 +144,16 @@ SMOKE = Size(
     runs=40, workers=2, planned=(KILL, PG_FAST, TERMINATE, REDIS_RESTART, PROVIDER_TIMEOUT_FAULT),
     kill_filler=False, gap=(0.5, 1.0), settle_timeout=SETTLE_TARGET + 5, think=1.0,
 )
+# Failovers only, no worker kills between them (each failover's recovery is its own); the last
+# at 70 % of the runs, so the rest of the soak runs on the formation's survivor.
+FAILOVER_FULL = Size(
+    runs=500, workers=4, planned=(FAILOVER,) * 3, kill_filler=False, gap=(1.0, 3.0), settle_timeout=180.0,
+    think=0.5, span=(0.20, 0.95),
+)
+FAILOVER_SMOKE = Size(
+    runs=40, workers=2, planned=(FAILOVER,), kill_filler=False, gap=(0.5, 1.0), settle_timeout=SETTLE_TARGET + 5,
+    think=1.0, span=(0.30, 0.90),
+)
 
 
 @dataclass
@@ -134,6 +164,11 @@ class Fault:
     detail: str = ""
     every_worker: float | None = None  # time.time() when every worker had progressed since `ended`
     a_run_finished: float | None = None  # time.time() when a run had finished since `ended`
+    # A failover's: `ended` is the kill (the old primary's PostgreSQL stopped); then these.
+    writable: float | None = None  # time.time() when the new primary accepted writes
+    first_step: float | None = None  # the first step journaled on the new primary (its created_at)
+    finished_at_kill: int = 0  # runs finished when the primary was killed
+    rejoin: float | None = None  # seconds the node killed before took to rejoin, just before this kill
 
     def recovered(self) -> bool:
         return self.every_worker is not None
@@ -392,12 +427,21 @@ class Approver(threading.Thread):
 
 
 class Injector:
-    def __init__(self, pg: PostgresServer, redis: RedisServer, workers: Workers, providers: psycopg.Connection,
-                 rng: random.Random) -> None:
+    """The faults, on the engine's private PostgreSQL server (``pg``) or, in the failover round,
+    its pg_auto_failover formation (``paf``: failovers only)."""
+
+    def __init__(self, pg: PostgresServer | None, redis: RedisServer, workers: Workers,
+                 providers: psycopg.Connection, rng: random.Random, sampler: Sampler,
+                 paf: AutoFailover | None = None) -> None:
         self.pg, self.redis, self.workers, self.providers, self.rng = pg, redis, workers, providers, rng
+        self.sampler, self.paf = sampler, paf
         self._timeouts = 0
+        self._down: Any = None  # the formation's node killed last, to rejoin before the next kill
 
     def inject(self, kind: str) -> Fault:
+        if kind == FAILOVER:
+            return self._failover()
+        assert self.pg is not None, kind
         fault = Fault(kind, started=time.time())
         if kind == KILL:
             name = self.rng.choice(self.workers.names)
@@ -431,6 +475,27 @@ class Injector:
         fault.ended = time.time()
         return fault
 
+    def _failover(self) -> Fault:
+        """The primary's host goes down; returns once another node accepts writes. The node
+        killed the time before rejoins first (as the secondary: the kill has a standby to fail
+        over to), which is not part of this failover's times."""
+        assert self.paf is not None
+        rejoin = None
+        if self._down is not None:
+            began = time.monotonic()
+            self.paf.rejoin(self._down)
+            rejoin, self._down = time.monotonic() - began, None
+        with self.sampler.lock:
+            finished = self.sampler.finished
+        fault = Fault(FAILOVER, started=time.time(), finished_at_kill=finished, rejoin=rejoin)
+        old = self.paf.kill_primary()
+        fault.ended = time.time()  # its PostgreSQL has stopped (-m immediate returned)
+        new = self.paf.wait_new_primary(old)
+        fault.writable = time.time()
+        self._down = old
+        fault.detail = f"{old.name} -> {new.name}"
+        return fault
+
     def _consumed(self, fault_id: int) -> bool:
         return self.providers.execute(
             "SELECT remaining = 0 FROM demo_providerfault WHERE id = %s", [fault_id]
@@ -444,8 +509,9 @@ def run_faults(size: Size, injector: Injector, sampler: Sampler, rng: random.Ran
     faults and the planned ones that could not be injected (the runs were all done first)."""
     planned = list(size.planned)
     rng.shuffle(planned)
-    step = 0.80 / max(1, len(planned))
-    at = [0.05 + step * k for k in range(len(planned))]
+    lo, hi = size.span
+    step = (hi - lo) / max(1, len(planned))
+    at = [lo + step * k for k in range(len(planned))]
     stop_fillers_at = 0.95
     faults: list[Fault] = []
     moved, seen = time.monotonic(), -1
@@ -575,6 +641,19 @@ def measure(starter: Starter, runs: int, providers: psycopg.Connection) -> Outco
     return out
 
 
+def first_steps(dsn: str, faults: list[Fault]) -> None:
+    """Each failover's first step journaled on its new primary: the earliest ``step`` entry
+    dated after its kill (none can be dated between the kill and the promotion: the old
+    primary is down and the new one refuses writes until then)."""
+    kills = [f for f in faults if f.kind == FAILOVER and f.ended is not None]
+    with psycopg.connect(dsn, autocommit=True, connect_timeout=5, application_name="faults-bench") as conn:
+        for fault in kills:
+            fault.first_step = conn.execute(
+                """SELECT extract(epoch FROM min(created_at))::float8 FROM sagas_journalentry
+                    WHERE kind = 'step' AND created_at > to_timestamp(%s)""", [fault.ended],
+            ).fetchone()[0]
+
+
 # --- report ----------------------------------------------------------------------------
 
 
@@ -582,8 +661,12 @@ def seconds(values: list[float], p: float) -> str:
     return f"{common.percentile(values, p):.1f} s" if values else "-"
 
 
+def since(fault: Fault, moment: float | None, digits: int = 1) -> str:
+    return f"{moment - fault.ended:.{digits}f} s" if moment is not None and fault.ended is not None else "never"
+
+
 def report(size: Size, faults: list[Fault], not_injected: list[str], out: Outcome, settle: float | None,
-           lease_ttl: float, sweep: float, wall: float) -> list[str]:
+           lease_ttl: float, sweep: float, wall: float, where: str = "") -> list[str]:
     """Print the tables; the targets missed (empty: all met)."""
     rows = [("fault", "injected", "every worker progressing again: p50", "max", "a run finished again: p50", "max",
              "not recovered within 60 s")]
@@ -596,10 +679,31 @@ def report(size: Size, faults: list[Fault], not_injected: list[str], out: Outcom
         rows.append((kind, str(len(mine)), seconds(workers, 50), seconds(workers, 100), seconds(finished, 50),
                      seconds(finished, 100), str(len(mine) - len(workers))))
     common.print_table(
-        f"Faults ({size.runs} runs, {size.workers} worker processes, lease {lease_ttl:g} s, sweep every {sweep:g} s, "
-        f"provider timeout {PROVIDER_TIMEOUT:g} s; times from the start of each fault, sampled every "
+        f"Faults ({size.runs} runs, {size.workers} worker processes{where}, lease {lease_ttl:g} s, sweep every "
+        f"{sweep:g} s, provider timeout {PROVIDER_TIMEOUT:g} s; times from the start of each fault, sampled every "
         f"{SAMPLE_INTERVAL:g} s)", rows,
     )
+    failovers = [f for f in faults if f.kind == FAILOVER]
+    if failovers:
+        rows = [("failover", "killed -> promoted", "runs finished at the kill", "new primary writable",
+                 "first step journaled on it", "every worker progressing again", "a run finished again",
+                 "the node killed before rejoined in")]
+        for k, f in enumerate(failovers, 1):
+            rows.append((str(k), f.detail, f"{f.finished_at_kill} of {size.runs}", since(f, f.writable, 2),
+                         since(f, f.first_step, 2), since(f, f.every_worker), since(f, f.a_run_finished),
+                         f"{f.rejoin:.1f} s" if f.rejoin is not None else "-"))
+        if len(failovers) > 1:
+            def mid(field_name: str, digits: int = 1) -> str:
+                values = [getattr(f, field_name) - f.ended for f in failovers
+                          if getattr(f, field_name) is not None and f.ended is not None]
+                return f"{common.median(values):.{digits}f} s" if values else "-"
+            rejoins = [f.rejoin for f in failovers if f.rejoin is not None]
+            rows.append(("median", "", "", mid("writable", 2), mid("first_step", 2), mid("every_worker"),
+                         mid("a_run_finished"), f"{common.median(rejoins):.1f} s" if rejoins else "-"))
+        common.print_table(
+            "Failovers (times from the kill: the old primary's keeper SIGKILLed and its PostgreSQL stopped "
+            "-m immediate; the node killed before rejoined as the secondary first)", rows,
+        )
     settled = f"{settle:.1f}" if settle is not None else f"not within {size.settle_timeout:g}"
     attention = ", ".join(f"{n} {reason}" for reason, n in sorted(out.attention.items())) or "0"
     designed_complete = out.runs - out.designed_to_compensate
@@ -670,19 +774,46 @@ def diagnose(out: Outcome, workers: Workers, starter: Starter, approver: Approve
 # --- set-up ---------------------------------------------------------------------------
 
 
-def prepare_providers() -> psycopg.Connection:
-    """The providers' database on the shared server: created and migrated once, emptied."""
-    env = common.bench_env(DATABASE_URL=PROVIDERS_DB)
+PROVIDERS_SLOTS = 4
+_providers_lock: list[psycopg.Connection] = []  # held open for the process's life
+
+
+def prepare_providers() -> tuple[psycopg.Connection, str]:
+    """The providers' database on the shared server (created and migrated once, emptied) and its
+    URL. Two soaks at once (the suite's smoke beside a full run) must not empty each other's books
+    or take each other's injected faults: each holds a session advisory lock for its database as
+    long as it runs, and one that finds it taken uses the next database (``..._2``, ``..._3``)."""
+    base, _, query = PROVIDERS_DB.partition("?")
+    lock = psycopg.connect(psycopg.conninfo.make_conninfo(PROVIDERS_DB, dbname="postgres"), autocommit=True,
+                           application_name="faults-bench-lock")
+    for slot in range(1, PROVIDERS_SLOTS + 1):
+        if lock.execute("SELECT pg_try_advisory_lock(hashtext('saga_bench_faults_providers'), %s)",
+                        [slot]).fetchone()[0]:
+            break
+    else:
+        raise SystemExit(f"{PROVIDERS_SLOTS} fault soaks are running already")
+    _providers_lock.append(lock)
+    url = base + (f"_{slot}" if slot > 1 else "") + (f"?{query}" if query else "")
+    env = common.bench_env(DATABASE_URL=url)
     for args in (["sagas_ensuredb"], ["migrate", "-v0"]):
         subprocess.run([sys.executable, "manage.py", *args], cwd=common.ROOT, env=env, check=True)
-    conn = psycopg.connect(PROVIDERS_DB, autocommit=True, application_name="faults-bench")
+    conn = psycopg.connect(url, autocommit=True, application_name="faults-bench")
     conn.execute("TRUNCATE demo_providerexecution, demo_providerreplay, demo_providerfault CASCADE")
-    return conn
+    return conn, url
+
+
+def release_providers() -> None:
+    while _providers_lock:
+        _providers_lock.pop().close()
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--smoke", action="store_true", help="40 runs, 2 workers, one fault of most kinds")
+    parser.add_argument("--failover", action="store_true",
+                        help="only the failover round: the engine on a pg_auto_failover formation, its primary killed")
+    parser.add_argument("--no-failover", action="store_true", help="only the first round (no formation)")
+    parser.add_argument("--failovers", type=int, default=None, help="primary kills in the failover round (default 3)")
     parser.add_argument("--runs", type=int, default=None)
     parser.add_argument("--workers", type=int, default=None)
     parser.add_argument("--lease-ttl", type=float, default=5.0, help="SAGAS_LEASE_TTL of the workers (default 5)")
@@ -690,33 +821,76 @@ def main() -> int:
     parser.add_argument("--think", type=float, default=None, help="seconds of model-like steps per run")
     parser.add_argument("--seed", type=int, default=10)
     args = parser.parse_args()
-    size = SMOKE if args.smoke else FULL
-    size = Size(args.runs or size.runs, args.workers or size.workers, size.planned, size.kill_filler, size.gap,
-                size.settle_timeout, size.think if args.think is None else args.think)
+    environ = dict(os.environ)  # before this round configures Django into it
+    if args.failover and args.no_failover:
+        parser.error("--failover and --no-failover exclude each other")
+    if args.failover:
+        size = FAILOVER_SMOKE if args.smoke else FAILOVER_FULL
+        if args.failovers is not None:
+            size = replace(size, planned=(FAILOVER,) * args.failovers)
+    else:
+        size = SMOKE if args.smoke else FULL
+    size = replace(size, runs=args.runs or size.runs, workers=args.workers or size.workers,
+                   think=size.think if args.think is None else args.think)
+    status = soak(size, args, failover=args.failover)
+    if not (args.failover or args.no_failover or args.smoke) and not autofailover_installed():
+        print("The failover round is left out: it needs pg_auto_failover (Debian: postgresql-15-auto-failover).",
+              file=sys.stderr)
+    elif not (args.failover or args.no_failover or args.smoke):
+        # The failover round in a process of its own: Django is configured once per process,
+        # and this one's engine database was the first round's server, now gone.
+        sys.stdout.flush()
+        again = [sys.executable, str(Path(__file__).resolve()), "--failover", "--seed", str(args.seed),
+                 "--lease-ttl", str(args.lease_ttl), "--sweep-interval", str(args.sweep_interval)]
+        if args.failovers is not None:
+            again += ["--failovers", str(args.failovers)]
+        status = max(status, subprocess.run(again, cwd=common.ROOT, env=environ).returncode)
+    return status
+
+
+def soak(size: Size, args: argparse.Namespace, *, failover: bool) -> int:
+    """One round: the engine on a private PostgreSQL server, or on a pg_auto_failover formation.
+    0 when every target was met."""
     rng = random.Random(args.seed)
     began = time.time()
     log_dir = Path(tempfile.mkdtemp(prefix="bench-faults-"))
-    pg, redis = PostgresServer(), RedisServer()
+    if failover and not autofailover_installed():
+        raise SystemExit("--failover needs pg_auto_failover (Debian: postgresql-15-auto-failover)")
+    pg = None if failover else PostgresServer()
+    paf = AutoFailover(ENGINE_DB) if failover else None
+    redis = RedisServer()
     providers_proc = None
     workers = sampler = starter = approver = None
     missed: list[str] = ["did not finish"]
     try:
-        pg.start()
+        if paf is not None:
+            paf.start()
+            engine_url = paf.uri()
+            where_db = (f"pg_auto_failover formation (monitor :{paf.monitor.port}, nodes "
+                        f"{', '.join(f':{n.port}' for n in paf.nodes)})")
+            where = ", on a pg_auto_failover formation (synchronous secondary)"
+        else:
+            assert pg is not None
+            pg.start()
+            engine_url = pg.url(ENGINE_DB)
+            where_db, where = f"PostgreSQL :{pg.port}", ""
         redis.start()
-        providers = prepare_providers()
-        engine_url = pg.url(ENGINE_DB)
+        providers, providers_db = prepare_providers()
         env = dict(
             REDIS_URL=redis.url(0), SAGAS_MODULES="bench.faults_workflows", SAGAS_LEASE_TTL=str(args.lease_ttl),
             SAGAS_SWEEP_INTERVAL=str(args.sweep_interval), DEMO_PROVIDER_TIMEOUT=str(PROVIDER_TIMEOUT),
             SAGAS_LOG_LEVEL="WARNING",
         )
-        providers_proc, providers_url = common.start_providers(common.bench_env(DATABASE_URL=PROVIDERS_DB))
+        providers_proc, providers_url = common.start_providers(common.bench_env(DATABASE_URL=providers_db))
         env["DEMO_PROVIDERS_URL"] = providers_url
-        common.setup_django(DATABASE_URL=f"{engine_url}?application_name=faults-bench", **env)
-        # bench/servers.py turns synchronous_commit off for speed; a crash (-m immediate) could then
-        # lose commits already acknowledged, which no production database does. On for the engine's.
-        with pg.connect() as conn:
-            conn.execute(f"ALTER DATABASE {ENGINE_DB} SET synchronous_commit = on")
+        query = "&" if "?" in engine_url else "?"
+        common.setup_django(DATABASE_URL=f"{engine_url}{query}application_name=faults-bench", **env)
+        if pg is not None:
+            # bench/servers.py turns synchronous_commit off for speed; a crash (-m immediate) could then
+            # lose commits already acknowledged, which no production database does. On for the engine's.
+            # (The formation keeps it on: a commit waits for the synchronous secondary.)
+            with pg.connect() as conn:
+                conn.execute(f"ALTER DATABASE {ENGINE_DB} SET synchronous_commit = on")
         _drop_connection()
         from django.contrib.auth import get_user_model
 
@@ -731,14 +905,14 @@ def main() -> int:
         starter = Starter(size.runs, backlog=3 * size.workers + 4, starter=starter_user, think=size.think)
         sampler = Sampler(engine_url, names, all_started=lambda: len(starter.ids) == size.runs)
         approver = Approver(approver_user)
-        print(f"{time.strftime('%H:%M:%S')} fault soak: {size.runs} runs, {size.workers} workers; engine PostgreSQL :{pg.port}, Redis "
-              f":{redis.port}; providers on {PROVIDERS_DB.rsplit('/', 1)[1]} (shared server); logs {log_dir}",
+        print(f"{time.strftime('%H:%M:%S')} fault soak: {size.runs} runs, {size.workers} workers; engine {where_db}, "
+              f"Redis :{redis.port}; providers on {providers_db.partition('?')[0].rsplit('/', 1)[1]} (shared server); logs {log_dir}",
               file=sys.stderr, flush=True)
         workers.start()
         sampler.start()
         starter.start()
         approver.start()
-        injector = Injector(pg, redis, workers, providers, rng)
+        injector = Injector(pg, redis, workers, providers, rng, sampler, paf)
         faults, not_injected = run_faults(size, injector, sampler, rng)
         last_end = max((f.ended for f in faults if f.ended is not None), default=time.time())
         settle = wait_settled(sampler, last_end, size.settle_timeout)
@@ -746,22 +920,28 @@ def main() -> int:
         sampler.stop()
         starter.stop_event.set()
         approver.stop_event.set()
+        if paf is not None:
+            first_steps(engine_url, faults)
         out = measure(starter, size.runs, providers)
         missed = report(size, faults, not_injected, out, settle, args.lease_ttl, args.sweep_interval,
-                        time.time() - began)
-        if missed:
-            shutil.copy(pg.log_path, log_dir / "postgres.log")
+                        time.time() - began, where)
         diagnose(out, workers, starter, approver, sampler, log_dir, bool(missed))
     except BaseException:
         traceback.print_exc()
         missed = ["the bench itself failed"]
     finally:
+        if missed:  # the server's logs beside the workers' (the formation's: its keepers')
+            for path in [pg.log_path] if pg is not None else [n.log_path for n in [paf.monitor, *paf.nodes]]:
+                if path.exists():
+                    shutil.copy(path, log_dir / (path.name if pg is None else "postgres.log"))
         # Each step on its own: a failing one must not leave workers or servers behind.
         for thread in (starter, approver):
             if thread is not None:
                 thread.stop_event.set()
         steps = [sampler.stop if sampler is not None else None, workers.stop if workers is not None else None,
-                 providers_proc.kill if providers_proc is not None else None, pg.cleanup, redis.cleanup]
+                 providers_proc.kill if providers_proc is not None else None,
+                 pg.cleanup if pg is not None else None, paf.cleanup if paf is not None else None, redis.cleanup,
+                 release_providers]
         for step in filter(None, steps):
             try:
                 step()
