@@ -280,8 +280,15 @@ class JournalCursor:
             self.pause_requested = True
         self._steps_used += steps
         self._cost_used += cost
-        self.last_seq = appended.seq
-        self.written.append((appended.seq, kind, name))
+
+        def acknowledged() -> None:
+            self.last_seq = max(self.last_seq, appended.seq)
+            self.written.append((appended.seq, kind, name))
+
+        # Inside a transaction the entry is ours only once it commits: a commit that fails is
+        # retried (``durably``), which must look for the entry after the last one that committed,
+        # and numbers it again from there (not a journal gone back in time).
+        transaction.on_commit(acknowledged)  # at once outside a transaction
         return appended.seq
 
     def _journal_went_back(self, seq: int) -> NoReturn:
@@ -292,6 +299,7 @@ class JournalCursor:
         lost = [{"seq": s, "kind": k, "name": n} for s, k, n in self.written if s >= seq]
         acknowledged = self.last_seq
         self.last_seq = seq - 1 if in_transaction else seq
+        self.written = [w for w in self.written if w[0] < seq]
         raise JournalGap(
             f"the journal went back in time: this worker's entries {seq} to {acknowledged}, acknowledged by the "
             f"database, are missing from the database it reaches now (a failover to a standby that had not "

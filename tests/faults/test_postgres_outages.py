@@ -230,3 +230,39 @@ def test_it_starts_a_worker_while_postgres_is_down_and_it_waits_instead_of_exiti
     assert log.count("storage outage: PostgreSQL unreachable") == 1, log
     assert "Traceback" not in log, log
     assert worker.alive()
+
+
+def test_a_connection_lost_while_an_effects_outcome_commits_is_retried_without_a_false_journal_gap(faults):
+    """The outcome of an effect is one transaction (its journal entry and the ledger's record).
+    Here the backend dies at that commit (a deferred trigger terminates it once, after the entry
+    was written in the transaction): the commit fails, nothing of it is kept, and the worker
+    retries it. Its retry is numbered where the failed one was: a journal that did not go back in
+    time, which a soak once reported as one (``journal_gap``, the run parked, its effect UNKNOWN)."""
+    with faults.pg.connect(faults.dbname) as conn:
+        conn.execute("""
+        CREATE SEQUENCE die_at_commit;
+        CREATE FUNCTION die_once() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            IF NEW.status = 'SUCCEEDED' AND nextval('die_at_commit') = 1 THEN
+                PERFORM pg_terminate_backend(pg_backend_pid());
+            END IF;
+            RETURN NULL;
+        END $$;
+        CREATE CONSTRAINT TRIGGER die_once AFTER UPDATE ON ledger_effectrecord
+            DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION die_once();
+        """)
+    worker = faults.worker("w1")
+    faults.workers_ready(worker)
+    run_id = faults.driver().start_ok("fault_order", {"id": "commit-dies", "pause": 0.05})
+    faults.wait_completed([run_id], 60)
+
+    assert faults.db.rows("SELECT last_value, is_called FROM die_at_commit")[0] >= (2, True), (
+        "the backend was never terminated at an outcome's commit: nothing was tested")
+    assert faults.db.run(run_id)["status"] == "COMPLETED"
+    results = faults.db.rows("SELECT name, count(*) FROM sagas_journalentry WHERE run_id = %s "
+                             "AND kind = 'effect_result' GROUP BY name", [run_id])
+    assert dict(results) == {"capture": 1, "reserve": 1, "email": 1}, "an outcome was journaled twice or not at all"
+    executions = Counter(op for (_provider, op, _key) in ProviderExecution.objects.values_list(
+        "provider", "operation", "idempotency_key"))
+    assert set(executions.values()) == {1}, executions
+    assert "journal went back" not in worker.log(), worker.log()[-3000:]
