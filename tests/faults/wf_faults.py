@@ -91,9 +91,12 @@ def failover_order(ctx: Context, order: dict) -> dict:
 @workflow("gap_order", version=1)
 def gap_order(ctx: Context, spec: dict) -> dict:
     """Steps of ``pause`` seconds around a capture and an email, then ``after`` more: long
-    enough for a test to cut replication and fail over while the run is in the middle."""
+    enough for a test to cut replication and fail over while the run is in the middle. The
+    ``settle`` step (``settle`` seconds) after ``prepare`` leaves the test time to cut
+    replication once ``prepare`` is on the standby, before the capture's intent is written."""
     pause = spec.get("pause", 0.3)
     ctx.step("prepare", tick, ctx.run_id, "prepare", pause)
+    ctx.step("settle", tick, ctx.run_id, "settle", spec.get("settle", 1.0))  # the test cuts replication here
     charge = ctx.effect("capture", "payments.capture", {"order": spec["id"], "amount_cents": 990, "currency": "EUR"})
     ctx.step("check", tick, ctx.run_id, "check", pause)
     mail = ctx.effect("email", "email.send", {"to": f"{spec['id']}@example.com", "subject": "Paid", "body": "ok"})
