@@ -281,14 +281,8 @@ class JournalCursor:
         self._steps_used += steps
         self._cost_used += cost
 
-        def acknowledged() -> None:
-            self.last_seq = max(self.last_seq, appended.seq)
-            self.written.append((appended.seq, kind, name))
-
-        # Inside a transaction the entry is ours only once it commits: a commit that fails is
-        # retried (``durably``), which must look for the entry after the last one that committed,
-        # and numbers it again from there (not a journal gone back in time).
-        transaction.on_commit(acknowledged)  # at once outside a transaction
+        self.last_seq = appended.seq
+        self.written.append((appended.seq, kind, name))
         return appended.seq
 
     def _journal_went_back(self, seq: int) -> NoReturn:
@@ -327,6 +321,11 @@ class JournalCursor:
         """
         backoff = Backoff()
         retrying = False
+        # What the database had acknowledged before the write: entries ``write()`` appends inside
+        # its transaction count from the moment they are written, but a commit that fails takes
+        # them back. The retry looks for its entry after these, and is numbered again from here
+        # (not a journal gone back in time: ``_journal_went_back``).
+        acknowledged, written = self.last_seq, len(self.written)
         while True:
             try:
                 if retrying:
@@ -342,6 +341,8 @@ class JournalCursor:
             except Exception as exc:
                 if not is_database_error(exc):
                     raise
+                self.last_seq = acknowledged
+                del self.written[written:]
                 note_failure(exc, doing=f"recording {kind} {name!r} of run {self.run_id}")
                 if time.monotonic() >= self.lease_until:
                     raise StorageUnavailable(
