@@ -33,6 +33,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 PGBOUNCER = shutil.which("pgbouncer") or "/usr/sbin/pgbouncer"
 RUNS = 1000  # the failover test's load: each run a step, a capture and an email
 DURING = 20  # of them started one by one across the restart
+SESSION_RUNS = 40  # session mode: what changes is only where the connections come from
 
 
 def _free_port() -> int:
@@ -179,10 +180,11 @@ def test_in_session_mode_the_workers_need_no_setting_and_lose_nothing_across_its
         w1 = faults.worker("w1", "--concurrency", "2", **through)
         faults.workers_ready(w1)
         driver = Driver(faults.procs, faults.env(**through))
-        keys = [f"pgs-{i}" for i in range(100)]
+        keys = [f"pgs-{i}" for i in range(SESSION_RUNS)]
         answer = driver.start_many("failover_order", [{"id": key} for key in keys], keys, retry_for=60)
         assert answer["ok"], answer["errors"][-3:]
-        wait_until(lambda: faults.db.statuses(answer["run_ids"]).get("COMPLETED", 0) >= 30, 120, interval=0.1,
+        wait_until(lambda: faults.db.statuses(answer["run_ids"]).get("COMPLETED", 0) >= SESSION_RUNS // 3, 120,
+                   interval=0.1,
                    what="the first runs to complete")
         in_flight = faults.db.statuses(answer["run_ids"])
         bouncer.kill()
@@ -190,9 +192,9 @@ def test_in_session_mode_the_workers_need_no_setting_and_lose_nothing_across_its
         bouncer.start()
         faults.wait_completed(answer["run_ids"], 120)
 
-        assert in_flight.get("COMPLETED", 0) < 100, "the restart hit no run in flight"
+        assert in_flight.get("COMPLETED", 0) < SESSION_RUNS, "the restart hit no run in flight"
         executions = provider_executions()
-        assert {key: n for key, n in executions.items() if n != 1} == {} and len(executions) == 200
+        assert {key: n for key, n in executions.items() if n != 1} == {} and len(executions) == 2 * SESSION_RUNS
         assert faults.repeated_steps() == {}
         assert "prepared statement" not in w1.log() and w1.alive()
     finally:
