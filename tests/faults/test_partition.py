@@ -224,8 +224,9 @@ def test_a_host_cut_off_past_its_leases_loses_its_runs_to_the_others_and_comes_b
 
     # Taken over once its leases expired and the next sweep woke another worker. A wake-up that
     # Redis handed to host 1's workers as the link went down is lost with it, and was trusted for
-    # its marker's 20 s: the takeover then came 21 s after the cut.
-    assert max(taken.values()) - cut_at < float(LEASE_TTL) + 8, taken
+    # its marker's 20 s: the takeover then came 21 s after the cut. The bound sits between the two
+    # (a loaded clean-clone make test once took longer than the lease plus 8 s).
+    assert max(taken.values()) - cut_at < float(LEASE_TTL) + 12, (taken, cut_at)
     # It journaled nothing on the runs it lost, from the cut on (its late writes were fenced).
     late = faults.db.rows(
         "SELECT run_id::text, seq, kind, name, worker_id FROM sagas_journalentry WHERE run_id = ANY(%s::uuid[]) "
