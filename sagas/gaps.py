@@ -39,11 +39,13 @@ if TYPE_CHECKING:
 log = logging.getLogger("sagas.gaps")
 
 OPEN = (EffectStatus.PENDING, EffectStatus.IN_PROGRESS)
+LOST_SHOWN = 200
 
 
 def record_gap(cursor: JournalCursor, gap: JournalGap) -> list[dict[str, Any]]:
     """Record every effect ``gap`` may hide as UNKNOWN (see the module); the effects, for the
-    run's halt details. One transaction."""
+    run's halt details. One transaction. Keeps the newest ``LOST_SHOWN`` of the gap's lost
+    entries in its details (``lost_count``: all of them)."""
     lost = {(entry["kind"], entry["name"]) for entry in gap.details.get("lost", [])}
     effects: list[dict[str, Any]] = []
     now = timezone.now()
@@ -66,6 +68,9 @@ def record_gap(cursor: JournalCursor, gap: JournalGap) -> list[dict[str, Any]]:
             effect_transition(effect, EffectStatus.UNKNOWN, error=gap)
             effects.append({"key": effect.idempotency_key, "name": effect.step_name, "connector": effect.connector,
                             "was": was})
+    # The run's error and its halted entry list the newest lost entries, not a long run's thousands.
+    entries = gap.details.get("lost", [])
+    gap.details["lost"], gap.details["lost_count"] = entries[-LOST_SHOWN:], len(entries)
     log.error("run %s: %s; effects now UNKNOWN: %s", cursor.run_id, gap.message,
               ", ".join(e["key"] for e in effects) or "none")
     return effects
