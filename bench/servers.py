@@ -129,7 +129,7 @@ class PostgresServer:
             pid = self._postmaster_pid()
             if pid is not None:  # pg_ctl gave up (a hung smart stop): no server outlives stop()
                 _signal(pid, signal.SIGQUIT)
-                _wait(lambda: not _alive(pid), 30, f"postmaster {pid} to exit")
+                _wait(lambda: not pid_alive(pid), 30, f"postmaster {pid} to exit")
         _wait(lambda: not port_open(self.port), 30, f"port {self.port} to close")
 
     def start_standby_of(self, primary: PostgresServer) -> None:
@@ -152,7 +152,7 @@ class PostgresServer:
 
     def running(self) -> bool:
         pid = self._postmaster_pid()
-        return pid is not None and _alive(pid)
+        return pid is not None and pid_alive(pid)
 
     def cleanup(self) -> None:
         """Stop immediately (if running) and delete the directory. Safe to call twice."""
@@ -371,7 +371,8 @@ class RedisServer:
             return False
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (ours or another user's)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -53,7 +53,14 @@ class Servers:
 def servers(django_db_setup, tmp_path_factory):
     """A private PostgreSQL (with a migrated template database) and Redis, plus the
     providers on the shared test database, for every test of a module."""
-    pg, redis_server = PostgresServer(), RedisServer()
+    yield from private_servers(tmp_path_factory)
+
+
+def private_servers(tmp_path_factory, *, listen: tuple[str, ...] = (), trust: tuple[str, ...] = (),
+                    providers_host: str = "127.0.0.1"):
+    """What ``servers`` yields; ``listen``/``trust``/``providers_host``: also reachable on a
+    bridge's address (tests.faults.netns)."""
+    pg, redis_server = PostgresServer(listen=listen, trust=trust), RedisServer(listen=listen)
     providers = Procs(tmp_path_factory.mktemp("providers"))
     try:
         pg.start()
@@ -62,11 +69,22 @@ def servers(django_db_setup, tmp_path_factory):
         env = worker_env(MODULES, DATABASE_URL=pg.url(TEMPLATE), REDIS_URL=redis_server.url())
         done = run_python(["manage.py", "migrate", "--noinput", "-v", "0"], env=env, timeout=180)
         assert done.returncode == 0, f"migrate on the private server failed:\n{done.stdout}{done.stderr}"
-        yield Servers(pg, redis_server, start_providers(providers))
+        yield Servers(pg, redis_server, start_providers(providers, host=providers_host))
     finally:
         providers.stop_all()
         pg.cleanup()
         redis_server.cleanup()
+
+
+def expected_executions(runs: list[str]) -> set[tuple[str, str, str]]:
+    """The provider executions ``fault_order`` runs make: (provider, operation, idempotency key)."""
+    return {
+        (provider, operation, f"{run}:{step}")
+        for run in runs
+        for provider, operation, step in [
+            ("payments", "capture", "capture"), ("inventory", "reserve", "reserve"), ("email", "send", "email"),
+        ]
+    }
 
 
 class PrivateDB:

@@ -30,6 +30,8 @@ import re
 import subprocess
 from pathlib import Path
 
+from bench.servers import pid_alive
+
 BRIDGE_PREFIX = "sagabr"
 VETH_PREFIX = "sagav"
 NS_PREFIX = "sagans"
@@ -45,16 +47,6 @@ def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return done
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _names() -> tuple[list[str], list[str]]:
     """(network namespaces, links) of this machine."""
     namespaces = [line.split()[0] for line in _ip("netns", "list").stdout.splitlines() if line.strip()]
@@ -68,12 +60,12 @@ def clean_leftovers() -> list[str]:
     namespaces, links = _names()
     for name in namespaces:
         found = _OWNER.match(name)
-        if found and name.startswith(NS_PREFIX) and not _alive(int(found.group(1))):
+        if found and name.startswith(NS_PREFIX) and not pid_alive(int(found.group(1))):
             _ip("netns", "delete", name, check=False)
             removed.append(name)
     for name in links:
         found = _OWNER.match(name)
-        if found and not name.startswith(NS_PREFIX) and not _alive(int(found.group(1))):
+        if found and not name.startswith(NS_PREFIX) and not pid_alive(int(found.group(1))):
             _ip("link", "delete", name, check=False)  # a veth's peer goes with it
             removed.append(name)
     return removed

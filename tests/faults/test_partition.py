@@ -23,11 +23,10 @@ import time
 
 import pytest
 
-from bench.servers import PostgresServer, RedisServer
-from tests.faults.conftest import MODULES, TEMPLATE, Driver, FaultEnv, Servers
+from tests.faults.conftest import Driver, FaultEnv, expected_executions, private_servers
 from tests.faults.netns import Network
 from tests.faults.test_postgres_outages import provider_executions
-from tests.procs import ROOT, Proc, Procs, run_python, start_providers, wait_until, worker_env
+from tests.procs import ROOT, Proc, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -52,22 +51,8 @@ def servers(network, django_db_setup, tmp_path_factory):
     """tests/faults/conftest.py's ``servers``, also listening on the bridge: a private PostgreSQL
     (trusting the bridge's subnet) with its migrated template, Redis, and the providers (on the
     shared test database) on the bridge's address."""
-    listen = (network.gateway,)
-    pg = PostgresServer(listen=listen, trust=(str(network.subnet),))
-    redis_server = RedisServer(listen=listen)
-    providers = Procs(tmp_path_factory.mktemp("providers"))
-    try:
-        pg.start()
-        redis_server.start()
-        pg.create_database(TEMPLATE)
-        env = worker_env(MODULES, DATABASE_URL=pg.url(TEMPLATE), REDIS_URL=redis_server.url())
-        done = run_python(["manage.py", "migrate", "--noinput", "-v", "0"], env=env, timeout=180)
-        assert done.returncode == 0, f"migrate on the private server failed:\n{done.stdout}{done.stderr}"
-        yield Servers(pg, redis_server, start_providers(providers, host=network.gateway))
-    finally:
-        providers.stop_all()
-        pg.cleanup()
-        redis_server.cleanup()
+    yield from private_servers(tmp_path_factory, listen=(network.gateway,), trust=(str(network.subnet),),
+                               providers_host=network.gateway)
 
 
 class Hosts:
@@ -154,14 +139,7 @@ def assert_once_each(faults: FaultEnv, runs: list[str]) -> None:
     """Every provider call of every run executed exactly once, and every step and effect
     outcome journaled once."""
     executions = provider_executions()
-    expected = {
-        (provider, operation, f"{run}:{step}")
-        for run in runs
-        for provider, operation, step in [
-            ("payments", "capture", "capture"), ("inventory", "reserve", "reserve"), ("email", "send", "email"),
-        ]
-    }
-    assert set(executions) == expected
+    assert set(executions) == expected_executions(runs)
     assert {key: n for key, n in executions.items() if n != 1} == {}, "a provider executed something twice"
     twice = faults.db.rows(
         "SELECT run_id::text, kind, name, count(*) FROM sagas_journalentry WHERE run_id = ANY(%s::uuid[]) "

@@ -14,7 +14,13 @@ import pytest
 
 from demo.models import ProviderExecution
 from demo.providers.faults import inject
-from tests.faults.conftest import OUTAGE_OVER, assert_one_outage_logged, outage_lines, tcp_client_ports
+from tests.faults.conftest import (
+    OUTAGE_OVER,
+    assert_one_outage_logged,
+    expected_executions,
+    outage_lines,
+    tcp_client_ports,
+)
 from tests.procs import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -66,14 +72,7 @@ def test_it_completes_every_run_once_across_a_postgres_restart(faults, mode):
 
     assert in_flight.get("COMPLETED", 0) < len(runs), "the restart hit no run in flight; nothing was tested"
     executions = provider_executions()
-    expected = {
-        (provider, operation, f"{run}:{step}")
-        for run in runs
-        for provider, operation, step in [
-            ("payments", "capture", "capture"), ("inventory", "reserve", "reserve"), ("email", "send", "email"),
-        ]
-    }
-    assert set(executions) == expected
+    assert set(executions) == expected_executions(runs)
     assert {key: n for key, n in executions.items() if n != 1} == {}, "a provider executed something twice"
     assert faults.repeated_steps() == {}, "a journaled step ran again"
     for run in runs:
